@@ -1,0 +1,32 @@
+"""modeling-attn: the attention models of "Attention Is All You Need" and of classic seq2seq translation,
+as Hugging Face transformers models.
+
+Importing the package registers the model types with transformers' Auto classes.
+"""
+
+from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+
+from .configuration_transformer import AttnTransformerConfig
+from .modeling_transformer import (
+    AttnTransformerForConditionalGeneration,
+    AttnTransformerModel,
+    AttnTransformerPreTrainedModel,
+)
+
+__version__ = "0.1.0"
+
+AutoConfig.register(AttnTransformerConfig.model_type, AttnTransformerConfig)
+AutoModel.register(AttnTransformerConfig, AttnTransformerModel)
+AutoModelForSeq2SeqLM.register(AttnTransformerConfig, AttnTransformerForConditionalGeneration)
+# save_pretrained copies the code files and writes `auto_map`, so checkpoints load with trust_remote_code.
+AttnTransformerConfig.register_for_auto_class()
+AttnTransformerModel.register_for_auto_class("AutoModel")
+AttnTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+
+__all__ = [
+    "AttnTransformerConfig",
+    "AttnTransformerForConditionalGeneration",
+    "AttnTransformerModel",
+    "AttnTransformerPreTrainedModel",
+    "__version__",
+]

@@ -1,0 +1,69 @@
+"""Input checks, decoder inputs and the loss, shared by both model types.
+
+Bad input raises with a message naming the argument, the offending value and the expected range or
+shape; nothing is clipped or ignored silently.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers.utils import is_torchdynamo_compiling
+
+
+def check_token_ids(token_ids: torch.Tensor, vocab_size: int, name: str, ignore_index: int | None = None) -> None:
+    """Raise if `token_ids` is empty, not integer, or holds an id outside [0, vocab_size)."""
+    if token_ids.dim() != 2 or token_ids.shape[0] == 0 or token_ids.shape[1] == 0:
+        raise ValueError(f"{name} must be a non-empty (batch, length) tensor, got shape {tuple(token_ids.shape)}")
+    if token_ids.is_floating_point() or token_ids.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids, got dtype {token_ids.dtype}")
+    if is_torchdynamo_compiling():
+        return
+    ids = token_ids if ignore_index is None else token_ids[token_ids != ignore_index]
+    if ids.numel() == 0:
+        return
+    low, high = ids.min().item(), ids.max().item()
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        where = (token_ids == bad).nonzero()[0].tolist()
+        allowed = f"[0, {vocab_size})" + (f" or {ignore_index}" if ignore_index is not None else "")
+        raise IndexError(f"{name} holds token id {bad} at (batch, position) {tuple(where)}; ids must be in {allowed}")
+
+
+def check_attention_mask(mask: torch.Tensor | None, expected: tuple[int, int] | torch.Size, name: str) -> None:
+    """Raise if a 2D padding mask does not have the (batch, length) shape of the tokens it masks."""
+    if mask is None or mask.dim() == 4:  # 4D masks are taken as prepared by the caller
+        return
+    if mask.dim() != 2 or tuple(mask.shape) != tuple(expected):
+        raise ValueError(f"{name} has shape {tuple(mask.shape)}, expected (batch, length) = {tuple(expected)}")
+    if mask.is_floating_point() and not is_torchdynamo_compiling() and ((mask != 0) & (mask != 1)).any():
+        raise ValueError(f"{name} must hold 0 (padding) and 1 (token) only")
+
+
+def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
+    """Decoder input for teacher forcing: labels shifted one step right behind the start token, -100 -> pad."""
+    if pad_token_id is None or decoder_start_token_id is None:
+        raise ValueError("config.pad_token_id and config.decoder_start_token_id must be set to build decoder inputs")
+    shifted = labels.new_full(labels.shape, pad_token_id)
+    shifted[:, 1:] = labels[:, :-1]
+    shifted[:, 0] = decoder_start_token_id
+    return shifted.masked_fill(shifted == -100, pad_token_id)
+
+
+def token_loss(
+    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
+) -> torch.Tensor:
+    """Cross-entropy summed over target tokens (-100 ignored), divided by their number.
+
+    With gradient accumulation Trainer passes `num_items_in_batch`, the token count of the whole
+    accumulated batch, so that the accumulated gradient equals that of one large batch.
+    """
+    total = torch.nn.functional.cross_entropy(
+        logits.flatten(0, 1).float(), labels.flatten().to(logits.device), ignore_index=-100, reduction="sum"
+    )
+    if num_items_in_batch is None:
+        num_items_in_batch = (labels != -100).sum()
+        if not is_torchdynamo_compiling() and num_items_in_batch.item() == 0:
+            raise ValueError("labels hold no target token (all positions are -100): the loss is undefined")
+    if isinstance(num_items_in_batch, torch.Tensor):
+        num_items_in_batch = num_items_in_batch.to(total.device)
+    return total / num_items_in_batch

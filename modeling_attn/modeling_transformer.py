@@ -1,0 +1,466 @@
+"""The encoder-decoder Transformer of "Attention Is All You Need" (Vaswani et al., 2017), as transformers models.
+
+Paper sections in this file:
+- Sec. 3.1 encoder and decoder stacks: `AttnTransformerEncoderLayer` (self-attention + feed-forward) and
+  `AttnTransformerDecoderLayer` (masked self-attention + encoder-decoder attention + feed-forward), each
+  sub-layer wrapped as LayerNorm(x + Dropout(Sublayer(x))) (post-LN, the paper) or x + Sublayer(LN(x))
+  (pre-LN, `config.norm_first`).
+- Sec. 3.2 attention: `attention.MultiHeadAttention`.
+- Sec. 3.3 position-wise feed-forward: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (Eq. 2).
+- Sec. 3.4 embeddings scaled by sqrt(d_model), shared between source, target and the pre-softmax projection.
+- Sec. 3.5 sinusoidal positional encoding: `sinusoid_table`.
+Deviations: the padding embedding row starts at zero (as fairseq); `norm_first`, the activation and
+the positional layout are documented variants of `AttnTransformerConfig`.
+
+Shapes: B batch, S source length, T target length, E d_model, V vocabulary.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from transformers import initialization as init
+from transformers.activations import ACT2FN
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.generation import GenerationMixin
+from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
+from transformers.modeling_layers import GradientCheckpointingLayer
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import PreTrainedModel
+from transformers.utils import can_return_tuple
+from transformers.utils.generic import merge_with_config_defaults
+from transformers.utils.output_capturing import OutputRecorder, capture_outputs
+
+from .attention import MultiHeadAttention
+from .configuration_transformer import AttnTransformerConfig
+from .inputs import check_attention_mask, check_token_ids, shift_tokens_right, token_loss
+
+
+def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
+    """PE(pos, 2i) = sin(pos / 10000^(2i/d_model)), PE(pos, 2i+1) = cos(...) (Sec. 3.5), as (P, E).
+
+    layout "interleaved" puts sin on even and cos on odd dimensions (the paper); "halves" puts all sines
+    first and all cosines second (fairseq, Marian), which is the same encoding with permuted dimensions.
+    """
+    positions = torch.arange(num_positions, dtype=torch.float64)[:, None]
+    inv_freq = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float64) * (-math.log(10000.0) / d_model))
+    angles = positions * inv_freq  # (P, E/2)
+    if layout == "interleaved":
+        table = torch.stack([angles.sin(), angles.cos()], dim=-1).flatten(1)
+    else:
+        table = torch.cat([angles.sin(), angles.cos()], dim=-1)
+    return table.float()
+
+
+class AttnTransformerPositionalEncoding(nn.Module):
+    """Fixed sinusoidal positions (Sec. 3.5), kept as a non-persistent buffer: nothing to learn or save."""
+
+    def __init__(self, config: AttnTransformerConfig):
+        super().__init__()
+        self.config = config
+        self.register_buffer("table", self.build_table(), persistent=False)
+
+    def build_table(self) -> torch.Tensor:
+        return sinusoid_table(self.config.max_position_embeddings, self.config.d_model, self.config.positional_layout)
+
+    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
+        """Encodings of positions offset .. offset+length-1, as (L, E)."""
+        if offset + length > self.table.shape[0]:
+            raise ValueError(
+                f"sequence of {offset + length} positions exceeds max_position_embeddings="
+                f"{self.config.max_position_embeddings}; raise it in the config or truncate the input"
+            )
+        return self.table[offset : offset + length]
+
+
+class AttnTransformerEncoderLayer(GradientCheckpointingLayer):
+    """Self-attention then feed-forward, each in a residual connection with LayerNorm (Sec. 3.1)."""
+
+    def __init__(self, config: AttnTransformerConfig, layer_idx: int):
+        super().__init__()
+        self.norm_first = config.norm_first
+        self.dropout = config.dropout
+        self.activation_dropout = config.activation_dropout
+        self.self_attn = MultiHeadAttention(config, layer_idx)
+        self.self_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+        self.fc1 = nn.Linear(config.d_model, config.d_ff)
+        self.fc2 = nn.Linear(config.d_ff, config.d_model)
+        self.activation_fn = ACT2FN[config.activation_function]
+        self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+        if self.norm_first:
+            hidden_states = hidden_states + self._sa_block(self.self_attn_layer_norm(hidden_states), attention_mask, **kwargs)
+            return hidden_states + self._ff_block(self.final_layer_norm(hidden_states))
+        hidden_states = self.self_attn_layer_norm(hidden_states + self._sa_block(hidden_states, attention_mask, **kwargs))
+        return self.final_layer_norm(hidden_states + self._ff_block(hidden_states))
+
+    def _sa_block(self, hidden_states, attention_mask, **kwargs):
+        hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
+        return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+    def _ff_block(self, hidden_states):  # Eq. 2
+        hidden_states = self.activation_fn(self.fc1(hidden_states))
+        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
+        return nn.functional.dropout(self.fc2(hidden_states), p=self.dropout, training=self.training)
+
+
+class AttnTransformerDecoderLayer(AttnTransformerEncoderLayer):
+    """Masked self-attention, encoder-decoder attention, then feed-forward (Sec. 3.1)."""
+
+    def __init__(self, config: AttnTransformerConfig, layer_idx: int):
+        super().__init__(config, layer_idx)
+        self.self_attn = MultiHeadAttention(config, layer_idx, is_causal=True)
+        self.encoder_attn = MultiHeadAttention(config, layer_idx, is_cross_attention=True)
+        self.encoder_attn_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
+
+    def forward(
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        **kwargs,
+    ) -> torch.Tensor:
+        cross = dict(encoder_hidden_states=encoder_hidden_states, attention_mask=encoder_attention_mask)
+        if self.norm_first:
+            hidden_states = hidden_states + self._sa_block(
+                self.self_attn_layer_norm(hidden_states), attention_mask, past_key_values=past_key_values, **kwargs
+            )
+            hidden_states = hidden_states + self._mha_block(
+                self.encoder_attn_layer_norm(hidden_states), past_key_values=past_key_values, **cross, **kwargs
+            )
+            return hidden_states + self._ff_block(self.final_layer_norm(hidden_states))
+        hidden_states = self.self_attn_layer_norm(
+            hidden_states + self._sa_block(hidden_states, attention_mask, past_key_values=past_key_values, **kwargs)
+        )
+        hidden_states = self.encoder_attn_layer_norm(
+            hidden_states + self._mha_block(hidden_states, past_key_values=past_key_values, **cross, **kwargs)
+        )
+        return self.final_layer_norm(hidden_states + self._ff_block(hidden_states))
+
+    def _mha_block(self, hidden_states, **kwargs):
+        hidden_states, _ = self.encoder_attn(hidden_states, **kwargs)
+        return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+
+
+class AttnTransformerPreTrainedModel(PreTrainedModel):
+    config: AttnTransformerConfig
+    config_class = AttnTransformerConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = True
+    _no_split_modules = ["AttnTransformerEncoderLayer", "AttnTransformerDecoderLayer"]
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Xavier-uniform linear layers (as tensor2tensor and torch.nn.Transformer), N(0, d_model^-0.5)
+        embeddings (so that, scaled by sqrt(d_model), they have unit variance), unit LayerNorms."""
+        if isinstance(module, nn.Linear):
+            init.xavier_uniform_(module.weight)
+            if module.bias is not None:
+                init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            init.normal_(module.weight, mean=0.0, std=self.config.d_model**-0.5)
+            if module.padding_idx is not None and not getattr(module.weight, "_is_hf_initialized", False):
+                init.zeros_(module.weight[module.padding_idx])
+        elif isinstance(module, nn.LayerNorm):
+            init.ones_(module.weight)
+            init.zeros_(module.bias)
+        elif isinstance(module, AttnTransformerPositionalEncoding):
+            init.copy_(module.table, module.build_table())
+
+
+def _embed(stack, input_ids, inputs_embeds, vocab_size: int, offset: int, name: str) -> torch.Tensor:
+    """Token embeddings * sqrt(d_model) (Sec. 3.4) + positions (Sec. 3.5), then dropout (Sec. 5.4)."""
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"{type(stack).__name__}: pass exactly one of {name}input_ids and {name}inputs_embeds")
+    if inputs_embeds is None:
+        check_token_ids(input_ids, vocab_size, f"{name}input_ids")
+        inputs_embeds = stack.embed_tokens(input_ids)
+    elif inputs_embeds.dim() != 3 or inputs_embeds.shape[0] == 0 or inputs_embeds.shape[1] == 0:
+        raise ValueError(f"{name}inputs_embeds must be a non-empty (batch, length, d_model) tensor, got shape "
+                         f"{tuple(inputs_embeds.shape)}")
+    inputs_embeds = inputs_embeds * stack.embed_scale
+    hidden_states = inputs_embeds + stack.embed_positions(inputs_embeds.shape[1], offset).to(inputs_embeds.dtype)
+    return nn.functional.dropout(hidden_states, p=stack.config.dropout, training=stack.training)
+
+
+class AttnTransformerEncoder(AttnTransformerPreTrainedModel):
+    """The encoder stack: embeddings + positions, N encoder layers (+ a final LayerNorm when pre-LN)."""
+
+    _can_record_outputs = {"hidden_states": AttnTransformerEncoderLayer, "attentions": MultiHeadAttention}
+
+    def __init__(self, config: AttnTransformerConfig, embed_tokens: nn.Embedding | None = None):
+        super().__init__(config)
+        self.embed_tokens = embed_tokens or nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = AttnTransformerPositionalEncoding(config)
+        self.layers = nn.ModuleList([AttnTransformerEncoderLayer(config, i) for i in range(config.encoder_layers)])
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        hidden_states = _embed(self, input_ids, inputs_embeds, self.config.vocab_size, 0, "")
+        check_attention_mask(attention_mask, hidden_states.shape[:2], "attention_mask")
+        attention_mask = create_bidirectional_mask(
+            config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
+        )
+        for layer in self.layers:
+            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return BaseModelOutput(last_hidden_state=hidden_states)
+
+
+class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
+    """The decoder stack: embeddings + positions, N decoder layers (+ a final LayerNorm when pre-LN)."""
+
+    _can_record_outputs = {
+        "hidden_states": AttnTransformerDecoderLayer,
+        "attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="self_attn"),
+        "cross_attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="encoder_attn"),
+    }
+
+    def __init__(self, config: AttnTransformerConfig, embed_tokens: nn.Embedding | None = None):
+        super().__init__(config)
+        self.embed_tokens = embed_tokens or nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
+        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
+        self.embed_positions = AttnTransformerPositionalEncoding(config)
+        self.layers = nn.ModuleList([AttnTransformerDecoderLayer(config, i) for i in range(config.decoder_layers)])
+        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
+        self.gradient_checkpointing = False
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    @merge_with_config_defaults
+    @capture_outputs
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if encoder_hidden_states is None:
+            raise ValueError("AttnTransformerDecoder needs encoder_hidden_states: it attends to the encoder output")
+        if use_cache and past_key_values is None:
+            past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
+        if past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
+            raise TypeError(
+                f"past_key_values must be an EncoderDecoderCache (self- and cross-attention caches), got "
+                f"{type(past_key_values).__name__}"
+            )
+        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        hidden_states = _embed(self, input_ids, inputs_embeds, self.config.decoder_vocab_size, past_length, "decoder_")
+        if attention_mask is not None:
+            check_attention_mask(attention_mask, (hidden_states.shape[0], past_length + hidden_states.shape[1]),
+                                 "decoder_attention_mask")
+        check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask (source)")
+
+        causal_mask = create_causal_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=attention_mask,
+            past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
+        )
+        encoder_attention_mask = create_bidirectional_mask(
+            config=self.config,
+            inputs_embeds=hidden_states,
+            attention_mask=encoder_attention_mask,
+            encoder_hidden_states=encoder_hidden_states,
+        )
+        for layer in self.layers:
+            hidden_states = layer(
+                hidden_states,
+                causal_mask,
+                encoder_hidden_states,  # positional, for gradient checkpointing
+                encoder_attention_mask=encoder_attention_mask,
+                past_key_values=past_key_values,
+                **kwargs,
+            )
+        if self.layer_norm is not None:
+            hidden_states = self.layer_norm(hidden_states)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
+        )
+
+
+class AttnTransformerModel(AttnTransformerPreTrainedModel):
+    """Encoder and decoder without the output projection: returns the decoder's last hidden states."""
+
+    def __init__(self, config: AttnTransformerConfig):
+        super().__init__(config)
+        if config.share_encoder_decoder_embeddings:  # Sec. 3.4: one matrix for source and target
+            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+            self._tied_weights_keys = {
+                "encoder.embed_tokens.weight": "shared.weight",
+                "decoder.embed_tokens.weight": "shared.weight",
+            }
+        else:
+            self.shared = None
+        self.encoder = AttnTransformerEncoder(config, self.shared)
+        self.decoder = AttnTransformerDecoder(config, self.shared)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        if self.config.share_encoder_decoder_embeddings:
+            self.shared = value
+            self.decoder.embed_tokens = value
+        self.encoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: EncoderDecoderCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class AttnTransformerForConditionalGeneration(AttnTransformerPreTrainedModel, GenerationMixin):
+    """The Transformer with its pre-softmax projection (tied to the target embeddings, Sec. 3.4): a translation model.
+
+    `labels` (B, T) give the loss: token-level cross-entropy summed over non -100 positions and divided by
+    their count, or by `num_items_in_batch` when Trainer passes it (gradient accumulation). The decoder
+    input is `labels` shifted right behind `decoder_start_token_id` unless given.
+    """
+
+    def __init__(self, config: AttnTransformerConfig):
+        super().__init__(config)
+        self.model = AttnTransformerModel(config)
+        self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
+        source = "model.shared.weight" if config.share_encoder_decoder_embeddings else "model.decoder.embed_tokens.weight"
+        self._tied_weights_keys = {"lm_head.weight": source}
+        self.post_init()
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        if labels is not None:
+            check_token_ids(labels, self.config.decoder_vocab_size, "labels", ignore_index=-100)
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs: Seq2SeqModelOutput = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        loss = token_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+__all__ = [
+    "AttnTransformerPreTrainedModel",
+    "AttnTransformerModel",
+    "AttnTransformerForConditionalGeneration",
+    "sinusoid_table",
+]

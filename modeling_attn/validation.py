@@ -1,0 +1,47 @@
+"""Config checks shared by both model types, so every bad value gets the same kind of message.
+
+Each check raises `ValueError` naming the config class, the field and the value; the `@strict` config
+classes call them from their `validate_*` methods, so an invalid config fails at construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+
+def _fail(config: Any, field: str, requirement: str) -> None:
+    raise ValueError(f"{type(config).__name__}.{field} {requirement}, got {getattr(config, field)!r}")
+
+
+def check_positive(config: Any, fields: Iterable[str]) -> None:
+    """Each field must be a positive integer."""
+    for field in fields:
+        value = getattr(config, field)
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            _fail(config, field, "must be a positive integer")
+
+
+def check_probability(config: Any, fields: Iterable[str]) -> None:
+    """Each field must be a dropout probability in [0, 1)."""
+    for field in fields:
+        value = getattr(config, field)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+            _fail(config, field, "must be a probability in [0, 1)")
+
+
+def check_choice(config: Any, field: str, choices: Iterable[str]) -> None:
+    """The field must be one of `choices`."""
+    choices = sorted(choices)
+    if getattr(config, field) not in choices:
+        _fail(config, field, f"must be one of {choices}")
+
+
+def check_token_ids(config: Any, vocab_fields: dict[str, str]) -> None:
+    """Each special-token field (key) must be None or an id inside the vocabulary named by its value."""
+    for field, vocab_field in vocab_fields.items():
+        token_ids = getattr(config, field)
+        vocab_size = getattr(config, vocab_field)
+        for token_id in token_ids if isinstance(token_ids, list) else [token_ids]:
+            if token_id is not None and not 0 <= token_id < vocab_size:
+                _fail(config, field, f"must be a token id in [0, {vocab_field}={vocab_size})")
