@@ -6,7 +6,9 @@ Importing the package registers the model types with transformers' Auto classes.
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
+from .configuration_rnn import AttnRNNConfig
 from .configuration_transformer import AttnTransformerConfig
+from .modeling_rnn import AttnRNNCache, AttnRNNForConditionalGeneration, AttnRNNModel, AttnRNNPreTrainedModel
 from .modeling_transformer import (
     AttnTransformerForConditionalGeneration,
     AttnTransformerModel,
@@ -23,7 +25,19 @@ AttnTransformerConfig.register_for_auto_class()
 AttnTransformerModel.register_for_auto_class("AutoModel")
 AttnTransformerForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
+AutoConfig.register(AttnRNNConfig.model_type, AttnRNNConfig)
+AutoModel.register(AttnRNNConfig, AttnRNNModel)
+AutoModelForSeq2SeqLM.register(AttnRNNConfig, AttnRNNForConditionalGeneration)
+AttnRNNConfig.register_for_auto_class()
+AttnRNNModel.register_for_auto_class("AutoModel")
+AttnRNNForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
+
 __all__ = [
+    "AttnRNNCache",
+    "AttnRNNConfig",
+    "AttnRNNForConditionalGeneration",
+    "AttnRNNModel",
+    "AttnRNNPreTrainedModel",
     "AttnTransformerConfig",
     "AttnTransformerForConditionalGeneration",
     "AttnTransformerModel",

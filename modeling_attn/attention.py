@@ -83,7 +83,9 @@ class MultiHeadAttention(nn.Module):
     append each step's keys and values to the cache.
     """
 
-    def __init__(self, config, layer_idx: int | None = None, is_causal: bool = False, is_cross_attention: bool = False):
+    def __init__(
+        self, config, layer_idx: int | None = None, is_causal: bool = False, is_cross_attention: bool = False
+    ):
         super().__init__()
         self.config = config
         self.layer_idx = layer_idx
@@ -108,7 +110,11 @@ class MultiHeadAttention(nn.Module):
         query = split_heads(self.q_proj(hidden_states), self.head_dim)  # (B, H, T, D)
         cache: Cache | None = None
         if past_key_values is not None:
-            cache = past_key_values.cross_attention_cache if self.is_cross_attention else past_key_values.self_attention_cache
+            cache = (
+                past_key_values.cross_attention_cache
+                if self.is_cross_attention
+                else past_key_values.self_attention_cache
+            )
 
         if self.is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values

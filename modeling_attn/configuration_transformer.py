@@ -86,16 +86,19 @@ class AttnTransformerConfig(PreTrainedConfig):
             self.decoder_vocab_size = self.vocab_size
         super().__post_init__(**kwargs)
 
-    @property
-    def head_dim(self) -> int:
-        """d_k = d_v = d_model / h (Sec. 3.2.2)."""
-        return self.d_model // self.num_heads
-
     def validate_sizes(self):
         check_positive(
             self,
-            ("vocab_size", "decoder_vocab_size", "d_model", "encoder_layers", "decoder_layers", "num_heads", "d_ff",
-             "max_position_embeddings"),
+            (
+                "vocab_size",
+                "decoder_vocab_size",
+                "d_model",
+                "encoder_layers",
+                "decoder_layers",
+                "num_heads",
+                "d_ff",
+                "max_position_embeddings",
+            ),
         )
         if self.d_model % self.num_heads != 0:
             raise ValueError(

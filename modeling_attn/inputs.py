@@ -67,3 +67,27 @@ def token_loss(
     if isinstance(num_items_in_batch, torch.Tensor):
         num_items_in_batch = num_items_in_batch.to(total.device)
     return total / num_items_in_batch
+
+
+def lookup_embeddings(
+    embedding: torch.nn.Embedding,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    vocab_size: int,
+    name: str = "",
+) -> torch.Tensor:
+    """The (B, L, width) input of a stack: `embedding(input_ids)` after checking the ids, or `inputs_embeds`.
+
+    Exactly one of the two must be given; `name` prefixes the argument names in errors ("decoder_").
+    """
+    if (input_ids is None) == (inputs_embeds is None):
+        raise ValueError(f"pass exactly one of {name}input_ids and {name}inputs_embeds")
+    if inputs_embeds is None:
+        check_token_ids(input_ids, vocab_size, f"{name}input_ids")
+        return embedding(input_ids)
+    if inputs_embeds.dim() != 3 or inputs_embeds.shape[0] == 0 or inputs_embeds.shape[1] == 0:
+        raise ValueError(
+            f"{name}inputs_embeds must be a non-empty (batch, length, width) tensor, got shape "
+            f"{tuple(inputs_embeds.shape)}"
+        )
+    return inputs_embeds

@@ -40,7 +40,8 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention import MultiHeadAttention
 from .configuration_transformer import AttnTransformerConfig
-from .inputs import check_attention_mask, check_token_ids, shift_tokens_right, token_loss
+from .inputs import check_attention_mask, check_token_ids, lookup_embeddings, shift_tokens_right, token_loss
+from .remote_code import list_heads_in_auto_map
 
 
 def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
@@ -95,11 +96,17 @@ class AttnTransformerEncoderLayer(GradientCheckpointingLayer):
         self.activation_fn = ACT2FN[config.activation_function]
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
-    def forward(self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs) -> torch.Tensor:
+    def forward(
+        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+    ) -> torch.Tensor:
         if self.norm_first:
-            hidden_states = hidden_states + self._sa_block(self.self_attn_layer_norm(hidden_states), attention_mask, **kwargs)
+            hidden_states = hidden_states + self._sa_block(
+                self.self_attn_layer_norm(hidden_states), attention_mask, **kwargs
+            )
             return hidden_states + self._ff_block(self.final_layer_norm(hidden_states))
-        hidden_states = self.self_attn_layer_norm(hidden_states + self._sa_block(hidden_states, attention_mask, **kwargs))
+        hidden_states = self.self_attn_layer_norm(
+            hidden_states + self._sa_block(hidden_states, attention_mask, **kwargs)
+        )
         return self.final_layer_norm(hidden_states + self._ff_block(hidden_states))
 
     def _sa_block(self, hidden_states, attention_mask, **kwargs):
@@ -160,6 +167,11 @@ class AttnTransformerPreTrainedModel(PreTrainedModel):
     _no_split_modules = ["AttnTransformerEncoderLayer", "AttnTransformerDecoderLayer"]
     _supports_sdpa = True
 
+    def save_pretrained(self, save_directory, **kwargs) -> None:
+        """Save weights (safetensors), config and code, with both heads in `auto_map`."""
+        list_heads_in_auto_map(self.config, AttnTransformerModel, AttnTransformerForConditionalGeneration)
+        super().save_pretrained(save_directory, **kwargs)
+
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
         """Xavier-uniform linear layers (as tensor2tensor and torch.nn.Transformer), N(0, d_model^-0.5)
@@ -181,14 +193,7 @@ class AttnTransformerPreTrainedModel(PreTrainedModel):
 
 def _embed(stack, input_ids, inputs_embeds, vocab_size: int, offset: int, name: str) -> torch.Tensor:
     """Token embeddings * sqrt(d_model) (Sec. 3.4) + positions (Sec. 3.5), then dropout (Sec. 5.4)."""
-    if (input_ids is None) == (inputs_embeds is None):
-        raise ValueError(f"{type(stack).__name__}: pass exactly one of {name}input_ids and {name}inputs_embeds")
-    if inputs_embeds is None:
-        check_token_ids(input_ids, vocab_size, f"{name}input_ids")
-        inputs_embeds = stack.embed_tokens(input_ids)
-    elif inputs_embeds.dim() != 3 or inputs_embeds.shape[0] == 0 or inputs_embeds.shape[1] == 0:
-        raise ValueError(f"{name}inputs_embeds must be a non-empty (batch, length, d_model) tensor, got shape "
-                         f"{tuple(inputs_embeds.shape)}")
+    inputs_embeds = lookup_embeddings(stack.embed_tokens, input_ids, inputs_embeds, vocab_size, name)
     inputs_embeds = inputs_embeds * stack.embed_scale
     hidden_states = inputs_embeds + stack.embed_positions(inputs_embeds.shape[1], offset).to(inputs_embeds.dtype)
     return nn.functional.dropout(hidden_states, p=stack.config.dropout, training=stack.training)
@@ -199,9 +204,9 @@ class AttnTransformerEncoder(AttnTransformerPreTrainedModel):
 
     _can_record_outputs = {"hidden_states": AttnTransformerEncoderLayer, "attentions": MultiHeadAttention}
 
-    def __init__(self, config: AttnTransformerConfig, embed_tokens: nn.Embedding | None = None):
+    def __init__(self, config: AttnTransformerConfig):
         super().__init__(config)
-        self.embed_tokens = embed_tokens or nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_positions = AttnTransformerPositionalEncoding(config)
         self.layers = nn.ModuleList([AttnTransformerEncoderLayer(config, i) for i in range(config.encoder_layers)])
@@ -244,9 +249,9 @@ class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
         "cross_attentions": OutputRecorder(MultiHeadAttention, index=1, layer_name="encoder_attn"),
     }
 
-    def __init__(self, config: AttnTransformerConfig, embed_tokens: nn.Embedding | None = None):
+    def __init__(self, config: AttnTransformerConfig):
         super().__init__(config)
-        self.embed_tokens = embed_tokens or nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
+        self.embed_tokens = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_positions = AttnTransformerPositionalEncoding(config)
         self.layers = nn.ModuleList([AttnTransformerDecoderLayer(config, i) for i in range(config.decoder_layers)])
@@ -285,8 +290,11 @@ class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden_states = _embed(self, input_ids, inputs_embeds, self.config.decoder_vocab_size, past_length, "decoder_")
         if attention_mask is not None:
-            check_attention_mask(attention_mask, (hidden_states.shape[0], past_length + hidden_states.shape[1]),
-                                 "decoder_attention_mask")
+            check_attention_mask(
+                attention_mask,
+                (hidden_states.shape[0], past_length + hidden_states.shape[1]),
+                "decoder_attention_mask",
+            )
         check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask (source)")
 
         causal_mask = create_causal_mask(
@@ -330,9 +338,19 @@ class AttnTransformerModel(AttnTransformerPreTrainedModel):
             }
         else:
             self.shared = None
-        self.encoder = AttnTransformerEncoder(config, self.shared)
-        self.decoder = AttnTransformerDecoder(config, self.shared)
+        # Tied parameters, not one module registered three times: transformers marks tie targets as initialised
+        # when loading, which would hide a module-shared `shared.weight` missing from a checkpoint.
+        self.encoder = AttnTransformerEncoder(config)
+        self.decoder = AttnTransformerDecoder(config)
         self.post_init()
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        # transformers applies _tied_weights_keys only when tie_word_embeddings is set; sharing the source and
+        # target embeddings (Sec. 3.4) follows share_encoder_decoder_embeddings alone.
+        tied = super().get_expanded_tied_weights_keys(all_submodels)
+        if not all_submodels and self.config.share_encoder_decoder_embeddings:
+            tied.update(self._tied_weights_keys)
+        return tied
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.encoder.embed_tokens
@@ -397,7 +415,9 @@ class AttnTransformerForConditionalGeneration(AttnTransformerPreTrainedModel, Ge
         super().__init__(config)
         self.model = AttnTransformerModel(config)
         self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
-        source = "model.shared.weight" if config.share_encoder_decoder_embeddings else "model.decoder.embed_tokens.weight"
+        source = (
+            "model.shared.weight" if config.share_encoder_decoder_embeddings else "model.decoder.embed_tokens.weight"
+        )
         self._tied_weights_keys = {"lm_head.weight": source}
         self.post_init()
 

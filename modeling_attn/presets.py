@@ -1,7 +1,7 @@
 """Named model presets (the JSON files of the repository's `configuration/` folder, shipped in the package).
 
-    >>> from modeling_attn.presets import load_preset
-    >>> config = load_preset("base", vocab_size=8000)   # the paper's base model, our vocabulary
+>>> from modeling_attn.presets import load_preset
+>>> config = load_preset("base", vocab_size=8000)   # the paper's base model, our vocabulary
 """
 
 from __future__ import annotations
@@ -14,8 +14,11 @@ from transformers import AutoConfig, PreTrainedConfig
 
 def available_presets() -> list[str]:
     """Names of the model presets, e.g. ["base", "big", "small", "tiny"]."""
-    return sorted(p.name.removesuffix(".json") for p in resources.files("modeling_attn.configuration").iterdir()
-                  if p.name.endswith(".json"))
+    return sorted(
+        p.name.removesuffix(".json")
+        for p in resources.files("modeling_attn.configuration").iterdir()
+        if p.name.endswith(".json")
+    )
 
 
 def load_preset(name: str, **overrides) -> PreTrainedConfig:

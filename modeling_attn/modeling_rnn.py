@@ -1,0 +1,531 @@
+"""The classic attention-based RNN encoder-decoder (Bahdanau et al. 2015; Luong et al. 2015), as transformers models.
+
+At every target step the decoder scores all encoder annotations h_j against its state, turns the scores into
+an alignment alpha (softmax over the real source tokens), forms the context c = sum_j alpha_j h_j and
+predicts the next word from the context, its state and the previous word.
+
+Bahdanau et al. 2015, "Neural Machine Translation by Jointly Learning to Align and Translate":
+- Sec. 3.2 / A.2.1 encoder: a bidirectional RNN, annotations h_j = [h_j->; h_j<-] (`AttnRNNEncoder`).
+- Sec. 3.1 decoder, Eqs. 4-6: e_ij = a(s_{i-1}, h_j), alpha_ij = softmax_j(e_ij), c_i = sum_j alpha_ij h_j,
+  s_i = f(s_{i-1}, y_{i-1}, c_i) (`AttnRNNDecoder._bahdanau_step`).
+- A.2.2 initial state s_0 = tanh(W_s h_1<-), additive alignment model, maxout readout
+  t_i = max-out(U_o s_i + V_o E y_{i-1} + C_o c_i), p(y_i) = softmax(W_o t_i).
+Luong et al. 2015, "Effective Approaches to Attention-based Neural Machine Translation":
+- Sec. 3 / 3.1 global attention: a_t = softmax(score(h_t, h_s)) with the current state h_t (Eq. 7), the
+  scores of Eq. 8 (`scores.py`), h~_t = tanh(W_c [c_t; h_t]) (Eq. 5), p(y_t) = softmax(W_s h~_t) (Eq. 6)
+  (`AttnRNNDecoder._luong_step`).
+- Sec. 3.3 input feeding: h~_{t-1} is concatenated to the next RNN input (`config.input_feeding`).
+
+Deviations:
+- PyTorch's GRU applies the reset gate after the recurrent product, r * (U s + b), where Bahdanau's
+  (A.1.1, after Cho et al. 2014) uses U (r * s). The context enters the GRU as part of its input
+  [E y_{i-1}; c_i], which equals the paper's separate C c_i terms in each gate.
+- The readout reads the new state s_i as Eq. 4 says; Appendix A.2.2 writes U_o s_{i-1}.
+- Stacked decoders attend with (and Luong's h~_t reads) the top layer; the context enters the bottom layer.
+  Every layer starts from its own s_0 = tanh(W_s h_1<-) (one W_s, split per layer); LSTM cells start at 0.
+- The Luong decoder also uses the bidirectional encoder and this initial state (Luong's encoder is a
+  unidirectional stacked LSTM whose last state initialises the decoder). Local attention (Sec. 3.2) and the
+  "location" score (Eq. 9) are not implemented.
+- Parameters start uniform in [-0.1, 0.1] (Luong Sec. 4.1) for both styles (Bahdanau App. B.1 uses orthogonal
+  recurrent matrices and Gaussian weights).
+- The "scaled_dot" score is in neither paper (it is the Transformer's scaling); dropout follows Luong Sec. 4.1
+  in spirit (embeddings, between stacked layers, decoder output), the rates are `config.dropout`.
+
+Decoding step by step (generate): the decoder state lives in an `AttnRNNCache` passed as `past_key_values`:
+the recurrent state, Luong's fed-back h~_{t-1} and the encoder keys projected once per sentence. Each
+step runs the decoder on the newest token only and updates the cache in place; beam search reorders it
+with `reorder_cache`.
+
+Shapes: B batch, S source length, T target length, L decoder layers, H decoder units, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from transformers import initialization as init
+from transformers.cache_utils import Cache
+from transformers.generation import GenerationMixin
+from transformers.modeling_outputs import (
+    BaseModelOutput,
+    BaseModelOutputWithPastAndCrossAttentions,
+    Seq2SeqLMOutput,
+    Seq2SeqModelOutput,
+)
+from transformers.modeling_utils import PreTrainedModel
+from transformers.utils import can_return_tuple
+
+from .attention import attend
+from .configuration_rnn import AttnRNNConfig
+from .inputs import check_attention_mask, check_token_ids, lookup_embeddings, shift_tokens_right, token_loss
+from .masks import padding_mask
+from .remote_code import list_heads_in_auto_map
+from .scores import build_score
+
+RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
+RNNState = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # GRU: h (L, B, H); LSTM: (h, c)
+
+
+class AttnRNNCache(Cache):
+    """The decoder state carried from one generate() step to the next; nothing in it grows with the target.
+
+    - `keys`: the encoder annotations projected by the score function, (B, S, *), computed once per sentence;
+    - `hidden`, `cell`: the recurrent state of every decoder layer, (L, B, H) (`cell` only for an LSTM);
+    - `feed`: Luong's attentional hidden state h~_{t-1}, (B, 1, H), with input feeding;
+    - `steps`: target positions consumed so far (`get_seq_length`).
+
+    The model's forward creates one when `use_cache` is true and updates it in place; generate() passes it
+    back through `past_key_values` and, in beam search, calls `reorder_cache` with the surviving beams.
+    """
+
+    batch_dims = {"keys": 0, "hidden": 1, "cell": 1, "feed": 0}
+
+    def __init__(self):
+        super().__init__(layers=[])
+        self.reset()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(steps={self.steps}, batch_size={self.batch_size})"
+
+    def reset(self) -> None:
+        self.keys = self.hidden = self.cell = self.feed = None
+        self.steps = 0
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.steps
+
+    def get_max_length(self, layer_idx: int | None = None) -> int:
+        return -1
+
+    @property
+    def batch_size(self) -> int:
+        return -1 if self.keys is None else self.keys.shape[0]
+
+    @property
+    def rnn_state(self) -> RNNState:
+        return self.hidden if self.cell is None else (self.hidden, self.cell)
+
+    def store(self, keys: torch.Tensor, state: RNNState, feed: torch.Tensor | None, new_steps: int) -> None:
+        """Keep the state after `new_steps` more target positions."""
+        self.keys = keys
+        self.hidden, self.cell = state if isinstance(state, tuple) else (state, None)
+        self.feed = feed
+        self.steps += new_steps
+
+    def _map(self, function) -> None:
+        for name, dim in self.batch_dims.items():
+            if (tensor := getattr(self, name)) is not None:
+                setattr(self, name, function(tensor, dim))
+
+    def reorder_cache(self, beam_idx: torch.LongTensor) -> None:
+        """Row b of the new state is row beam_idx[b] of the old one (beam search keeps the best continuations)."""
+        self._map(lambda tensor, dim: tensor.index_select(dim, beam_idx.to(tensor.device)))
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        self._map(lambda tensor, dim: tensor.index_select(dim, indices.to(tensor.device)))
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        self._map(lambda tensor, dim: tensor.repeat_interleave(repeats, dim=dim))
+
+    @property
+    def is_croppable(self) -> bool:
+        return False
+
+    def crop(self, tokens_to_remove: int) -> None:
+        if tokens_to_remove != 0:
+            raise NotImplementedError(
+                "an RNN state cannot be rolled back to an earlier position; decode again instead"
+            )
+
+
+def _embed(module: nn.Module, input_ids, inputs_embeds, vocab_size: int, name: str) -> torch.Tensor:
+    """Word embeddings E y (Bahdanau A.2), then dropout."""
+    inputs_embeds = lookup_embeddings(module.embed_tokens, input_ids, inputs_embeds, vocab_size, name)
+    return nn.functional.dropout(inputs_embeds, p=module.config.dropout, training=module.training)
+
+
+def _source_lengths(attention_mask: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
+    """Lengths (B,) of the source sentences, on CPU for packing. The mask must be right-padded, no row empty."""
+    if attention_mask is None:
+        return torch.full((shape[0],), shape[1], dtype=torch.long)
+    if attention_mask.dim() != 2:
+        raise ValueError(
+            f"attention_mask must be a (batch, length) padding mask for the RNN encoder, got shape "
+            f"{tuple(attention_mask.shape)}"
+        )
+    check_attention_mask(attention_mask, shape, "attention_mask")
+    mask = attention_mask.bool()
+    lengths = mask.sum(dim=1)
+    if (lengths == 0).any():
+        raise ValueError(
+            f"attention_mask row {(lengths == 0).nonzero()[0].item()} masks every token; each source "
+            "sentence needs at least one"
+        )
+    if not torch.equal(mask, torch.arange(shape[1], device=mask.device) < lengths[:, None]):
+        raise ValueError("attention_mask must be right-padded (1s, then 0s): the RNN encoder packs each sentence")
+    return lengths.cpu()
+
+
+def _check_decoder_mask(attention_mask: torch.Tensor | None, expected: tuple[int, int]) -> None:
+    """The decoder reads no padding mask: it is causal, so padding after the last token cannot change earlier
+    outputs. A mask with padding before a token would be ignored, so it is refused."""
+    if attention_mask is None:
+        return
+    if attention_mask.dim() != 2:
+        raise ValueError(f"decoder_attention_mask must be (batch, length), got shape {tuple(attention_mask.shape)}")
+    check_attention_mask(attention_mask, expected, "decoder_attention_mask")
+    mask = attention_mask.long()
+    if (mask.cummin(dim=1).values != mask).any():
+        raise ValueError(
+            "decoder_attention_mask may only mark padding at the end: the RNN decoder cannot skip "
+            "padding before a token"
+        )
+
+
+class AttnRNNEncoder(nn.Module):
+    """Bidirectional RNN over the source (Bahdanau Sec. 3.2): annotations h_j = [h_j->; h_j<-], (B, S, 2 * He)."""
+
+    def __init__(self, config: AttnRNNConfig, embed_tokens: nn.Embedding | None = None):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = (
+            embed_tokens if embed_tokens is not None else nn.Embedding(config.vocab_size, config.embedding_size)
+        )
+        self.rnn = RNN_CLASSES[config.rnn_type](
+            config.embedding_size,
+            config.encoder_hidden_size,
+            num_layers=config.encoder_layers,
+            dropout=config.dropout if config.encoder_layers > 1 else 0.0,
+            batch_first=True,
+            bidirectional=True,
+        )
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        **kwargs,
+    ) -> BaseModelOutput:
+        embeds = _embed(self, input_ids, inputs_embeds, self.config.vocab_size, "")
+        lengths = _source_lengths(attention_mask, embeds.shape[:2])
+        # Packed, each direction reads the real tokens only: the backward RNN starts at the last token, not at padding.
+        packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)
+        annotations, _ = self.rnn(packed)
+        annotations, _ = pad_packed_sequence(annotations, batch_first=True, total_length=embeds.shape[1])
+        return BaseModelOutput(last_hidden_state=annotations)  # (B, S, 2 He), zero at padding
+
+
+class AttnRNNDecoder(nn.Module):
+    """Unidirectional RNN decoder with attention over the annotations, in Bahdanau's or Luong's style.
+
+    Returns the vectors the output projection reads, (B, T, config.output_size): Bahdanau's maxout readout t_i
+    or Luong's attentional hidden state h~_t; and, with `output_attentions`, the alignments (B, T, S).
+    """
+
+    def __init__(self, config: AttnRNNConfig, embed_tokens: nn.Embedding | None = None):
+        super().__init__()
+        self.config = config
+        self.embed_tokens = (
+            embed_tokens
+            if embed_tokens is not None
+            else nn.Embedding(config.decoder_vocab_size, config.embedding_size)
+        )
+        # W_s (A.2.2), all decoder layers at once
+        self.bridge = nn.Linear(
+            config.encoder_hidden_size, config.decoder_layers * config.decoder_hidden_size, bias=False
+        )
+        self.score = build_score(
+            config.attention_score, config.decoder_hidden_size, config.annotation_size, config.attention_size
+        )
+        if config.decoder_style == "bahdanau":
+            feed_size = config.annotation_size  # c_i
+        else:
+            feed_size = config.decoder_hidden_size if config.input_feeding else 0  # h~_{t-1}
+        self.rnn = RNN_CLASSES[config.rnn_type](
+            config.embedding_size + feed_size,
+            config.decoder_hidden_size,
+            num_layers=config.decoder_layers,
+            dropout=config.dropout if config.decoder_layers > 1 else 0.0,
+            batch_first=True,
+        )
+        if config.decoder_style == "bahdanau":  # [U_o C_o V_o] (A.2.2), 2 l outputs for the maxout
+            self.readout = nn.Linear(
+                config.decoder_hidden_size + config.annotation_size + config.embedding_size, 2 * config.readout_size
+            )
+        else:  # W_c (Eq. 5)
+            self.attentional_proj = nn.Linear(
+                config.annotation_size + config.decoder_hidden_size, config.decoder_hidden_size, bias=False
+            )
+
+    def initial_state(self, encoder_hidden_states: torch.Tensor) -> RNNState:
+        """s_0 = tanh(W_s h_1<-) for every layer (A.2.2); LSTM memory cells start at zero."""
+        backward_first = encoder_hidden_states[:, 0, self.config.encoder_hidden_size :]  # h_1<-, backward RNN's end
+        hidden = torch.tanh(self.bridge(backward_first))  # (B, L * H)
+        hidden = hidden.view(-1, self.config.decoder_layers, self.config.decoder_hidden_size)
+        hidden = hidden.transpose(0, 1).contiguous()  # (L, B, H)
+        return (hidden, torch.zeros_like(hidden)) if self.config.rnn_type == "lstm" else hidden
+
+    def _bahdanau_step(self, embed, state, keys, values, mask):
+        """Target step i (Sec. 3.1): c_i from s_{i-1} (Eqs. 5-6), s_i = f(s_{i-1}, y_{i-1}, c_i), readout t_i (A.2.2)."""
+        top = state[0][-1] if isinstance(state, tuple) else state[-1]
+        context, alignment = attend(self.score(top[:, None], keys), values, mask)  # (B, 1, 2 He), (B, 1, S)
+        output, state = self.rnn(torch.cat([embed, context], dim=-1), state)  # s_i, (B, 1, H)
+        readout = self.readout(torch.cat([output, context, embed], dim=-1))
+        readout = readout.unflatten(-1, (self.config.readout_size, 2)).amax(dim=-1)  # maxout over pairs
+        return readout, state, alignment
+
+    def _luong_step(self, embeds, state, keys, values, mask, feed=None):
+        """Target steps t (Sec. 3): h_t = RNN(h_{t-1}, [y_{t-1}; h~_{t-1}]), c_t from h_t (Eqs. 7-8),
+        h~_t = tanh(W_c [c_t; h_t]) (Eq. 5). Without input feeding (`feed` None) h_t does not depend on the
+        attention, and the whole target sequence runs in one call."""
+        rnn_input = embeds if feed is None else torch.cat([embeds, feed], dim=-1)
+        outputs, state = self.rnn(rnn_input, state)  # h_t, (B, T, H)
+        context, alignment = attend(self.score(outputs, keys), values, mask)  # (B, T, 2 He), (B, T, S)
+        attentional = torch.tanh(self.attentional_proj(torch.cat([context, outputs], dim=-1)))  # h~_t, (B, T, H)
+        return attentional, state, alignment
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        encoder_hidden_states: torch.Tensor | None = None,
+        encoder_attention_mask: torch.Tensor | None = None,
+        past_key_values: AttnRNNCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
+    ) -> BaseModelOutputWithPastAndCrossAttentions:
+        if encoder_hidden_states is None:
+            raise ValueError("AttnRNNDecoder needs encoder_hidden_states: it attends to the encoder annotations")
+        if past_key_values is not None and not isinstance(past_key_values, AttnRNNCache):
+            raise TypeError(
+                f"past_key_values must be an AttnRNNCache (the decoder state), got {type(past_key_values).__name__}"
+            )
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        cache = past_key_values if past_key_values is not None else (AttnRNNCache() if use_cache else None)
+        past_length = cache.steps if cache is not None else 0
+
+        embeds = _embed(self, input_ids, inputs_embeds, self.config.decoder_vocab_size, "decoder_")  # (B, T, m)
+        if embeds.shape[0] != encoder_hidden_states.shape[0]:
+            raise ValueError(
+                f"the decoder input has batch size {embeds.shape[0]} but the encoder output has "
+                f"{encoder_hidden_states.shape[0]}"
+            )
+        _check_decoder_mask(attention_mask, (embeds.shape[0], past_length + embeds.shape[1]))
+        check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask (source)")
+        mask = padding_mask(encoder_attention_mask) if encoder_attention_mask is not None else None  # (B, 1, S)
+        values = encoder_hidden_states
+
+        luong_feed = self.config.decoder_style == "luong" and self.config.input_feeding
+        if past_length > 0:
+            keys, state, feed = cache.keys, cache.rnn_state, cache.feed
+        else:
+            keys = self.score.project_keys(encoder_hidden_states)  # once per sentence
+            state = self.initial_state(encoder_hidden_states)
+            feed = embeds.new_zeros(embeds.shape[0], 1, self.config.decoder_hidden_size) if luong_feed else None
+
+        if self.config.decoder_style == "luong" and not luong_feed:
+            outputs, state, alignments = self._luong_step(embeds, state, keys, values, mask)
+        else:
+            outputs, alignments = [], []
+            for position in range(embeds.shape[1]):
+                embed = embeds[:, position : position + 1]
+                if self.config.decoder_style == "bahdanau":
+                    output, state, alignment = self._bahdanau_step(embed, state, keys, values, mask)
+                else:
+                    output, state, alignment = self._luong_step(embed, state, keys, values, mask, feed)
+                    feed = output  # input feeding (Sec. 3.3)
+                outputs.append(output)
+                alignments.append(alignment)
+            outputs, alignments = torch.cat(outputs, dim=1), torch.cat(alignments, dim=1)  # (B, T, *), (B, T, S)
+
+        if cache is not None:
+            cache.store(keys, state, feed, embeds.shape[1])
+        outputs = nn.functional.dropout(outputs, p=self.config.dropout, training=self.training)
+        return BaseModelOutputWithPastAndCrossAttentions(
+            last_hidden_state=outputs,
+            past_key_values=cache if use_cache else None,
+            cross_attentions=(alignments,) if output_attentions else None,
+        )
+
+
+class AttnRNNPreTrainedModel(PreTrainedModel):
+    config: AttnRNNConfig
+    config_class = AttnRNNConfig
+    base_model_prefix = "model"
+    _no_split_modules = ["AttnRNNEncoder", "AttnRNNDecoder"]
+
+    def save_pretrained(self, save_directory, **kwargs) -> None:
+        """Save weights (safetensors), config and code, with both heads in `auto_map`."""
+        list_heads_in_auto_map(self.config, AttnRNNModel, AttnRNNForConditionalGeneration)
+        super().save_pretrained(save_directory, **kwargs)
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """Every parameter uniform in [-0.1, 0.1] (Luong Sec. 4.1)."""
+        if isinstance(module, (nn.Linear, nn.Embedding, nn.RNNBase)):
+            for parameter in module.parameters(recurse=False):
+                init.uniform_(parameter, -0.1, 0.1)
+
+
+class AttnRNNModel(AttnRNNPreTrainedModel):
+    """Encoder and decoder without the output projection: returns the decoder outputs (B, T, config.output_size)."""
+
+    def __init__(self, config: AttnRNNConfig):
+        super().__init__(config)
+        if config.share_encoder_decoder_embeddings:
+            self.shared = nn.Embedding(config.vocab_size, config.embedding_size)
+            self._tied_weights_keys = {
+                "encoder.embed_tokens.weight": "shared.weight",
+                "decoder.embed_tokens.weight": "shared.weight",
+            }
+        else:
+            self.shared = None
+        self.encoder = AttnRNNEncoder(config, self.shared)
+        self.decoder = AttnRNNDecoder(config, self.shared)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        if self.config.share_encoder_decoder_embeddings:
+            self.shared = value
+            self.decoder.embed_tokens = value
+        self.encoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: AttnRNNCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=self.config.output_attentions if output_attentions is None else output_attentions,
+        )
+        return Seq2SeqModelOutput(
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            past_key_values=decoder_outputs.past_key_values,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+        )
+
+
+class AttnRNNForConditionalGeneration(AttnRNNPreTrainedModel, GenerationMixin):
+    """The RNN encoder-decoder with its output projection (W_o, Bahdanau A.2.2; W_s, Luong Eq. 6): a translation model.
+
+    `labels` (B, T) give the loss: token-level cross-entropy summed over non -100 positions and divided by
+    their count, or by `num_items_in_batch` when Trainer passes it (gradient accumulation). The decoder input
+    is `labels` shifted right behind `decoder_start_token_id` unless given.
+
+    With `output_attentions=True`, `cross_attentions` is a one-tuple (there is one attention per decoder, not
+    one per layer) holding the alignments alpha, (B, T, S): row t is the distribution over source positions
+    used to predict target token t; it sums to 1 over the real tokens and is 0 on padding. In generate()
+    each step contributes one such tuple with T = 1. Hidden states are not returned (`output_hidden_states`
+    is accepted, as generate() passes it, and has no effect).
+    """
+
+    _is_stateful = True  # the decoder state cannot be rolled back: no assisted generation
+
+    def __init__(self, config: AttnRNNConfig):
+        super().__init__(config)
+        self.model = AttnRNNModel(config)
+        self.lm_head = nn.Linear(config.output_size, config.decoder_vocab_size, bias=False)
+        source = (
+            "model.shared.weight" if config.share_encoder_decoder_embeddings else "model.decoder.embed_tokens.weight"
+        )
+        self._tied_weights_keys = {"lm_head.weight": source}
+        self.post_init()
+
+    @classmethod
+    def _supports_default_dynamic_cache(cls) -> bool:
+        """generate() must not build its key/value cache for this model: forward creates an `AttnRNNCache`
+        (use_cache=True) at the first step and generate carries it through `past_key_values`."""
+        return False
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: AttnRNNCache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        output_attentions: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        if labels is not None:
+            check_token_ids(labels, self.config.decoder_vocab_size, "labels", ignore_index=-100)
+            use_cache = False
+            if decoder_input_ids is None and decoder_inputs_embeds is None:
+                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+        outputs: Seq2SeqModelOutput = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            past_key_values=past_key_values,
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            output_attentions=output_attentions,
+        )
+        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        loss = token_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        return Seq2SeqLMOutput(
+            loss=loss,
+            logits=logits,
+            past_key_values=outputs.past_key_values,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+        )
+
+
+__all__ = [
+    "AttnRNNCache",
+    "AttnRNNForConditionalGeneration",
+    "AttnRNNModel",
+    "AttnRNNPreTrainedModel",
+]

@@ -1,0 +1,43 @@
+"""pytest hooks shared by the test suite."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+# Modules that are marked slow as a whole and are expensive merely to import.
+SLOW_MODULES = {"test_transformers_common.py"}
+
+
+def _selects_slow_tests(config) -> bool:
+    """Whether the `-m` expression of this run can select a test whose one mark is `slow`."""
+    markexpr = config.getoption("markexpr", "")
+    if not markexpr:
+        return True
+    try:
+        from _pytest.mark.expression import Expression  # the evaluator behind `-m`; private, hence the fallback
+    except ImportError:
+        return True
+    try:
+        return Expression.compile(markexpr).evaluate(lambda name, /, **kwargs: name == "slow")
+    except Exception:  # an expression this matcher cannot answer: let pytest collect and decide
+        return True
+
+
+def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
+    """Skip importing test_transformers_common.py in runs that deselect slow tests (the default `pytest`):
+    importing it downloads the transformers sdist on first use and imports transformers' test mixins."""
+    if collection_path.name in SLOW_MODULES and not _selects_slow_tests(config):
+        return True
+    return None
+
+
+def pytest_configure(config):
+    # Marks that transformers' test_modeling_common.py uses (declared in transformers' own conftest.py).
+    for mark in (
+        "accelerate_tests",
+        "flash_attn_test",
+        "flash_attn_3_test",
+        "flash_attn_4_test",
+        "torch_compile_test",
+    ):
+        config.addinivalue_line("markers", f"{mark}: mark of transformers' common model tests")
