@@ -1,4 +1,6 @@
-"""The `attn` command line."""
+"""The `attn` command line: `attn preset` (model presets), `attn train` (the training recipe, see
+`training/train.py`; every Seq2SeqTrainingArguments flag is accepted) and `attn average` (checkpoint averaging).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +11,37 @@ import sys
 from .presets import available_presets, load_preset
 
 
+def _average(args: argparse.Namespace) -> int:
+    from training.averaging import average_checkpoints, find_checkpoints
+
+    checkpoints = []
+    for path in args.inputs:
+        found = find_checkpoints(path)
+        checkpoints += found[-args.last :] if found else [path]  # a training folder: its last N checkpoints
+    print(f"averaging {len(checkpoints)} checkpoints: {', '.join(map(str, checkpoints))}")
+    average_checkpoints(checkpoints, args.output_dir)
+    print(f"saved the averaged model in {args.output_dir}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:  # Trainer's own flags are parsed by HfArgumentParser, not here
+        from training.train import cli_main as train
+
+        return train(argv[1:])
+
     parser = argparse.ArgumentParser(prog="attn", description="modeling-attn: attention models for transformers")
     commands = parser.add_subparsers(dest="command", required=True)
     preset = commands.add_parser("preset", help="list the model presets, or print one as a config JSON")
     preset.add_argument("name", nargs="?", help="preset to print (omit to list them)")
+    commands.add_parser(
+        "train", help="train or fine-tune a translation model (the paper's recipe; `attn train --help` for the flags)"
+    )
+    average = commands.add_parser("average", help="average the weights of the last checkpoints (paper, Sec. 6.1)")
+    average.add_argument("inputs", nargs="+", help="checkpoint folders, or a training output folder")
+    average.add_argument("--output_dir", required=True, help="where to save the averaged model")
+    average.add_argument("--last", type=int, default=5, help="from a training folder, its last N checkpoints (5)")
     args = parser.parse_args(argv)
 
     if args.command == "preset":
@@ -21,6 +49,8 @@ def main(argv: list[str] | None = None) -> int:
             print("\n".join(available_presets()))
         else:
             print(json.dumps(load_preset(args.name).to_diff_dict(), indent=2))
+    elif args.command == "average":
+        return _average(args)
     return 0
 
 

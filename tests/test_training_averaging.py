@@ -1,0 +1,43 @@
+"""Tests of training/averaging.py and `attn average`: the averaged weights are the element-wise mean."""
+
+from __future__ import annotations
+
+import torch
+from transformers import AutoModelForSeq2SeqLM
+
+import modeling_attn  # noqa: F401
+from modeling_attn.cli import main as attn
+from modeling_attn.presets import load_preset
+from training.averaging import average_checkpoints, find_checkpoints
+
+
+def save_checkpoints(folder, count: int) -> list:
+    paths = []
+    for step in range(1, count + 1):
+        torch.manual_seed(step)
+        model = AutoModelForSeq2SeqLM.from_config(load_preset("tiny"))
+        paths.append(folder / f"checkpoint-{step * 10}")
+        model.save_pretrained(paths[-1])
+    return paths
+
+
+def test_average_is_the_mean(tmp_path):
+    paths = save_checkpoints(tmp_path, 3)
+    average_checkpoints(paths, tmp_path / "averaged")
+    models = [AutoModelForSeq2SeqLM.from_pretrained(p) for p in paths]
+    averaged = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "averaged")
+    for name, tensor in averaged.state_dict().items():
+        expected = sum(m.state_dict()[name].double() for m in models) / 3
+        torch.testing.assert_close(tensor, expected.to(tensor.dtype))
+    assert averaged.lm_head.weight is averaged.model.shared.weight  # still tied after averaging
+
+
+def test_attn_average_takes_the_last_checkpoints_of_a_training_folder(tmp_path):
+    paths = save_checkpoints(tmp_path, 3)
+    (tmp_path / "checkpoint-x").mkdir()  # not a checkpoint-<step> folder: ignored
+    assert find_checkpoints(tmp_path) == paths
+    assert attn(["average", str(tmp_path), "--last", "2", "--output_dir", str(tmp_path / "avg")]) == 0
+    expected = average_checkpoints(paths[1:], tmp_path / "expected")
+    got = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "avg").state_dict()
+    for name, tensor in AutoModelForSeq2SeqLM.from_pretrained(expected).state_dict().items():
+        assert torch.equal(got[name], tensor)

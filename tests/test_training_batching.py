@@ -1,0 +1,71 @@
+"""Tests of training/batching.py: token budgets hold, every pair is used once, padding stays low (check 4)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from training.batching import TokenBatchSampler, pack_batches, padding_fraction
+
+MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60)), min_size=1, max_size=300),
+    st.integers(60, 2000),
+    st.integers(0, 5),
+)
+def test_no_batch_exceeds_the_budget_and_each_pair_is_used_once(lengths, max_tokens, seed):
+    source, target = [s for s, _ in lengths], [t for _, t in lengths]
+    batches = pack_batches(source, target, max_tokens, seed)
+    for batch in batches:
+        assert len(batch) * max(source[i] for i in batch) <= max_tokens
+        assert len(batch) * max(target[i] for i in batch) <= max_tokens
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+
+
+def test_epochs_reorder_the_same_batches_deterministically():
+    source = [1 + (7 * i) % 30 for i in range(500)]
+    target = [1 + (11 * i) % 30 for i in range(500)]
+    sampler = TokenBatchSampler(source, target, max_tokens=200, seed=3)
+    first = list(sampler)
+    assert list(sampler) == first  # same epoch, same order
+    sampler.set_epoch(1)
+    second = list(sampler)
+    assert second != first and sorted(map(tuple, second)) == sorted(map(tuple, first))
+    assert len(sampler) == len(first)
+    with pytest.raises(ValueError, match="smaller than the longest sequence"):
+        pack_batches([5, 50], [5, 5], max_tokens=40)
+
+
+def test_padding_fraction():
+    assert padding_fraction([[0, 1]], [2, 4], [3, 3]) == pytest.approx(2 / 14)
+
+
+@pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k not found at {MULTI30K} (<repo>/../shared/data/multi30k)")
+@pytest.mark.parametrize("max_tokens", [4096, 25000])  # the recipe's default per process, the paper's per step
+def test_multi30k_padding_below_ten_percent(max_tokens, multi30k_lengths, record_property):
+    source, target = multi30k_lengths
+    sampler = TokenBatchSampler(source, target, max_tokens)
+    print(
+        f"Multi30k train, {max_tokens} tokens: {len(sampler)} batches, padding {100 * sampler.padding_fraction:.2f}%"
+    )
+    record_property(f"multi30k_padding_fraction_{max_tokens}", sampler.padding_fraction)
+    assert all(len(b) * max(max(source[i], target[i]) for i in b) <= max_tokens for b in sampler.batches)
+    assert sampler.padding_fraction < 0.10
+
+
+@pytest.fixture(scope="module")
+def multi30k_lengths():
+    """Token lengths of Multi30k's EN-DE training pairs under a joint BPE vocabulary trained on them (as the recipe)."""
+    from training.data import load_parallel_data
+    from training.tokenizer import train_bpe_tokenizer
+
+    train = load_parallel_data(str(MULTI30K), "en", "de").splits["train"]
+    tokenizer = train_bpe_tokenizer(list(train["source"]) + list(train["target"]), vocab_size=8000)
+    encoded = tokenizer(list(train["source"]), text_target=list(train["target"]))
+    return [len(ids) for ids in encoded["input_ids"]], [len(ids) for ids in encoded["labels"]]

@@ -1,0 +1,33 @@
+"""Tests of training/metrics.py: sacreBLEU BLEU / chrF with signatures, from generated ids."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from sacrebleu.metrics import BLEU
+from transformers import EvalPrediction
+
+from training.metrics import TranslationMetrics, translation_scores
+from training.tokenizer import train_bpe_tokenizer
+
+
+def test_scores_and_signature():
+    scores = translation_scores(["the cat sat on the mat", "a dog"], ["the cat sat on the mat", "a dog"])
+    assert scores["bleu"] == pytest.approx(100) and scores["chrf"] == pytest.approx(100)
+    assert scores["exact_match"] == 100
+    assert "tok:13a" in scores["bleu_signature"] and "nrefs:1" in scores["bleu_signature"]
+    hypotheses, references = ["the cat sat on a mat", "a big dog"], ["the cat sat on the mat", "a dog"]
+    expected = BLEU().corpus_score(hypotheses, [references]).score
+    assert translation_scores(hypotheses, references)["bleu"] == pytest.approx(expected)
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        translation_scores(hypotheses, references[:1])
+
+
+def test_compute_metrics_decodes_generated_ids():
+    tokenizer = train_bpe_tokenizer(["1987-03-03 a cat", "2001-12-31 a dog"] * 10, vocab_size=100)
+    ids = tokenizer(["1987-03-03", "2001-12-31"], padding=True, return_tensors="np")["input_ids"]
+    padded = np.concatenate([ids, np.full((2, 2), -100)], axis=1)  # -100 from gathering across processes
+    metrics = TranslationMetrics(tokenizer)
+    assert metrics(EvalPrediction(predictions=padded, label_ids=padded))["exact_match"] == 100
+    metrics.references = ["1987-03-03", "2001-12-30"]
+    assert metrics(EvalPrediction(predictions=padded, label_ids=padded))["exact_match"] == 50

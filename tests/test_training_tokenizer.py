@@ -1,0 +1,43 @@
+"""Tests of training/tokenizer.py: a joint BPE vocabulary saved as a transformers tokenizer."""
+
+from __future__ import annotations
+
+from transformers import AutoTokenizer
+
+import modeling_attn  # noqa: F401
+from modeling_attn.presets import load_preset
+from training.tokenizer import train_bpe_tokenizer
+
+SENTENCES = ["A man rides a bike.", "Ein Mann fährt Fahrrad.", "Two dogs play in the snow on 03.03.1987.",
+             "Zwei Hunde spielen im Schnee."] * 20  # fmt: skip
+
+
+def test_special_tokens_and_round_trip():
+    tokenizer = train_bpe_tokenizer(SENTENCES, vocab_size=200)
+    assert [tokenizer.pad_token_id, tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.unk_token_id] == [
+        0,
+        1,
+        2,
+        3,
+    ]
+    assert len(tokenizer) <= 200
+    encoded = tokenizer(["A man rides a bike."], text_target=["Ein Mann fährt Fahrrad."])
+    assert encoded["input_ids"][0][-1] == tokenizer.eos_token_id and encoded["labels"][0][-1] == tokenizer.eos_token_id
+    assert tokenizer.bos_token_id not in encoded["labels"][0]  # the model prepends the decoder start token itself
+    for sentence in SENTENCES[:4]:
+        assert tokenizer.decode(tokenizer(sentence)["input_ids"], skip_special_tokens=True) == sentence
+    assert tokenizer.tokenize("1987") == ["▁", "1", "9", "8", "7"]  # digits split one by one
+
+
+def test_auto_tokenizer_loads_it_from_a_model_folder(tmp_path):
+    tokenizer = train_bpe_tokenizer(SENTENCES, vocab_size=200)
+    tokenizer.save_pretrained(tmp_path)
+    load_preset("tiny", vocab_size=len(tokenizer)).save_pretrained(tmp_path)
+    loaded = AutoTokenizer.from_pretrained(tmp_path)
+    assert loaded("Two dogs.")["input_ids"] == tokenizer("Two dogs.")["input_ids"]
+    assert (loaded.pad_token, loaded.bos_token, loaded.eos_token, loaded.unk_token) == (
+        "<pad>",
+        "<s>",
+        "</s>",
+        "<unk>",
+    )

@@ -1,0 +1,73 @@
+"""Checkpoint averaging (the paper, Sec. 6.1: "for the base models, we used a single model obtained by averaging the
+last 5 checkpoints, which were written at 10-minute intervals. For the big models, we averaged the last 20").
+
+Floating-point weights are averaged element-wise (in float64, then cast back); other tensors are taken from the
+newest checkpoint. The result is saved with the newest checkpoint's config, generation config and tokenizer.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM
+
+logger = logging.getLogger(__name__)
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
+                    "source.spm", "target.spm", "sentencepiece.bpe.model")  # fmt: skip
+
+
+def find_checkpoints(output_dir: str | Path) -> list[Path]:
+    """The `checkpoint-<step>` folders of a training output folder, oldest first."""
+    folders = [
+        p for p in Path(output_dir).glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name) and p.is_dir()
+    ]
+    return sorted(folders, key=lambda p: int(p.name.split("-")[1]))
+
+
+def load_weights(checkpoint: str | Path) -> dict[str, torch.Tensor]:
+    """All tensors of a checkpoint's safetensors file(s)."""
+    files = sorted(Path(checkpoint).glob("model*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{checkpoint}: no model*.safetensors file")
+    weights: dict[str, torch.Tensor] = {}
+    for file in files:
+        weights.update(load_file(file))
+    return weights
+
+
+def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path) -> Path:
+    """Average the weights of `checkpoints` (same architecture) and save the averaged model to `output_dir`."""
+    if not checkpoints:
+        raise ValueError("no checkpoint to average")
+    states = [load_weights(c) for c in checkpoints]
+    keys = set(states[-1])
+    for checkpoint, state in zip(checkpoints, states, strict=True):
+        if set(state) != keys:
+            raise ValueError(f"{checkpoint} holds different tensors than {checkpoints[-1]}; cannot average them")
+    averaged = {}
+    for key, newest in states[-1].items():
+        if newest.is_floating_point():
+            total = sum(state[key].to(torch.float64) for state in states)
+            averaged[key] = (total / len(states)).to(newest.dtype)
+        else:
+            averaged[key] = newest
+    model = AutoModelForSeq2SeqLM.from_pretrained(checkpoints[-1])
+    missing, unexpected = model.load_state_dict(averaged, strict=False)
+    tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
+    if unexpected or set(missing) - tied:
+        raise ValueError(f"averaged weights do not fit the model: missing {missing}, unexpected {unexpected}")
+    output_dir = Path(output_dir)
+    model.save_pretrained(output_dir)
+    for name in _TOKENIZER_FILES:
+        if (Path(checkpoints[-1]) / name).is_file() and Path(checkpoints[-1]).resolve() != output_dir.resolve():
+            shutil.copy(Path(checkpoints[-1]) / name, output_dir / name)
+    logger.info(
+        f"averaged {len(checkpoints)} checkpoints ({', '.join(Path(c).name for c in checkpoints)}) into {output_dir}"
+    )
+    return output_dir

@@ -1,0 +1,393 @@
+"""`attn train` / `python -m training` / `accelerate launch -m training`: the paper's training recipe with Trainer.
+
+Steps: load and check the parallel data (`training.data`), train a joint BPE vocabulary or reuse a tokenizer
+(`training.tokenizer`), build the model from a preset or load it (`--model_name_or_path`), then train with
+`TranslationTrainer` (transformers' `Seq2SeqTrainer`), average the last checkpoints (`training.averaging`), evaluate
+on the test set, and write test_results.json and a plot of the training curves.
+
+The paper's recipe (Sec. 5.3-5.4, 6.1) is the default of the Trainer flags:
+- Adam with beta1 0.9, beta2 0.98, eps 1e-9 (`--optim adamw_torch` with `--weight_decay 0` is Adam);
+- lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) with warmup 4000 (Eq. 3): transformers'
+  `inverse_sqrt` schedule with peak `--learning_rate` d_model^-0.5 * warmup^-0.5 (see `paper_learning_rate`);
+- label smoothing 0.1; batches of about `--max_tokens_per_batch` tokens, bucketed by length;
+- beam search with 4 beams and length penalty 0.6; the average of the last 5 checkpoints.
+Deviations: gradients are clipped at norm 1 (Trainer's default `--max_grad_norm`; the paper does not say), and
+Trainer's scheduler applies the rate of step n-1 at update n (the logged rate at step n is the paper's).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+
+import datasets
+import torch
+import transformers
+import yaml
+from transformers import (
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    DataCollatorForSeq2Seq,
+    HfArgumentParser,
+    PreTrainedTokenizerBase,
+    Seq2SeqTrainingArguments,
+    set_seed,
+)
+from transformers.integrations import is_tensorboard_available
+from transformers.trainer_utils import get_last_checkpoint
+
+import modeling_attn  # noqa: F401  (registers the model types with the Auto classes)
+from modeling_attn.presets import load_preset
+
+from .averaging import average_checkpoints, find_checkpoints, load_weights
+from .data import DataError, ParallelData, load_parallel_data, require_splits
+from .metrics import TranslationMetrics, translation_scores
+from .plot import plot_history
+from .tokenizer import train_bpe_tokenizer
+from .trainer import TranslationTrainer
+
+logger = logging.getLogger("training")
+
+MODEL_TYPES = ("attn_transformer", "attn_rnn")
+DEFAULT_PRESETS = {"attn_transformer": "small", "attn_rnn": "rnn-small"}
+
+# The paper's recipe, as defaults of transformers' own Seq2SeqTrainingArguments flags.
+PAPER_DEFAULTS = {
+    "output_dir": "outputs/attn",
+    "optim": "adamw_torch",
+    "weight_decay": 0.0,
+    "adam_beta1": 0.9,
+    "adam_beta2": 0.98,
+    "adam_epsilon": 1e-9,
+    "lr_scheduler_type": "inverse_sqrt",
+    "warmup_steps": 4000,
+    "label_smoothing_factor": 0.1,
+    "predict_with_generate": True,
+    "generation_num_beams": 4,
+    "eval_strategy": "steps",
+    "eval_steps": 1000,
+    "save_steps": 1000,
+    "save_total_limit": 5,
+    "logging_steps": 100,
+    "do_train": True,
+    "do_eval": True,
+    "do_predict": True,
+    "per_device_eval_batch_size": 64,
+    "dataloader_pin_memory": torch.cuda.is_available(),
+    "report_to": "tensorboard" if is_tensorboard_available() else "none",
+}
+
+
+@dataclass
+class RecipeArguments:
+    """Our flags; every `Seq2SeqTrainingArguments` flag is accepted too."""
+
+    data: str | None = field(
+        default=None,
+        metadata={"help": "Folder of {split}.{lang}[.gz] / {split}.tsv / {split}.jsonl files, a save_to_disk folder, "
+                  "or a dataset name for datasets.load_dataset with a 'translation' column. Default: the embedded "
+                  "dates task (no network needed)."},
+    )  # fmt: skip
+    data_config: str | None = field(default=None, metadata={"help": "Dataset configuration, e.g. de-en for wmt14."})
+    source_lang: str | None = field(default=None, metadata={"help": "Source language code (file suffix / JSON key)."})
+    target_lang: str | None = field(default=None, metadata={"help": "Target language code."})
+    drop_empty_pairs: bool = field(default=False, metadata={"help": "Drop pairs with an empty side (counted, logged) "
+                                                             "instead of stopping with an error."})  # fmt: skip
+    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
+    model_type: str = field(default="attn_transformer", metadata={"help": "Model type.", "choices": MODEL_TYPES})
+    preset: str | None = field(
+        default=None, metadata={"help": "Model preset (`attn preset` lists them); default small / rnn-small."}
+    )
+    config_overrides: str | None = field(
+        default=None, metadata={"help": "Model config values over the preset, e.g. 'dropout=0,d_model=256'."}
+    )
+    model_name_or_path: str | None = field(
+        default=None, metadata={"help": "Fine-tune this model (local folder or Hub id) and keep its tokenizer."}
+    )
+    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Reuse this tokenizer instead of "
+                                                                        "training a BPE vocabulary."})  # fmt: skip
+    vocab_size: int = field(
+        default=37000, metadata={"help": "Size of the joint BPE vocabulary to train (paper: 37000)."}
+    )
+    max_source_length: int = field(default=256, metadata={"help": "Longer source sentences are truncated (counted)."})
+    max_target_length: int = field(default=256, metadata={"help": "Longer target sentences are truncated (counted)."})
+    max_tokens_per_batch: int = field(
+        default=4096,
+        metadata={"help": "Padded source (and target) tokens per batch and process; 0 batches by "
+                  "--per_device_train_batch_size sentences. The paper: ~25000 per step over all processes."},
+    )  # fmt: skip
+    length_penalty: float = field(default=0.6, metadata={"help": "Beam search length penalty alpha (paper: 0.6)."})
+    average_last_n: int = field(default=5, metadata={"help": "Average the last N checkpoints at the end (paper: 5)."})
+    num_samples_to_print: int = field(default=5, metadata={"help": "Test translations printed at the end."})
+
+
+def paper_learning_rate(d_model: int, warmup_steps: int) -> float:
+    """Peak rate d_model^-0.5 * warmup^-0.5 that makes `inverse_sqrt` equal Eq. 3 of the paper.
+
+    `inverse_sqrt` gives peak * step / warmup before `warmup` and peak * sqrt(warmup / step) after it, which is
+    d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) with this peak.
+    """
+    return d_model**-0.5 * max(warmup_steps, 1) ** -0.5
+
+
+def paper_schedule(step: int, d_model: int, warmup_steps: int) -> float:
+    """Eq. 3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (0 at step 0)."""
+    if step == 0:
+        return 0.0
+    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
+
+
+def _embedded_task_defaults() -> dict:
+    text = (resources.files("modeling_attn.configuration") / "train-dates.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def _given_flags(argv: list[str]) -> set[str]:
+    return {arg[2:].split("=")[0] for arg in argv if arg.startswith("--")}
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqTrainingArguments]:
+    """Our flags and Trainer's, with the paper's defaults (and the embedded task's when --data is not given)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    parser = HfArgumentParser((RecipeArguments, Seq2SeqTrainingArguments), prog="attn train")
+    parser.set_defaults(**PAPER_DEFAULTS)
+    given = _given_flags(argv)
+    if "data" not in given:
+        embedded = _embedded_task_defaults()
+        parser.set_defaults(**embedded)
+        given |= set(embedded)
+    recipe, training_args = parser.parse_args_into_dataclasses(args=argv)
+    # Marks a --learning_rate given by the user; otherwise it is computed from d_model (paper_learning_rate).
+    training_args.learning_rate_given = "learning_rate" in given
+    if training_args.resume_from_checkpoint in ("True", "true", "last"):
+        training_args.resume_from_checkpoint = get_last_checkpoint(training_args.output_dir)
+        if training_args.resume_from_checkpoint is None:
+            raise ValueError(f"--resume_from_checkpoint: no checkpoint in {training_args.output_dir}")
+    return recipe, training_args
+
+
+def _setup_logging(training_args: Seq2SeqTrainingArguments) -> None:
+    level = training_args.get_process_log_level()
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+        handlers=[logging.StreamHandler()],
+    )
+    # Our own summary lines (data, vocabulary, token batches and padding, learning rate) show on the main process.
+    ours = min(level, logging.INFO) if training_args.should_log else level
+    for name in ("training", "modeling_attn"):
+        logging.getLogger(name).setLevel(ours)
+    datasets.utils.logging.set_verbosity(level)
+    transformers.utils.logging.set_verbosity(level)
+
+
+def _parse_overrides(text: str | None) -> dict:
+    overrides = {}
+    for item in filter(None, (text or "").split(",")):
+        key, _, value = item.partition("=")
+        try:
+            overrides[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key.strip()] = value
+    return overrides
+
+
+def build_tokenizer(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments,
+                    parallel: ParallelData) -> PreTrainedTokenizerBase:  # fmt: skip
+    """An existing tokenizer (given, of the fine-tuned model, or of the resumed checkpoint) or a new joint BPE."""
+    existing = recipe.tokenizer_name_or_path or recipe.model_name_or_path
+    resumed = training_args.resume_from_checkpoint
+    if existing is None and resumed and (Path(resumed) / "tokenizer_config.json").is_file():
+        existing = resumed
+    if existing is not None:
+        return AutoTokenizer.from_pretrained(existing)
+    saved = Path(training_args.output_dir) / "tokenizer"
+    with training_args.main_process_first(desc="training the BPE vocabulary"):
+        if training_args.process_index == 0:  # the other processes load what the first one trained
+            train = parallel.splits["train"]
+            tokenizer = train_bpe_tokenizer(
+                (text for column in ("source", "target") for text in train[column]), vocab_size=recipe.vocab_size
+            )
+            tokenizer.save_pretrained(saved)
+            logger.info(f"trained a joint BPE vocabulary of {len(tokenizer)} tokens, saved in {saved}")
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(saved)
+    return tokenizer
+
+
+def build_model(recipe: RecipeArguments, tokenizer: PreTrainedTokenizerBase):
+    """The model to fine-tune (`--model_name_or_path`), or a new one from `--preset` sized to the tokenizer."""
+    if recipe.model_name_or_path is not None:
+        return AutoModelForSeq2SeqLM.from_pretrained(recipe.model_name_or_path)
+    preset = recipe.preset or DEFAULT_PRESETS[recipe.model_type]
+    start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.pad_token_id
+    config = load_preset(
+        preset,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=start,
+        eos_token_id=tokenizer.eos_token_id,
+        decoder_start_token_id=start,
+        **_parse_overrides(recipe.config_overrides),
+    )
+    if config.model_type != recipe.model_type:
+        raise ValueError(f"preset {preset!r} is a {config.model_type} model but --model_type is {recipe.model_type}")
+    return AutoModelForSeq2SeqLM.from_config(config)
+
+
+def tokenize_splits(parallel: ParallelData, tokenizer: PreTrainedTokenizerBase, recipe: RecipeArguments):
+    """Token ids of every split (columns input_ids, attention_mask, labels, and the raw `target` for BLEU)."""
+    limits = {"input_ids": recipe.max_source_length, "labels": recipe.max_target_length}
+
+    def encode(batch: dict) -> dict:
+        encoded = tokenizer(batch["source"], text_target=batch["target"])
+        truncated = [False] * len(batch["source"])
+        for column, limit in limits.items():
+            for row, ids in enumerate(encoded[column]):
+                if len(ids) > limit:  # keep the end-of-sentence token
+                    encoded[column][row] = ids[: limit - 1] + ids[-1:]
+                    truncated[row] = True
+        encoded["attention_mask"] = [[1] * len(ids) for ids in encoded["input_ids"]]
+        return {**encoded, "truncated": truncated}
+
+    tokenized = parallel.splits.map(encode, batched=True, remove_columns=["source"], desc="tokenizing")
+    for split, table in tokenized.items():
+        count = sum(table["truncated"])
+        if count:
+            logger.warning(
+                f"{split}: truncated {count} pair(s) to {recipe.max_source_length}/{recipe.max_target_length} tokens"
+            )
+    return tokenized.remove_columns("truncated")
+
+
+def _write_final_results(trainer: TranslationTrainer, test_dataset, raw_test, metrics_fn: TranslationMetrics,
+                         recipe: RecipeArguments, output_dir: Path) -> dict:  # fmt: skip
+    output = trainer.predict(test_dataset, metric_key_prefix="test")
+    hypotheses = metrics_fn.last_hypotheses
+    scores = translation_scores(hypotheses, list(raw_test["target"]))
+    results = {**output.metrics, "test_bleu_signature": scores["bleu_signature"],
+               "test_chrf_signature": scores["chrf_signature"]}  # fmt: skip
+    if trainer.is_world_process_zero():
+        samples = [
+            {"source": s, "reference": r, "hypothesis": h}
+            for s, r, h in zip(raw_test["source"], raw_test["target"], hypotheses, strict=True)
+        ][: recipe.num_samples_to_print]
+        (output_dir / "test_results.json").write_text(json.dumps({**results, "samples": samples}, indent=2) + "\n")
+        print("\nSample test translations:")
+        for sample in samples:
+            print(f"  {sample['source']}\n    -> {sample['hypothesis']}    (reference: {sample['reference']})")
+        print(
+            f"\nTest BLEU {results['test_bleu']:.2f}  chrF {results['test_chrf']:.2f}  "
+            f"exact match {results['test_exact_match']:.1f}%  ({len(hypotheses)} sentences)\n"
+            f"BLEU signature: {results['test_bleu_signature']}\nResults: {output_dir / 'test_results.json'}"
+        )
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train (and evaluate) a translation model; see `attn train --help`."""
+    recipe, training_args = parse_args(argv)
+    _setup_logging(training_args)
+    output_dir = Path(training_args.output_dir)
+    set_seed(training_args.seed)
+
+    parallel = load_parallel_data(recipe.data, recipe.source_lang, recipe.target_lang, recipe.data_config,
+                                  recipe.drop_empty_pairs)  # fmt: skip
+    needed = (["train"] if training_args.do_train else []) + (
+        ["validation"] if training_args.eval_strategy != "no" else []
+    )
+    require_splits(parallel, needed, recipe.data)
+    limits = {
+        "train": recipe.max_train_samples,
+        "validation": recipe.max_eval_samples,
+        "test": recipe.max_predict_samples,
+    }
+    for split, limit in limits.items():
+        if limit is not None and split in parallel.splits:
+            parallel.splits[split] = parallel.splits[split].select(range(min(limit, len(parallel.splits[split]))))
+    logger.info(
+        f"data {recipe.data or 'embedded dates task'} ({parallel.source_lang} -> {parallel.target_lang}): "
+        + ", ".join(f"{split} {len(table)} pairs" for split, table in parallel.splits.items())
+    )
+
+    tokenizer = build_tokenizer(recipe, training_args, parallel)
+    model = build_model(recipe, tokenizer)
+    tokenized = tokenize_splits(parallel, tokenizer, recipe)
+
+    if not training_args.learning_rate_given:
+        d_model = getattr(model.config, "d_model", None) or model.config.hidden_size
+        training_args.learning_rate = paper_learning_rate(d_model, int(training_args.warmup_steps))
+    if training_args.generation_max_length is None:
+        longest = max(len(ids) for ids in tokenized["train"]["labels"])
+        training_args.generation_max_length = min(int(1.5 * longest) + 10, recipe.max_target_length + 10)
+    model.generation_config.update(
+        num_beams=training_args.generation_num_beams,
+        length_penalty=recipe.length_penalty,
+        max_length=training_args.generation_max_length,
+        pad_token_id=model.config.pad_token_id,
+        eos_token_id=model.config.eos_token_id,
+        decoder_start_token_id=model.config.decoder_start_token_id,
+    )
+    logger.info(
+        f"model {model.config.model_type}: {model.num_parameters() / 1e6:.2f}M parameters, "
+        f"peak learning rate {training_args.learning_rate:.3g} (warmup {training_args.warmup_steps})"
+    )
+
+    metrics = TranslationMetrics(tokenizer)
+    trainer = TranslationTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=tokenized["train"] if training_args.do_train else None,
+        eval_dataset=tokenized.get("validation"),
+        processing_class=tokenizer,
+        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        compute_metrics=metrics,
+        max_tokens_per_batch=recipe.max_tokens_per_batch or None,
+    )
+
+    if training_args.do_train:
+        result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+        trainer.save_model()
+        trainer.log_metrics("train", result.metrics)
+        trainer.save_metrics("train", result.metrics)
+        trainer.save_state()
+        checkpoints = find_checkpoints(output_dir)[-recipe.average_last_n :]
+        if recipe.average_last_n > 1 and len(checkpoints) > 1:
+            if trainer.is_world_process_zero():
+                average_checkpoints(checkpoints, output_dir)
+            trainer.accelerator.wait_for_everyone()
+            if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
+                logger.warning("FSDP/DeepSpeed: the test below uses the last weights; the averaged model is saved")
+            else:
+                trainer.model.load_state_dict(load_weights(output_dir), strict=False)
+        if trainer.is_world_process_zero() and plot_history(
+            trainer.state.log_history, output_dir / "training_curves.png"
+        ):
+            logger.info(f"training curves: {output_dir / 'training_curves.png'}")
+
+    if training_args.do_predict:
+        if "test" in parallel.splits:
+            _write_final_results(trainer, tokenized["test"], parallel.splits["test"], metrics, recipe, output_dir)
+        else:
+            logger.warning(f"{recipe.data}: no test split, skipping the final test evaluation")
+    elif training_args.do_eval and "validation" in tokenized:
+        trainer.save_metrics("eval", trainer.evaluate())
+    return 0
+
+
+def cli_main(argv: list[str] | None = None) -> int:
+    """`main` for the command line: bad data ends with its message (file and line) and exit status 2."""
+    try:
+        return main(argv)
+    except DataError as error:
+        print(f"attn train: error: {error}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["RecipeArguments", "cli_main", "main", "paper_learning_rate", "paper_schedule", "parse_args"]
