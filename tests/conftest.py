@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 # Modules that are marked slow as a whole and are expensive merely to import.
-SLOW_MODULES = {"test_transformers_common.py"}
+SLOW_MODULES = {"test_transformers_common.py", "test_transformers_common_rnn.py"}
 
 
 def _selects_slow_tests(config) -> bool:
@@ -24,8 +24,9 @@ def _selects_slow_tests(config) -> bool:
 
 
 def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
-    """Skip importing test_transformers_common.py in runs that deselect slow tests (the default `pytest`):
-    importing it downloads the transformers sdist on first use and imports transformers' test mixins."""
+    """Skip importing the SLOW_MODULES (transformers' common tests) in runs that deselect slow tests (the
+    default `pytest`): importing one downloads the transformers sdist on first use and imports transformers'
+    test mixins."""
     if collection_path.name in SLOW_MODULES and not _selects_slow_tests(config):
         return True
     return None

@@ -388,6 +388,11 @@ def cli_main(argv: list[str] | None = None) -> int:
     except DataError as error:
         print(f"attn train: error: {error}", file=sys.stderr)
         return 2
+    finally:
+        # A gloo process group left to interpreter shutdown can abort the process ("terminate called without an
+        # active exception", seen once in 2-process CPU runs); tear it down explicitly.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
 
 
 __all__ = ["RecipeArguments", "cli_main", "main", "paper_learning_rate", "paper_schedule", "parse_args"]
