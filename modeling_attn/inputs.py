@@ -49,6 +49,16 @@ def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_to
     return shifted.masked_fill(shifted == -100, pad_token_id)
 
 
+def decoder_inputs_for_labels(
+    labels: torch.Tensor, config, decoder_input_ids: torch.Tensor | None, decoder_inputs_embeds: torch.Tensor | None
+) -> torch.Tensor | None:
+    """Check `labels` against the target vocabulary; the decoder input is `labels` shifted right unless given."""
+    check_token_ids(labels, config.decoder_vocab_size, "labels", ignore_index=-100)
+    if decoder_input_ids is None and decoder_inputs_embeds is None:
+        return shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)
+    return decoder_input_ids
+
+
 def token_loss(
     logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
 ) -> torch.Tensor:

@@ -58,7 +58,13 @@ from transformers.utils import can_return_tuple
 
 from .attention import attend
 from .configuration_rnn import AttnRNNConfig
-from .inputs import check_attention_mask, check_token_ids, lookup_embeddings, shift_tokens_right, token_loss
+from .inputs import (
+    check_attention_mask,
+    decoder_inputs_for_labels,
+    lookup_embeddings,
+    shift_tokens_right,
+    token_loss,
+)
 from .masks import padding_mask
 from .remote_code import list_heads_in_auto_map
 from .scores import build_score
@@ -496,10 +502,10 @@ class AttnRNNForConditionalGeneration(AttnRNNPreTrainedModel, GenerationMixin):
         **kwargs,
     ) -> Seq2SeqLMOutput:
         if labels is not None:
-            check_token_ids(labels, self.config.decoder_vocab_size, "labels", ignore_index=-100)
             use_cache = False
-            if decoder_input_ids is None and decoder_inputs_embeds is None:
-                decoder_input_ids = self.prepare_decoder_input_ids_from_labels(labels)
+            decoder_input_ids = decoder_inputs_for_labels(
+                labels, self.config, decoder_input_ids, decoder_inputs_embeds
+            )
         outputs: Seq2SeqModelOutput = self.model(
             input_ids,
             attention_mask=attention_mask,
