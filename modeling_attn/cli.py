@@ -1,5 +1,6 @@
 """The `attn` command line: `attn preset` (model presets), `attn train` (the training recipe, see
-`training/train.py`; every Seq2SeqTrainingArguments flag is accepted) and `attn average` (checkpoint averaging).
+`training/train.py`; every Seq2SeqTrainingArguments flag is accepted), `attn average` (checkpoint averaging),
+`attn translate` and `attn evaluate` (`translate.py`: translation, attention pictures, BLEU/chrF).
 """
 
 from __future__ import annotations
@@ -30,6 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         from training.train import cli_main as train
 
         return train(argv[1:])
+    if argv[:1] in (["translate"], ["evaluate"]):  # their own parsers (translate.py) give `attn translate --help`
+        from .translate import evaluate_main, translate_main
+
+        return (translate_main if argv[0] == "translate" else evaluate_main)(argv[1:])
 
     parser = argparse.ArgumentParser(prog="attn", description="modeling-attn: attention models for transformers")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -38,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser(
         "train", help="train or fine-tune a translation model (the paper's recipe; `attn train --help` for the flags)"
     )
+    commands.add_parser("translate", help="translate sentences (arguments, --input FILE or stdin); attention pictures")
+    commands.add_parser("evaluate", help="BLEU and chrF (sacreBLEU) of a model on a data split, as JSON")
     average = commands.add_parser("average", help="average the weights of the last checkpoints (paper, Sec. 6.1)")
     average.add_argument("inputs", nargs="+", help="checkpoint folders, or a training output folder")
     average.add_argument("--output_dir", required=True, help="where to save the averaged model")

@@ -17,6 +17,7 @@ Trainer's scheduler applies the rate of step n-1 at update n (the logged rate at
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import sys
@@ -266,6 +267,29 @@ def tokenize_splits(parallel: ParallelData, tokenizer: PreTrainedTokenizerBase, 
     return tokenized.remove_columns("truncated")
 
 
+def _write_alignment_picture(trainer: TranslationTrainer, sentence: str, path: Path) -> None:
+    """The demo's last step: the cross-attention of one test translation as a picture (needs matplotlib)."""
+    if importlib.util.find_spec("matplotlib") is None:
+        logger.info("matplotlib is not installed: no attention picture (pip install 'modeling-attn[plot]')")
+        return
+    if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
+        logger.info("FSDP/DeepSpeed: no attention picture (the model is sharded)")
+        return
+    from modeling_attn.heatmaps import plot_alignment
+    from modeling_attn.translate import translate_batch
+
+    model = trainer.model.eval()
+    backend = model.config._attn_implementation
+    if model.config.model_type == "attn_transformer":
+        model.set_attn_implementation("eager")  # the backend that returns attention weights
+    try:
+        (translation,), (attention,) = translate_batch(model, trainer.processing_class, [sentence], True)
+    finally:
+        model.set_attn_implementation(backend)
+    plot_alignment(attention, path=path, title=f"{sentence} -> {translation}")
+    logger.info(f"attention picture: {path}")
+
+
 def _write_final_results(trainer: TranslationTrainer, test_dataset, raw_test, metrics_fn: TranslationMetrics,
                          recipe: RecipeArguments, output_dir: Path) -> dict:  # fmt: skip
     output = trainer.predict(test_dataset, metric_key_prefix="test")
@@ -287,6 +311,7 @@ def _write_final_results(trainer: TranslationTrainer, test_dataset, raw_test, me
             f"exact match {results['test_exact_match']:.1f}%  ({len(hypotheses)} sentences)\n"
             f"BLEU signature: {results['test_bleu_signature']}\nResults: {output_dir / 'test_results.json'}"
         )
+        _write_alignment_picture(trainer, raw_test["source"][0], output_dir / "attention.png")
     return results
 
 

@@ -1,0 +1,245 @@
+"""Attention pictures (modeling_attn/heatmaps.py) and `attn translate --attention-png`.
+
+Reference checks: the attention gathered from generate() (greedy and beam search) equals the attention of a
+teacher-forced forward pass over the returned sequence; on an RNN trained to reverse letter sequences the
+alignment is the anti-diagonal; the figure's tick labels are the sentence's tokens.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+
+import pytest
+import torch
+from tasks import one_thread, reverse_task
+from tiny import tiny_model
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration
+from modeling_attn.heatmaps import (
+    attention_from_generate,
+    bertviz_data,
+    plot_alignment,
+    plot_self_attention,
+    save_bertviz_json,
+)
+from modeling_attn.translate import translate_main
+
+needs_matplotlib = pytest.mark.skipif(
+    importlib.util.find_spec("matplotlib") is None, reason="attention pictures need the [plot] extra (matplotlib)"
+)
+
+LETTERS = "abcdefghijklm"  # token ids 3..15 of the reverse task
+
+
+def letter_tokenizer() -> PreTrainedTokenizerFast:
+    """A real word-level tokenizer for the reverse task: id 3 + i is letter i, sentences are letters and spaces."""
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{letter: 3 + i for i, letter in enumerate(LETTERS)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+
+
+@pytest.fixture(scope="module")
+def reverser() -> AttnRNNForConditionalGeneration:
+    """Bahdanau's GRU model trained to reverse (the fast recipe of test_modeling_rnn.check_learns_reverse, ~15 s)."""
+    torch.manual_seed(0)
+    config = AttnRNNConfig(vocab_size=16, embedding_size=32, encoder_hidden_size=32, decoder_hidden_size=64,
+                           attention_size=32, readout_size=32, rnn_type="gru", decoder_style="bahdanau",
+                           attention_score="additive")  # fmt: skip
+    model = AttnRNNForConditionalGeneration(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(1)
+    with one_thread():
+        for _ in range(400):
+            input_ids, attention_mask, labels = reverse_task(64, generator)
+            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+    model.generation_config.update(max_new_tokens=10, num_beams=1)
+    return model.eval()
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_reverser_alignment_is_the_anti_diagonal(reverser, num_beams):
+    input_ids, attention_mask, _ = reverse_task(100, torch.Generator().manual_seed(123))
+    with torch.no_grad():
+        outputs = reverser.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams,
+                                    output_attentions=True, return_dict_in_generate=True)  # fmt: skip
+    aligned = rows = 0
+    for index in range(len(input_ids)):
+        attention = attention_from_generate(outputs, input_ids, attention_mask, index, letter_tokenizer())
+        length = len(attention.source_tokens)
+        assert attention.source_tokens == [LETTERS[i - 3] for i in input_ids[index, :length].tolist()]
+        assert attention.target_tokens[-1] == "</s>"
+        alignment = attention.alignment()  # (T, S); target token t is source token length - 1 - t, then EOS
+        assert alignment.shape == (len(attention.target_tokens), length)
+        assert torch.allclose(alignment.sum(-1), torch.ones(len(alignment)))
+        predicted = alignment[:length].argmax(-1)
+        aligned += (predicted == torch.arange(length - 1, -1, -1)[: len(predicted)]).sum().item()
+        rows += length
+    assert aligned / rows >= 0.9
+
+
+@needs_matplotlib
+def test_picture_of_the_reverser_has_the_sentence_tokens(reverser, tmp_path):
+    tokenizer = letter_tokenizer()
+    encoded = tokenizer(["a c e g i k m"], return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        outputs = reverser.generate(**encoded, output_attentions=True, return_dict_in_generate=True)
+    attention = attention_from_generate(outputs, encoded["input_ids"], encoded["attention_mask"], 0, tokenizer)
+    figure = plot_alignment(attention, path=tmp_path / "alignment.png")
+    heatmap, colorbar = figure.axes  # one panel and its colour bar
+    assert [label.get_text() for label in heatmap.get_xticklabels()] == list("acegikm")
+    assert [label.get_text() for label in heatmap.get_yticklabels()] == [*"mkigeca", "</s>"]
+    assert colorbar.get_ylabel() == "attention weight"
+    assert (tmp_path / "alignment.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(plot_alignment(attention, mode="layers").axes) == 2  # the RNN has one "layer"
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+@pytest.mark.parametrize("model_type", ["attn_transformer", "attn_rnn"])
+def test_generate_attention_equals_a_teacher_forced_forward(model_type, num_beams):
+    if model_type == "attn_transformer":
+        model = tiny_model("eager", vocab_size=16)
+    else:
+        torch.manual_seed(0)
+        config = AttnRNNConfig(vocab_size=16, embedding_size=8, encoder_hidden_size=8, decoder_hidden_size=8,
+                               attention_size=8, readout_size=8)  # fmt: skip
+        model = AttnRNNForConditionalGeneration(config).eval()
+    input_ids, attention_mask, _ = reverse_task(4, torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        outputs = model.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=6,
+                                 output_attentions=True, return_dict_in_generate=True)  # fmt: skip
+    for index in range(len(input_ids)):
+        attention = attention_from_generate(outputs, input_ids, attention_mask, index)
+        steps, length = len(attention.target_tokens), len(attention.source_tokens)
+        with torch.no_grad():
+            reference = model(input_ids=input_ids[index : index + 1, :length],
+                              decoder_input_ids=outputs.sequences[index : index + 1, :steps],
+                              output_attentions=True)  # fmt: skip
+        cross = torch.stack([layer[0] for layer in reference.cross_attentions])
+        cross = cross if cross.dim() == 4 else cross[:, None]  # the RNN: one "head"
+        torch.testing.assert_close(attention.cross_attention, cross, atol=1e-5, rtol=1e-4)
+        assert attention.target_tokens == [str(i) for i in outputs.sequences[index, 1 : steps + 1].tolist()]
+        if model_type == "attn_transformer":
+            encoder = torch.stack([layer[0] for layer in reference.encoder_attentions])
+            decoder = torch.stack([layer[0] for layer in reference.decoder_attentions])
+            torch.testing.assert_close(attention.encoder_attention, encoder, atol=1e-5, rtol=1e-4)
+            torch.testing.assert_close(attention.decoder_attention, decoder, atol=1e-5, rtol=1e-4)
+        else:
+            assert attention.encoder_attention is None and attention.decoder_attention is None
+
+
+def transformer_attention(num_layers: int = 2, num_heads: int = 4):
+    model = tiny_model("eager", vocab_size=16, encoder_layers=num_layers, decoder_layers=num_layers,
+                       num_heads=num_heads)  # fmt: skip
+    tokenizer = letter_tokenizer()
+    encoded = tokenizer(["a b c d e"], return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        outputs = model.generate(**encoded, max_new_tokens=4, output_attentions=True, return_dict_in_generate=True)
+    return attention_from_generate(outputs, encoded["input_ids"], encoded["attention_mask"], 0, tokenizer)
+
+
+@needs_matplotlib
+@pytest.mark.parametrize("stack", ["encoder", "decoder"])
+def test_self_attention_grid_has_a_panel_per_layer_and_head(stack, tmp_path):
+    attention = transformer_attention()
+    figure = plot_self_attention(attention, stack, path=tmp_path / f"{stack}.png")
+    panels = figure.axes[:-1]
+    assert len(panels) == 2 * 4 and figure.axes[-1].get_ylabel() == "attention weight"
+    labels = attention.source_tokens if stack == "encoder" else attention.decoder_input_tokens
+    assert [label.get_text() for label in panels[0].get_yticklabels()] == labels  # left column
+    assert [label.get_text() for label in panels[-1].get_xticklabels()] == labels  # bottom row
+    assert not any(label.get_text() for label in panels[1].get_yticklabels())  # inner panels: no labels
+    assert (tmp_path / f"{stack}.png").stat().st_size > 0
+    layers = plot_alignment(attention, mode="layers")
+    assert [axis.get_title() for axis in layers.axes[:-1]] == ["layer 1, mean over heads", "layer 2, mean over heads"]
+
+
+def test_rnn_has_no_self_attention_to_plot(reverser):
+    input_ids, attention_mask, _ = reverse_task(1, torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        outputs = reverser.generate(input_ids, attention_mask=attention_mask, output_attentions=True,
+                                    return_dict_in_generate=True)  # fmt: skip
+    with pytest.raises(ValueError, match="no encoder self-attention .* the RNN has none"):
+        plot_self_attention(attention_from_generate(outputs, input_ids, attention_mask), "encoder")
+
+
+def test_output_without_attentions_is_a_clear_error():
+    model = tiny_model("eager", vocab_size=16)
+    input_ids, attention_mask, _ = reverse_task(1, torch.Generator().manual_seed(0))
+    outputs = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=3, return_dict_in_generate=True)
+    with pytest.raises(ValueError, match=r"output_attentions=True, return_dict_in_generate=True"):
+        attention_from_generate(outputs, input_ids, attention_mask)
+
+
+def test_bertviz_export_has_the_head_view_layout(tmp_path):
+    attention = transformer_attention()
+    data = bertviz_data(attention)
+    assert data["encoder_tokens"] == attention.source_tokens
+    assert data["decoder_tokens"] == attention.decoder_input_tokens
+    steps, length = len(attention.target_tokens), len(attention.source_tokens)
+    assert [torch.tensor(layer).shape for layer in data["cross_attention"]] == [(1, 4, steps, length)] * 2
+    assert [torch.tensor(layer).shape for layer in data["encoder_attention"]] == [(1, 4, length, length)] * 2
+    assert [torch.tensor(layer).shape for layer in data["decoder_attention"]] == [(1, 4, steps, steps)] * 2
+    assert json.loads(save_bertviz_json(attention, tmp_path / "view.json").read_text()) == data
+
+
+def test_missing_matplotlib_is_a_clear_error(monkeypatch):
+    attention = transformer_attention()
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # what an environment without the extra sees
+    with pytest.raises(ImportError, match=r'pip install "modeling-attn\[plot\]"'):
+        plot_alignment(attention)
+
+
+@needs_matplotlib
+def test_cli_writes_the_pictures_of_the_reverser(reverser, tmp_path, capsys):
+    reverser.save_pretrained(tmp_path / "model")
+    letter_tokenizer().save_pretrained(tmp_path / "model")
+    argv = ["--model", str(tmp_path / "model"), "a b c d e f", "m l k j", "--attention-png",
+            str(tmp_path / "align-{n}.png"), "--attention-json", str(tmp_path / "first.json")]  # fmt: skip
+    capsys.readouterr()
+    assert translate_main(argv) == 0
+    assert capsys.readouterr().out.splitlines() == ["f e d c b a", "j k l m"]
+    assert {path.name for path in tmp_path.iterdir()} == {"model", "align-0.png", "align-1.png", "first.json"}
+    assert json.loads((tmp_path / "first.json").read_text())["encoder_tokens"] == list("abcdef")
+
+
+@needs_matplotlib
+def test_cli_writes_transformer_self_attention_grids(tmp_path, capsys):
+    folder = tmp_path / "model"
+    tiny_model("sdpa", vocab_size=16).save_pretrained(folder)  # the command switches to eager attention itself
+    letter_tokenizer().save_pretrained(folder)
+    argv = ["--model", str(folder), "a b c", "--max_new_tokens", "3", "--self-attention-png", str(tmp_path / "self.png"),
+            "--attention-png", str(tmp_path / "cross.png"), "--attention-mode", "layers"]  # fmt: skip
+    assert translate_main(argv) == 0
+    assert {path.name for path in tmp_path.iterdir()} == {"model", "self.encoder.png", "self.decoder.png", "cross.png"}
+
+
+@pytest.mark.slow
+def test_transformer_reverser_alignment_is_the_anti_diagonal():
+    """The Transformer reverser of test_learning (~35 s to train): its cross-attention, averaged over layers and
+    heads, is the anti-diagonal (measured: 98% of rows; the last layer alone 99%, the first 39%)."""
+    from test_learning import train_reverser
+
+    with one_thread():
+        model = train_reverser()
+    model.set_attn_implementation("eager")
+    input_ids, attention_mask, _ = reverse_task(100, torch.Generator().manual_seed(123))
+    with torch.no_grad():
+        outputs = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=10,
+                                 output_attentions=True, return_dict_in_generate=True)  # fmt: skip
+    aligned = rows = 0
+    for index in range(len(input_ids)):
+        attention = attention_from_generate(outputs, input_ids, attention_mask, index, eos_token_id=2)
+        length = len(attention.source_tokens)
+        predicted = attention.alignment()[:length].argmax(-1)
+        aligned += (predicted == torch.arange(length - 1, -1, -1)[: len(predicted)]).sum().item()
+        rows += length
+    assert aligned / rows >= 0.9
