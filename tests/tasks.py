@@ -45,3 +45,27 @@ def one_thread() -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(threads)
+
+
+def train_rnn_reverser(steps: int = 400, **variant):
+    """An attn_rnn model (default: Bahdanau, GRU, additive score) trained on `reverse_task`, in eval mode.
+
+    The fast recipe shared by the RNN learning tests and the heatmap tests: ~15 s for 400 steps on one thread.
+    """
+    from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration
+
+    torch.manual_seed(0)
+    config = AttnRNNConfig(vocab_size=16, embedding_size=32, encoder_hidden_size=32, decoder_hidden_size=64,
+                           attention_size=32, readout_size=32, **variant)  # fmt: skip
+    model = AttnRNNForConditionalGeneration(config)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    generator = torch.Generator().manual_seed(1)
+    with one_thread():
+        for _ in range(steps):
+            input_ids, attention_mask, labels = reverse_task(64, generator)
+            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+    return model.eval()

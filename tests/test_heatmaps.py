@@ -13,7 +13,7 @@ import sys
 
 import pytest
 import torch
-from tasks import one_thread, reverse_task
+from tasks import one_thread, reverse_task, train_rnn_reverser
 from tiny import tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
@@ -45,22 +45,8 @@ def letter_tokenizer() -> PreTrainedTokenizerFast:
 
 @pytest.fixture(scope="module")
 def reverser() -> AttnRNNForConditionalGeneration:
-    """Bahdanau's GRU model trained to reverse (the fast recipe of test_modeling_rnn.check_learns_reverse, ~15 s)."""
-    torch.manual_seed(0)
-    config = AttnRNNConfig(vocab_size=16, embedding_size=32, encoder_hidden_size=32, decoder_hidden_size=64,
-                           attention_size=32, readout_size=32, rnn_type="gru", decoder_style="bahdanau",
-                           attention_score="additive")  # fmt: skip
-    model = AttnRNNForConditionalGeneration(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    generator = torch.Generator().manual_seed(1)
-    with one_thread():
-        for _ in range(400):
-            input_ids, attention_mask, labels = reverse_task(64, generator)
-            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
+    """Bahdanau's GRU model trained to reverse (`tasks.train_rnn_reverser`, ~15 s)."""
+    model = train_rnn_reverser(rnn_type="gru", decoder_style="bahdanau", attention_score="additive")
     model.generation_config.update(max_new_tokens=10, num_beams=1)
     return model.eval()
 

@@ -9,7 +9,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 from isolation import run_isolated
 from safetensors.torch import load_file
-from tasks import exact_match, one_thread, reverse_task
+from tasks import exact_match, one_thread, reverse_task, train_rnn_reverser
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
 
 from modeling_attn import (
@@ -360,28 +360,8 @@ def test_remote_code_loading_in_a_fresh_process(tmp_path):
 
 
 def check_learns_reverse(variant: dict, steps: int):
-    torch.manual_seed(0)
-    config = AttnRNNConfig(
-        vocab_size=16,
-        embedding_size=32,
-        encoder_hidden_size=32,
-        decoder_hidden_size=64,
-        attention_size=32,
-        readout_size=32,
-        **variant,
-    )
-    model = AttnRNNForConditionalGeneration(config)
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
-    generator = torch.Generator().manual_seed(1)
+    model = train_rnn_reverser(steps, **variant)
     with one_thread():
-        for _ in range(steps):
-            input_ids, attention_mask, labels = reverse_task(64, generator)
-            loss = model(input_ids=input_ids, attention_mask=attention_mask, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            optimizer.step()
-        model.eval()
         input_ids, attention_mask, labels = reverse_task(500, torch.Generator().manual_seed(123))
         with torch.no_grad():
             generated = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=10, do_sample=False)
