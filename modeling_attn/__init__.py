@@ -5,6 +5,7 @@ Importing the package registers the model types with transformers' Auto classes.
 """
 
 from transformers import AutoConfig, AutoModel, AutoModelForSeq2SeqLM
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_rnn import AttnRNNConfig
 from .configuration_transformer import AttnTransformerConfig
@@ -14,6 +15,7 @@ from .modeling_transformer import (
     AttnTransformerModel,
     AttnTransformerPreTrainedModel,
 )
+from .pipeline_translation import TranslationPipeline
 
 __version__ = "0.1.0"
 
@@ -32,6 +34,11 @@ AttnRNNConfig.register_for_auto_class()
 AttnRNNModel.register_for_auto_class("AutoModel")
 AttnRNNForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
+# transformers 5 has no translation pipeline; ours is saved into config.custom_pipelines by modeling_attn.hub.
+PIPELINE_REGISTRY.register_pipeline(
+    "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+)
+
 __all__ = [
     "AttnRNNCache",
     "AttnRNNConfig",
@@ -42,5 +49,6 @@ __all__ = [
     "AttnTransformerForConditionalGeneration",
     "AttnTransformerModel",
     "AttnTransformerPreTrainedModel",
+    "TranslationPipeline",
     "__version__",
 ]

@@ -1,6 +1,8 @@
 """The `attn` command line: `attn preset` (model presets), `attn train` (the training recipe, see
 `training/train.py`; every Seq2SeqTrainingArguments flag is accepted), `attn average` (checkpoint averaging),
-`attn translate` and `attn evaluate` (`translate.py`: translation, attention pictures, BLEU/chrF).
+`attn translate` and `attn evaluate` (`translate.py`: translation, attention pictures, BLEU/chrF), `attn push`
+(`hub.py`: upload to the Hugging Face Hub), `attn convert` (`convert_marian.py`: Marian / OPUS-MT checkpoints to
+attn_transformer and back) and `attn export` (`export_ctranslate2.py`: CTranslate2).
 """
 
 from __future__ import annotations
@@ -31,6 +33,15 @@ def main(argv: list[str] | None = None) -> int:
         from training.train import cli_main as train
 
         return train(argv[1:])
+    if argv[:1] in (["convert"], ["export"]):  # Marian conversion, CTranslate2 export: their own parsers
+        from .convert_marian import main as convert
+        from .export_ctranslate2 import main as export
+
+        return (convert if argv[0] == "convert" else export)(argv[1:])
+    if argv[:1] == ["push"]:  # Hub upload (hub.py)
+        from .hub import push_main
+
+        return push_main(argv[1:])
     if argv[:1] in (["translate"], ["evaluate"]):  # their own parsers (translate.py) give `attn translate --help`
         from .translate import evaluate_main, translate_main
 
@@ -45,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands.add_parser("translate", help="translate sentences (arguments, --input FILE or stdin); attention pictures")
     commands.add_parser("evaluate", help="BLEU and chrF (sacreBLEU) of a model on a data split, as JSON")
+    commands.add_parser("push", help="upload a trained model (code, tokenizer, generation config, card) to the Hub")
+    commands.add_parser("convert", help="convert Marian (OPUS-MT) checkpoints to attn_transformer and back")
+    commands.add_parser("export", help="export a model to CTranslate2 (`attn export MODEL --ctranslate2 DIR`)")
     average = commands.add_parser("average", help="average the weights of the last checkpoints (paper, Sec. 6.1)")
     average.add_argument("inputs", nargs="+", help="checkpoint folders, or a training output folder")
     average.add_argument("--output_dir", required=True, help="where to save the averaged model")

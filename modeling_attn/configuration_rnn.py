@@ -12,6 +12,7 @@ from __future__ import annotations
 from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 
+from .loading import ModelTypeGuard
 from .scores import SCORE_NAMES
 from .validation import check_choice, check_positive, check_probability, check_token_ids
 
@@ -20,7 +21,7 @@ DECODER_STYLES = ("bahdanau", "luong")
 
 
 @strict
-class AttnRNNConfig(PreTrainedConfig):
+class AttnRNNConfig(ModelTypeGuard, PreTrainedConfig):
     r"""Configuration of [`AttnRNNModel`] and [`AttnRNNForConditionalGeneration`].
 
     Args:

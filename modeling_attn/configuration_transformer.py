@@ -10,13 +10,14 @@ from huggingface_hub.dataclasses import strict
 from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 
+from .loading import ModelTypeGuard
 from .validation import check_choice, check_positive, check_probability, check_token_ids
 
 POSITIONAL_LAYOUTS = ("interleaved", "halves")
 
 
 @strict
-class AttnTransformerConfig(PreTrainedConfig):
+class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
     r"""Configuration of [`AttnTransformerModel`] and [`AttnTransformerForConditionalGeneration`].
 
     Args:
@@ -43,6 +44,8 @@ class AttnTransformerConfig(PreTrainedConfig):
         max_position_embeddings: longest sequence the position table covers.
         share_encoder_decoder_embeddings: one embedding matrix for source and target (Sec. 3.4).
         tie_word_embeddings: the pre-softmax projection shares the target embedding matrix (Sec. 3.4).
+        final_logits_bias: add a fixed (1, decoder_vocab_size) bias to the logits, a saved buffer that is not
+            trained (not in the paper; Marian / OPUS-MT models have one, see `convert_marian.py`).
         use_cache: return and use the key/value cache when decoding.
         pad_token_id, bos_token_id, eos_token_id, decoder_start_token_id: special token ids.
     """
@@ -74,6 +77,7 @@ class AttnTransformerConfig(PreTrainedConfig):
     max_position_embeddings: int = 1024
     share_encoder_decoder_embeddings: bool = True
     tie_word_embeddings: bool = True
+    final_logits_bias: bool = False
     use_cache: bool = True
     is_encoder_decoder: bool = True
     pad_token_id: int | None = 0

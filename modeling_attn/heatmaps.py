@@ -103,9 +103,13 @@ def attention_from_generate(
     source_ids = input_ids[source_row, :source_length].tolist()
 
     num_steps = len(cross_steps)
-    prompt_length = sequences.shape[1] - num_steps  # the decoder start token(s)
-    generated = sequences[index, prompt_length:].tolist()
     beam_indices = getattr(outputs, "beam_indices", None)
+    # The decoder start token(s) precede the generated tokens. Beam search may run steps past the length of the
+    # sequences it returns (it stops once no running beam can beat the finished ones); its beam_indices have one
+    # column per returned token.
+    generated_columns = beam_indices.shape[1] if beam_indices is not None else num_steps
+    prompt_length = sequences.shape[1] - generated_columns
+    generated = sequences[index, prompt_length:].tolist()
     length = num_steps
     if beam_indices is not None:
         length = int((beam_indices[index] >= 0).sum())

@@ -29,14 +29,26 @@ def check_token_ids(token_ids: torch.Tensor, vocab_size: int, name: str, ignore_
         raise IndexError(f"{name} holds token id {bad} at (batch, position) {tuple(where)}; ids must be in {allowed}")
 
 
-def check_attention_mask(mask: torch.Tensor | None, expected: tuple[int, int] | torch.Size, name: str) -> None:
-    """Raise if a 2D padding mask does not have the (batch, length) shape of the tokens it masks."""
+def check_attention_mask(
+    mask: torch.Tensor | None, expected: tuple[int, int] | torch.Size, name: str, require_token: bool = False
+) -> None:
+    """Raise if a 2D padding mask does not have the (batch, length) shape of the tokens it masks, holds values
+    other than 0 and 1 (an integer 2 would silently count as 1), or, with `require_token`, masks a whole row."""
     if mask is None or mask.dim() == 4:  # 4D masks are taken as prepared by the caller
         return
     if mask.dim() != 2 or tuple(mask.shape) != tuple(expected):
         raise ValueError(f"{name} has shape {tuple(mask.shape)}, expected (batch, length) = {tuple(expected)}")
-    if mask.is_floating_point() and not is_torchdynamo_compiling() and ((mask != 0) & (mask != 1)).any():
-        raise ValueError(f"{name} must hold 0 (padding) and 1 (token) only")
+    if is_torchdynamo_compiling():
+        return
+    if mask.dtype != torch.bool and ((mask != 0) & (mask != 1)).any():
+        bad = ((mask != 0) & (mask != 1)).nonzero()[0].tolist()
+        raise ValueError(
+            f"{name} must hold 0 (padding) and 1 (token) only, got {mask[bad[0], bad[1]].item()} at "
+            f"(batch, position) {tuple(bad)}"
+        )
+    if require_token and not mask.bool().any(dim=1).all():
+        row = (~mask.bool().any(dim=1)).nonzero()[0].item()
+        raise ValueError(f"{name} row {row} masks every token; each sentence needs at least one")
 
 
 def shift_tokens_right(labels: torch.Tensor, pad_token_id: int, decoder_start_token_id: int) -> torch.Tensor:
@@ -67,6 +79,11 @@ def token_loss(
     With gradient accumulation Trainer passes `num_items_in_batch`, the token count of the whole
     accumulated batch, so that the accumulated gradient equals that of one large batch.
     """
+    if logits.shape[:2] != labels.shape:
+        raise ValueError(
+            f"labels have shape {tuple(labels.shape)} but the decoder produced logits for (batch, length) = "
+            f"{tuple(logits.shape[:2])}; pass decoder_input_ids of the same shape as labels, or labels alone"
+        )
     total = torch.nn.functional.cross_entropy(
         logits.flatten(0, 1).float(), labels.flatten().to(logits.device), ignore_index=-100, reduction="sum"
     )
@@ -100,4 +117,24 @@ def lookup_embeddings(
             f"{name}inputs_embeds must be a non-empty (batch, length, width) tensor, got shape "
             f"{tuple(inputs_embeds.shape)}"
         )
+    if inputs_embeds.shape[-1] != embedding.embedding_dim:
+        raise ValueError(
+            f"{name}inputs_embeds has width {inputs_embeds.shape[-1]}, but the model's embeddings have "
+            f"{embedding.embedding_dim} (shape {tuple(inputs_embeds.shape)})"
+        )
     return inputs_embeds
+
+
+def check_encoder_states(encoder_hidden_states: torch.Tensor, batch_size: int, width: int) -> None:
+    """Raise if the encoder output does not fit the decoder input: same batch, the model's width."""
+    if encoder_hidden_states.dim() != 3 or encoder_hidden_states.shape[0] != batch_size:
+        raise ValueError(
+            f"the decoder input (decoder_input_ids, labels or decoder_inputs_embeds) has batch size {batch_size}, "
+            f"but the encoder output (from input_ids or encoder_outputs) has shape "
+            f"{tuple(encoder_hidden_states.shape)}"
+        )
+    if encoder_hidden_states.shape[-1] != width:
+        raise ValueError(
+            f"encoder_outputs have width {encoder_hidden_states.shape[-1]}, expected d_model={width} "
+            f"(shape {tuple(encoder_hidden_states.shape)})"
+        )

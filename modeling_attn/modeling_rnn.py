@@ -58,6 +58,7 @@ from transformers.utils import can_return_tuple
 
 from .attention import attend
 from .configuration_rnn import AttnRNNConfig
+from .generation import SourceRelativeLengthMixin
 from .inputs import (
     check_attention_mask,
     decoder_inputs_for_labels,
@@ -65,6 +66,7 @@ from .inputs import (
     shift_tokens_right,
     token_loss,
 )
+from .loading import SafetensorsOnly
 from .masks import padding_mask
 from .remote_code import list_heads_in_auto_map
 from .scores import build_score
@@ -359,7 +361,7 @@ class AttnRNNDecoder(nn.Module):
         )
 
 
-class AttnRNNPreTrainedModel(PreTrainedModel):
+class AttnRNNPreTrainedModel(SafetensorsOnly, PreTrainedModel):
     config: AttnRNNConfig
     config_class = AttnRNNConfig
     base_model_prefix = "model"
@@ -443,7 +445,7 @@ class AttnRNNModel(AttnRNNPreTrainedModel):
         )
 
 
-class AttnRNNForConditionalGeneration(AttnRNNPreTrainedModel, GenerationMixin):
+class AttnRNNForConditionalGeneration(SourceRelativeLengthMixin, AttnRNNPreTrainedModel, GenerationMixin):
     """The RNN encoder-decoder with its output projection (W_o, Bahdanau A.2.2; W_s, Luong Eq. 6): a translation model.
 
     `labels` (B, T) give the loss: token-level cross-entropy summed over non -100 positions and divided by

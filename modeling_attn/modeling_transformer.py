@@ -40,13 +40,16 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention import MultiHeadAttention
 from .configuration_transformer import AttnTransformerConfig
+from .generation import SourceRelativeLengthMixin
 from .inputs import (
     check_attention_mask,
+    check_encoder_states,
     decoder_inputs_for_labels,
     lookup_embeddings,
     shift_tokens_right,
     token_loss,
 )
+from .loading import SafetensorsOnly
 from .remote_code import list_heads_in_auto_map
 
 
@@ -165,7 +168,7 @@ class AttnTransformerDecoderLayer(AttnTransformerEncoderLayer):
         return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
 
 
-class AttnTransformerPreTrainedModel(PreTrainedModel):
+class AttnTransformerPreTrainedModel(SafetensorsOnly, PreTrainedModel):
     config: AttnTransformerConfig
     config_class = AttnTransformerConfig
     base_model_prefix = "model"
@@ -195,6 +198,8 @@ class AttnTransformerPreTrainedModel(PreTrainedModel):
             init.zeros_(module.bias)
         elif isinstance(module, AttnTransformerPositionalEncoding):
             init.copy_(module.table, module.build_table())
+        elif getattr(module, "final_logits_bias", None) is not None:
+            init.zeros_(module.final_logits_bias)
 
 
 def _embed(stack, input_ids, inputs_embeds, vocab_size: int, offset: int, name: str) -> torch.Tensor:
@@ -235,7 +240,7 @@ class AttnTransformerEncoder(AttnTransformerPreTrainedModel):
         **kwargs,
     ) -> BaseModelOutput:
         hidden_states = _embed(self, input_ids, inputs_embeds, self.config.vocab_size, 0, "")
-        check_attention_mask(attention_mask, hidden_states.shape[:2], "attention_mask")
+        check_attention_mask(attention_mask, hidden_states.shape[:2], "attention_mask", require_token=True)
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
@@ -295,6 +300,7 @@ class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
             )
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden_states = _embed(self, input_ids, inputs_embeds, self.config.decoder_vocab_size, past_length, "decoder_")
+        check_encoder_states(encoder_hidden_states, hidden_states.shape[0], self.config.d_model)
         if attention_mask is not None:
             check_attention_mask(
                 attention_mask,
@@ -409,7 +415,9 @@ class AttnTransformerModel(AttnTransformerPreTrainedModel):
         )
 
 
-class AttnTransformerForConditionalGeneration(AttnTransformerPreTrainedModel, GenerationMixin):
+class AttnTransformerForConditionalGeneration(
+    SourceRelativeLengthMixin, AttnTransformerPreTrainedModel, GenerationMixin
+):
     """The Transformer with its pre-softmax projection (tied to the target embeddings, Sec. 3.4): a translation model.
 
     `labels` (B, T) give the loss: token-level cross-entropy summed over non -100 positions and divided by
@@ -421,6 +429,9 @@ class AttnTransformerForConditionalGeneration(AttnTransformerPreTrainedModel, Ge
         super().__init__(config)
         self.model = AttnTransformerModel(config)
         self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
+        # config.final_logits_bias: a fixed bias on the logits (Marian's), saved but not trained, as Marian keeps it
+        bias = torch.zeros(1, config.decoder_vocab_size) if config.final_logits_bias else None
+        self.register_buffer("final_logits_bias", bias)
         source = (
             "model.shared.weight" if config.share_encoder_decoder_embeddings else "model.decoder.embed_tokens.weight"
         )
@@ -435,6 +446,16 @@ class AttnTransformerForConditionalGeneration(AttnTransformerPreTrainedModel, Ge
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _reorder_cache(self, past_key_values: EncoderDecoderCache, beam_idx: torch.Tensor) -> EncoderDecoderCache:
+        """Beam search: follow the surviving beams in the self-attention cache only.
+
+        `beam_idx` picks beams of the same sentence, and every beam of a sentence attends to the same encoder
+        output, so the cross-attention keys/values are unchanged by the reordering; transformers' default
+        reorders them too, copying them at every step for nothing (a quarter of beam search's time on CPU).
+        """
+        past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        return past_key_values
 
     @can_return_tuple
     def forward(
@@ -470,6 +491,8 @@ class AttnTransformerForConditionalGeneration(AttnTransformerPreTrainedModel, Ge
             **kwargs,
         )
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+        if self.final_logits_bias is not None:
+            logits = logits + self.final_logits_bias
         loss = token_loss(logits, labels, num_items_in_batch) if labels is not None else None
         return Seq2SeqLMOutput(
             loss=loss,

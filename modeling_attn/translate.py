@@ -9,6 +9,11 @@
 - `evaluate_main(argv)` is `attn evaluate --model M --data D --split test`: translates a split read by the
   training recipe's loader (`training.data.load_parallel_data`, same formats as `attn train --data`) and prints
   BLEU and chrF with their sacreBLEU signatures (`training.metrics.translation_scores`) as JSON.
+
+Bad input stops with a message naming it: a model folder that does not exist or holds a corrupt weights file, a
+tokenizer with more tokens than the model's vocabulary, an input file that is not UTF-8 (file and line), a sentence
+longer than the Transformer's position table (`max_position_embeddings`; it is refused, never cut silently). On the
+command line these end with `attn translate: error: ...` and exit status 2.
 """
 
 from __future__ import annotations
@@ -24,11 +29,42 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from safetensors import SafetensorError
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from .heatmaps import ALIGNMENT_MODES, TranslationAttention, attention_from_generate
 
 GENERATION_FLAGS = ("num_beams", "length_penalty", "max_new_tokens")
+
+
+class TranslateError(ValueError):
+    """Bad input to `attn translate` / `attn evaluate`; the message names the file, line or sentence."""
+
+
+class SentenceTooLong(TranslateError):
+    """A sentence has more tokens than the model's position table; `row` is its index in the batch."""
+
+    def __init__(self, message: str, row: int):
+        super().__init__(message)
+        self.row = row
+
+
+def _looks_local(name: str) -> bool:
+    """Whether `name` can only be a local path (a Hub repo id is `name` or `namespace/name`)."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).is_absolute()
+
+
+def check_tokenizer_fits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, where: str) -> None:
+    """Raise if the tokenizer can produce ids the model has no embedding for."""
+    sizes = {"vocab_size": model.config.vocab_size}
+    if getattr(model.config, "decoder_vocab_size", None) is not None:
+        sizes["decoder_vocab_size"] = model.config.decoder_vocab_size
+    for field, size in sizes.items():
+        if len(tokenizer) > size:
+            raise TranslateError(
+                f"{where}: the tokenizer has {len(tokenizer)} tokens but the model's config.{field} is {size}; ids "
+                f"{size}..{len(tokenizer) - 1} have no embedding. Use the tokenizer the model was trained with."
+            )
 
 
 def load_model(
@@ -40,11 +76,23 @@ def load_model(
     """
     import modeling_attn  # noqa: F401  (registers the model types with the Auto classes)
 
+    folder = Path(model_name_or_path).expanduser()
+    if not folder.exists() and _looks_local(str(model_name_or_path)):
+        raise FileNotFoundError(f"{model_name_or_path}: no such model folder")
+    if folder.is_dir() and not (folder / "config.json").is_file():
+        raise FileNotFoundError(
+            f"{model_name_or_path}: no config.json (a folder written by save_pretrained or attn train)"
+        )
     config = AutoConfig.from_pretrained(model_name_or_path)
     kwargs = {"attn_implementation": "eager"} if eager and config.model_type == "attn_transformer" else {}
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, **kwargs)
+    try:
+        model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, **kwargs)
+    except SafetensorError as error:  # its own message names no file
+        raise OSError(f"{model_name_or_path}: the safetensors weights are corrupt or truncated ({error})") from error
+    tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+    check_tokenizer_fits(model, tokenizer, str(model_name_or_path))
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return model.to(device).eval(), AutoTokenizer.from_pretrained(model_name_or_path)
+    return model.to(device).eval(), tokenizer
 
 
 def generation_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -76,12 +124,19 @@ def translate_batch(
     if not rows:
         return translations, attentions
     encoded = tokenizer(
-        [sentences[row] for row in rows],
-        padding=True,
-        truncation=True,
-        return_tensors="pt",
-        return_token_type_ids=False,
+        [sentences[row] for row in rows], padding=True, return_tensors="pt", return_token_type_ids=False
     ).to(model.device)
+    # Sentences are never cut: a sentence longer than the position table is refused, naming it.
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and encoded["input_ids"].shape[1] > limit:
+        lengths = encoded["attention_mask"].sum(dim=1).tolist()
+        index = max(range(len(rows)), key=lambda i: lengths[i])
+        sentence = sentences[rows[index]]
+        raise SentenceTooLong(
+            f"sentence {rows[index]} of the batch ({sentence[:40]!r}{'...' if len(sentence) > 40 else ''}) has "
+            f"{lengths[index]} tokens, more than the model's max_position_embeddings={limit}; split it",
+            rows[index],
+        )
     if output_attentions:
         generate_kwargs.update(output_attentions=True, return_dict_in_generate=True)
     outputs = model.generate(
@@ -138,12 +193,21 @@ def _write_pictures(args: argparse.Namespace, number: int, attention: Translatio
         save_bertviz_json(attention, path)
 
 
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
+    return value
+
+
 def _add_model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", required=True, help="model folder or Hub repo (with its tokenizer)")
-    parser.add_argument("--batch_size", type=int, default=32, help="sentences per generate() call (32)")
-    parser.add_argument("--num_beams", type=int, help="beam size (default: the model's generation_config)")
+    parser.add_argument("--batch_size", type=_positive_int, default=32, help="sentences per generate() call (32)")
+    parser.add_argument("--num_beams", type=_positive_int, help="beam size (default: the model's generation_config)")
     parser.add_argument("--length_penalty", type=float, help="beam length penalty (default: generation_config)")
-    parser.add_argument("--max_new_tokens", type=int, help="longest translation (default: generation_config)")
+    parser.add_argument(
+        "--max_new_tokens", type=_positive_int, help="longest translation (default: generation_config)"
+    )
     parser.add_argument("--device", help="cpu, cuda, cuda:1... (default: cuda if available)")
 
 
@@ -183,16 +247,38 @@ def _input_lines(args: argparse.Namespace, files: contextlib.ExitStack) -> tuple
     if args.text:
         return args.text, len(args.text)
     if args.input and args.input != "-":
-        handle = files.enter_context(open(args.input, encoding="utf-8"))  # noqa: SIM115 (the stack closes it)
+        handle = files.enter_context(open(args.input, "rb"))  # noqa: SIM115 (the stack closes it)
         total = sum(1 for _ in handle)
         handle.seek(0)
-        return (line.rstrip("\r\n") for line in handle), total
+        return _decoded_lines(handle, args.input), total
     return (line.rstrip("\r\n") for line in sys.stdin), None
+
+
+def _decoded_lines(handle, path: str) -> Iterator[str]:
+    """The lines of a binary file as UTF-8 text (a leading byte-order mark dropped), naming file and line on bad
+    bytes."""
+    for number, raw in enumerate(handle, 1):
+        try:
+            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+        except UnicodeDecodeError as error:
+            raise TranslateError(
+                f"{path}:{number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
+                "re-encode the file as UTF-8"
+            ) from None
+        yield line.rstrip("\r\n")
 
 
 def translate_main(argv: list[str] | None = None) -> int:
     """`attn translate`: see `translate_parser`."""
     args = translate_parser().parse_args(argv)
+    try:
+        return _translate(args)
+    except (OSError, TranslateError) as error:
+        print(f"attn translate: error: {error}", file=sys.stderr)
+        return 2
+
+
+def _translate(args: argparse.Namespace) -> int:
     templates = (args.attention_png, args.self_attention_png, args.attention_json)
     if args.attention_png or args.self_attention_png:
         from .heatmaps import _figure_class
@@ -212,9 +298,13 @@ def translate_main(argv: list[str] | None = None) -> int:
         number = 0
         for batch in _batches(lines, batch_size):
             wanted = [_picture_path(template, number + i) for template in templates for i in range(len(batch))]
-            translations, attentions = translate_batch(
-                model, tokenizer, batch, output_attentions=any(wanted), **overrides
-            )
+            try:
+                translations, attentions = translate_batch(
+                    model, tokenizer, batch, output_attentions=any(wanted), **overrides
+                )
+            except SentenceTooLong as error:
+                where = f"{args.input}:{number + error.row + 1}" if args.input and args.input != "-" else "input"
+                raise TranslateError(f"{where}: {error}") from None
             for offset, translation in enumerate(translations):
                 print(translation, flush=True)
                 if attentions is not None:
@@ -287,7 +377,11 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     table = parallel.splits[args.split]
     if args.max_samples is not None:
         table = table.select(range(min(args.max_samples, len(table))))
-    model, tokenizer = load_model(args.model, args.device)
+    try:
+        model, tokenizer = load_model(args.model, args.device)
+    except (OSError, TranslateError) as error:
+        print(f"attn evaluate: error: {error}", file=sys.stderr)
+        return 2
     overrides = generation_overrides(args)
     start = time.perf_counter()
     scores, hypotheses = evaluate(
@@ -317,4 +411,13 @@ def evaluate_main(argv: list[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["evaluate", "evaluate_main", "load_model", "translate", "translate_batch", "translate_main"]
+__all__ = [
+    "TranslateError",
+    "check_tokenizer_fits",
+    "evaluate",
+    "evaluate_main",
+    "load_model",
+    "translate",
+    "translate_batch",
+    "translate_main",
+]

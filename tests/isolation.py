@@ -46,4 +46,7 @@ def run_isolated(code: str, cwd: Path, env: dict[str, str] | None = None, timeou
     )
     if result.returncode != 0:
         raise AssertionError(f"isolated process failed ({result.returncode}):\n{result.stderr[-4000:]}")
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    try:
+        return json.loads(result.stdout.strip().splitlines()[-1])
+    except (IndexError, json.JSONDecodeError) as error:
+        raise AssertionError(f"isolated process printed no JSON last:\n{result.stdout[:3000]}") from error

@@ -59,6 +59,9 @@ def train_rnn_reverser(steps: int = 400, **variant):
                            attention_size=32, readout_size=32, **variant)  # fmt: skip
     model = AttnRNNForConditionalGeneration(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+    # A constant rate of 1e-2 ends wherever its last steps bounce (97.8% at 400 steps, 95.8% at 600 on one CPU,
+    # 100% on another); annealing it to zero lets the last steps settle.
+    schedule = torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=steps)
     generator = torch.Generator().manual_seed(1)
     with one_thread():
         for _ in range(steps):
@@ -68,4 +71,5 @@ def train_rnn_reverser(steps: int = 400, **variant):
             loss.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
+            schedule.step()
     return model.eval()

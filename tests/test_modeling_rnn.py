@@ -283,7 +283,7 @@ def test_presets_and_auto_classes():
 
 
 @pytest.mark.parametrize("variant", [VARIANTS[0], VARIANTS[3]], ids=[IDS[0], IDS[3]])
-def test_save_load_round_trip_is_bitwise(tmp_path, variant):
+def test_save_load_round_trip_keeps_weights_bitwise(tmp_path, variant):
     model = make_model(**variant)
     input_ids, attention_mask = source_batch()
     decoder_input_ids = torch.randint(3, VOCAB, (3, 4))
@@ -300,8 +300,13 @@ def test_save_load_round_trip_is_bitwise(tmp_path, variant):
     }
     loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path).eval()
     assert type(loaded) is AttnRNNForConditionalGeneration
+    loaded_weights = loaded.state_dict()
+    assert model.state_dict().keys() == loaded_weights.keys()
+    assert all(torch.equal(value, loaded_weights[name]) for name, value in model.state_dict().items())
+    # Same weights, but the loaded ones may sit at other memory alignments (safetensors memory-maps the file), and
+    # the CPU matrix kernels round differently for differently aligned inputs: the logits agree to float32 noise.
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
-    assert torch.equal(loaded(**inputs).logits, model(**inputs).logits)
+    torch.testing.assert_close(loaded(**inputs).logits, model(**inputs).logits, rtol=0, atol=1e-5)
 
 
 def test_tied_and_shared_embeddings_survive_loading(tmp_path):
@@ -341,16 +346,19 @@ def test_remote_code_loading_in_a_fresh_process(tmp_path):
     for name, expected in zip(result["classes"], ["AttnRNNForConditionalGeneration", "AttnRNNModel"], strict=True):
         assert name.startswith("transformers_modules.") and name.endswith(f".modeling_rnn.{expected}")
     remote = torch.load(tmp_path / "outputs.pt")
-    assert torch.equal(
+    # float32 noise only: the loaded weights sit at other memory alignments (see the round-trip test above).
+    torch.testing.assert_close(
         remote["hidden"],
         model.model(
             input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=torch.ones(3, 2, dtype=torch.long)
         ).last_hidden_state,
+        rtol=0,
+        atol=1e-5,
     )
     logits = model(
         input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=torch.ones(3, 2, dtype=torch.long)
     ).logits
-    assert torch.equal(remote["logits"], logits)
+    torch.testing.assert_close(remote["logits"], logits, rtol=0, atol=1e-5)
     assert torch.equal(
         remote["beams"], model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=6, num_beams=3)
     )

@@ -241,6 +241,29 @@ def test_beam_search_and_sampling_run_and_beam_one_is_greedy():
     torch.testing.assert_close(beam4.sequences_scores, expected, atol=1e-4, rtol=1e-4)
 
 
+def test_beam_search_reorders_only_the_self_attention_cache(monkeypatch):
+    """The beams of a sentence share its encoder output, so skipping the cross-attention reordering (a speed-up)
+    must give exactly what transformers' default, reordering both caches, gives."""
+    input_ids, attention_mask, _ = padded_batch()
+    model = tiny_model("sdpa", seed=3)
+    settings = dict(attention_mask=attention_mask, max_new_tokens=8, num_beams=4, return_dict_in_generate=True)
+    reorders = []
+    reorder = DynamicCache.reorder_cache
+    monkeypatch.setattr(
+        DynamicCache, "reorder_cache", lambda cache, beam_idx: (reorders.append(1), reorder(cache, beam_idx))
+    )
+    with torch.no_grad():
+        ours = model.generate(input_ids, output_scores=True, **settings)
+        ours_reorders = len(reorders)
+        monkeypatch.setattr(
+            type(model), "_reorder_cache", lambda self, cache, beam_idx: (cache.reorder_cache(beam_idx), cache)[1]
+        )
+        full = model.generate(input_ids, output_scores=True, **settings)
+    assert len(reorders) - ours_reorders == 2 * ours_reorders > 0  # the default reorders both caches at each step
+    assert torch.equal(ours.sequences, full.sequences)
+    torch.testing.assert_close(ours.sequences_scores, full.sequences_scores)
+
+
 def test_save_pretrained_round_trip_is_bitwise_and_keeps_ties(tmp_path):
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     model = tiny_model("sdpa")

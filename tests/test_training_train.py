@@ -20,10 +20,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from huggingface_hub import ModelCard
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer
 
 import modeling_attn  # noqa: F401
+from modeling_attn.cli import main as attn
 from modeling_attn.presets import load_preset
 from training.data import DataError
 from training.synthetic import generate_pairs
@@ -121,6 +123,30 @@ def test_end_to_end_outputs(trained_tiny):
     last = [load_file(trained_tiny / f"checkpoint-{step}" / "model.safetensors") for step in (20, 30)]
     name = "model.shared.weight"
     torch.testing.assert_close(averaged[name], (last[0][name].double() + last[1][name].double()).div(2).float())
+
+
+def test_model_card_of_a_trained_model_reports_its_test_results(trained_tiny, tmp_path):
+    """`attn push` of a training folder: the card's model-index holds the numbers of its test_results.json."""
+    results = json.loads((trained_tiny / "test_results.json").read_text())
+    assert (results["source_lang"], results["target_lang"], results["split"]) == ("date", "iso", "test")
+    assert (
+        attn(["push", "--model", str(trained_tiny), "--repo-id", "me/dates", "--save-to", str(tmp_path / "hub")]) == 0
+    )
+    card = ModelCard.load(tmp_path / "hub" / "README.md")
+    expected = {"bleu": round(results["test_bleu"], 2), "chrf": round(results["test_chrf"], 2)}
+    assert {result.metric_type: result.metric_value for result in card.data.eval_results} == expected
+    assert card.data.language == ["date", "iso"] and "attn_transformer" in card.data.tags
+    assert "30 steps with `attn train`" in card.text
+    picture = (tmp_path / "hub" / "attention.png").is_file()  # made by the run when matplotlib is installed
+    assert ("![attention of one test translation](attention.png)" in card.text) == picture
+
+
+def test_bad_flags_name_what_is_wrong(tmp_path):
+    with pytest.raises(ValueError, match=r"--config_overrides: \['d_modle'\] are not fields of the 'tiny' preset"):
+        train(tmp_path, "--config_overrides", "d_modle=32", *QUIET, "--max_steps", "1")
+    missing = tmp_path / "never-trained"
+    with pytest.raises(ValueError, match=f"--resume_from_checkpoint: --output_dir {missing} does not exist"):
+        parse_args(["--output_dir", str(missing), "--resume_from_checkpoint", "last"])
 
 
 def test_resume_gives_the_same_weights(tmp_path):

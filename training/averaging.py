@@ -13,6 +13,7 @@ import shutil
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
@@ -37,7 +38,10 @@ def load_weights(checkpoint: str | Path) -> dict[str, torch.Tensor]:
         raise FileNotFoundError(f"{checkpoint}: no model*.safetensors file")
     weights: dict[str, torch.Tensor] = {}
     for file in files:
-        weights.update(load_file(file))
+        try:
+            weights.update(load_file(file))
+        except SafetensorError as error:  # its own message names no file
+            raise OSError(f"{file}: corrupt or truncated safetensors file ({error})") from error
     return weights
 
 

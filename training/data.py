@@ -10,7 +10,8 @@ Three sources, chosen by `--data`:
 
 Every file is read and checked before training starts. Non-UTF-8 bytes, a wrong number of fields and mismatched
 line counts raise `DataError` naming the file and line. Empty sentences raise too, unless `drop_empty=True`, which
-drops them and reports how many and where.
+drops them and reports how many and where. A UTF-8 byte-order mark at the start of a file is dropped (Windows
+editors write one). A `--data` that is neither a folder nor a dataset `datasets` can open raises `DataError` naming it.
 """
 
 from __future__ import annotations
@@ -81,7 +82,7 @@ def read_lines(path: Path) -> list[str]:
         with _open_binary(path) as handle:
             for number, raw in enumerate(handle, 1):
                 try:
-                    lines.append(raw.decode("utf-8").rstrip("\r\n"))
+                    lines.append(raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n"))
                 except UnicodeDecodeError as error:
                     raise DataError(
                         f"{path}:{number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
@@ -150,6 +151,8 @@ def _read_text_pair(folder: Path, stem: str, source_lang: str, target_lang: str)
         missing = f"{stem}.{source_lang}" if source_path is None else f"{stem}.{target_lang}"
         raise DataError(f"{folder}: {missing}[.gz] is missing (split {stem!r} needs one file per language)")
     sources, targets = read_lines(source_path), read_lines(target_path)
+    if not sources and not targets:
+        raise DataError(f"{source_path} and {target_path} are empty (split {stem!r} holds no sentence pair)")
     if len(sources) != len(targets):
         longer, shorter = (source_path, target_path) if len(sources) > len(targets) else (target_path, source_path)
         first_unmatched = min(len(sources), len(targets)) + 1
@@ -165,7 +168,10 @@ def _read_text_pair(folder: Path, stem: str, source_lang: str, target_lang: str)
 
 def _read_tsv(path: Path) -> list[tuple[str, str, str]]:
     pairs = []
-    for number, line in enumerate(read_lines(path), 1):
+    lines = read_lines(path)
+    if not lines:
+        raise DataError(f"{path}: empty file (no sentence pair)")
+    for number, line in enumerate(lines, 1):
         fields = line.split("\t")
         if len(fields) != 2:
             raise DataError(f"{path}:{number}: expected 2 tab-separated fields (source, target), found {len(fields)}")
@@ -175,7 +181,10 @@ def _read_tsv(path: Path) -> list[tuple[str, str, str]]:
 
 def _read_jsonl(path: Path, source_lang: str, target_lang: str) -> list[tuple[str, str, str]]:
     pairs = []
-    for number, line in enumerate(read_lines(path), 1):
+    lines = read_lines(path)
+    if not lines:
+        raise DataError(f"{path}: empty file (no sentence pair)")
+    for number, line in enumerate(lines, 1):
         if not line.strip():
             raise DataError(f"{path}:{number}: empty line (each line must be one JSON object)")
         try:
@@ -234,11 +243,22 @@ def _load_folder(folder: Path, source_lang: str | None, target_lang: str | None,
 def _load_hub(name: str, config: str | None, source_lang: str | None, target_lang: str | None,
               drop_empty: bool) -> ParallelData:  # fmt: skip
     path = Path(name)
-    loaded = (
-        datasets.load_from_disk(name)
-        if (path / "dataset_dict.json").is_file()
-        else datasets.load_dataset(name, config)
-    )
+    if path.is_file():
+        raise DataError(
+            f"{name} is a file; --data takes a folder of {{split}}.{{lang}}, {{split}}.tsv or {{split}}.jsonl files "
+            "(or a dataset name)"
+        )
+    try:
+        loaded = (
+            datasets.load_from_disk(name)
+            if (path / "dataset_dict.json").is_file()
+            else datasets.load_dataset(name, config)
+        )
+    except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as error:
+        where = "no such folder" if not path.exists() else "a folder with no train.* files"
+        raise DataError(
+            f"{name}: {where}, and not a dataset datasets.load_dataset can open ({type(error).__name__}: {error})"
+        ) from None
     report, splits = DataReport(), {}
     aliases = {alias: split for split, stems in SPLIT_STEMS.items() for alias in stems}
     for split_name, table in loaded.items():

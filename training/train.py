@@ -3,7 +3,9 @@
 Steps: load and check the parallel data (`training.data`), train a joint BPE vocabulary or reuse a tokenizer
 (`training.tokenizer`), build the model from a preset or load it (`--model_name_or_path`), then train with
 `TranslationTrainer` (transformers' `Seq2SeqTrainer`), average the last checkpoints (`training.averaging`), evaluate
-on the test set, and write test_results.json and a plot of the training curves.
+on the test set, and write test_results.json and a plot of the training curves; with `--push_to_hub`, upload the
+final model with `modeling_attn.hub.push_to_hub` (`--hub_model_id`, default the output folder's name;
+`--hub_private_repo`, `--hub_revision`, `--hub_token`).
 
 The paper's recipe (Sec. 5.3-5.4, 6.1) is the default of the Trainer flags:
 - Adam with beta1 0.9, beta2 0.98, eps 1e-9 (`--optim adamw_torch` with `--weight_decay 0` is Adam);
@@ -17,6 +19,7 @@ Trainer's scheduler applies the rate of step n-1 at update n (the logged rate at
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import logging
@@ -41,7 +44,8 @@ from transformers import (
 from transformers.integrations import is_tensorboard_available
 from transformers.trainer_utils import get_last_checkpoint
 
-import modeling_attn  # noqa: F401  (registers the model types with the Auto classes)
+from modeling_attn import AttnRNNConfig, AttnTransformerConfig  # registers the model types with the Auto classes
+from modeling_attn.hub import push_to_hub
 from modeling_attn.presets import load_preset
 
 from .averaging import average_checkpoints, find_checkpoints, load_weights
@@ -55,6 +59,7 @@ logger = logging.getLogger("training")
 
 MODEL_TYPES = ("attn_transformer", "attn_rnn")
 DEFAULT_PRESETS = {"attn_transformer": "small", "attn_rnn": "rnn-small"}
+CONFIG_CLASSES = {"attn_transformer": AttnTransformerConfig, "attn_rnn": AttnRNNConfig}
 
 # The paper's recipe, as defaults of transformers' own Seq2SeqTrainingArguments flags.
 PAPER_DEFAULTS = {
@@ -167,6 +172,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqT
     # Marks a --learning_rate given by the user; otherwise it is computed from d_model (paper_learning_rate).
     training_args.learning_rate_given = "learning_rate" in given
     if training_args.resume_from_checkpoint in ("True", "true", "last"):
+        if not Path(training_args.output_dir).is_dir():
+            raise ValueError(f"--resume_from_checkpoint: --output_dir {training_args.output_dir} does not exist")
         training_args.resume_from_checkpoint = get_last_checkpoint(training_args.output_dir)
         if training_args.resume_from_checkpoint is None:
             raise ValueError(f"--resume_from_checkpoint: no checkpoint in {training_args.output_dir}")
@@ -227,6 +234,10 @@ def build_model(recipe: RecipeArguments, tokenizer: PreTrainedTokenizerBase):
     if recipe.model_name_or_path is not None:
         return AutoModelForSeq2SeqLM.from_pretrained(recipe.model_name_or_path)
     preset = recipe.preset or DEFAULT_PRESETS[recipe.model_type]
+    overrides = _parse_overrides(recipe.config_overrides)
+    fields = {field.name for field in dataclasses.fields(CONFIG_CLASSES[load_preset(preset).model_type])}
+    if unknown := sorted(set(overrides) - fields):
+        raise ValueError(f"--config_overrides: {unknown} are not fields of the {preset!r} preset's config")
     start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.pad_token_id
     config = load_preset(
         preset,
@@ -235,7 +246,7 @@ def build_model(recipe: RecipeArguments, tokenizer: PreTrainedTokenizerBase):
         bos_token_id=start,
         eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=start,
-        **_parse_overrides(recipe.config_overrides),
+        **overrides,
     )
     if config.model_type != recipe.model_type:
         raise ValueError(f"preset {preset!r} is a {config.model_type} model but --model_type is {recipe.model_type}")
@@ -290,13 +301,20 @@ def _write_alignment_picture(trainer: TranslationTrainer, sentence: str, path: P
     logger.info(f"attention picture: {path}")
 
 
-def _write_final_results(trainer: TranslationTrainer, test_dataset, raw_test, metrics_fn: TranslationMetrics,
-                         recipe: RecipeArguments, output_dir: Path) -> dict:  # fmt: skip
+def _write_final_results(trainer: TranslationTrainer, test_dataset, parallel: ParallelData,
+                         metrics_fn: TranslationMetrics, recipe: RecipeArguments, output_dir: Path) -> dict:  # fmt: skip
+    raw_test = parallel.splits["test"]
     output = trainer.predict(test_dataset, metric_key_prefix="test")
     hypotheses = metrics_fn.last_hypotheses
     scores = translation_scores(hypotheses, list(raw_test["target"]))
+    # What the model card (`attn push`) reports with the scores: data, languages, decoding.
+    settings = trainer.args
     results = {**output.metrics, "test_bleu_signature": scores["bleu_signature"],
-               "test_chrf_signature": scores["chrf_signature"]}  # fmt: skip
+               "test_chrf_signature": scores["chrf_signature"], "data": recipe.data or "embedded dates task",
+               "split": "test", "source_lang": parallel.source_lang, "target_lang": parallel.target_lang,
+               "sentences": len(hypotheses),
+               "generation": {"num_beams": settings.generation_num_beams, "length_penalty": recipe.length_penalty,
+                              "max_length": settings.generation_max_length}}  # fmt: skip
     if trainer.is_world_process_zero():
         samples = [
             {"source": s, "reference": r, "hypothesis": h}
@@ -318,6 +336,8 @@ def _write_final_results(trainer: TranslationTrainer, test_dataset, raw_test, me
 def main(argv: list[str] | None = None) -> int:
     """Train (and evaluate) a translation model; see `attn train --help`."""
     recipe, training_args = parse_args(argv)
+    # --push_to_hub: `attn push` uploads the final model once, with its card (not Trainer's checkpoint pushes).
+    push, training_args.push_to_hub = training_args.push_to_hub, False
     _setup_logging(training_args)
     output_dir = Path(training_args.output_dir)
     set_seed(training_args.seed)
@@ -398,11 +418,16 @@ def main(argv: list[str] | None = None) -> int:
 
     if training_args.do_predict:
         if "test" in parallel.splits:
-            _write_final_results(trainer, tokenized["test"], parallel.splits["test"], metrics, recipe, output_dir)
+            _write_final_results(trainer, tokenized["test"], parallel, metrics, recipe, output_dir)
         else:
             logger.warning(f"{recipe.data}: no test split, skipping the final test evaluation")
     elif training_args.do_eval and "validation" in tokenized:
         trainer.save_metrics("eval", trainer.evaluate())
+    if push and trainer.is_world_process_zero():
+        repo_id = training_args.hub_model_id or output_dir.name
+        url = push_to_hub(output_dir, repo_id, training_args.hub_private_repo, training_args.hub_revision,
+                          training_args.hub_token)  # fmt: skip
+        logger.info(f"pushed {output_dir} to {url}")
     return 0
 
 

@@ -1,24 +1,38 @@
-"""`TranslationTrainer`: transformers' `Seq2SeqTrainer` with token-budget batches and raw-text references.
+"""`TranslationTrainer`: transformers' `Seq2SeqTrainer` with token-budget batches, raw-text references and
+checkpoints that are never half-written.
 
-Two changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
-`max_tokens_per_batch` is set (Accelerate shards them over processes as it shards any batch sampler), and BLEU is
-computed against the raw target sentences of the dataset being evaluated, not against decoded labels.
+Four changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
+`max_tokens_per_batch` is set (Accelerate shards them over processes as it shards any batch sampler); BLEU is
+computed against the raw target sentences of the dataset being evaluated, not against decoded labels; and a
+checkpoint is written into a staging folder (`.checkpoint-staging/`) and renamed to `checkpoint-<step>` only once
+complete. Trainer 5.23 writes weights, optimizer, scheduler, RNG and trainer state straight into `checkpoint-<step>`
+and deletes old checkpoints with `shutil.rmtree`, so a job killed during a save or a rotation leaves a folder that
+`get_last_checkpoint` (and `--resume_from_checkpoint last`) would pick and fail on. Here a `checkpoint-*` folder
+appears whole (one `os.replace`) and disappears whole (renamed away before it is deleted). The guarantee is against
+killed processes; the files are not fsync'ed, so a power cut can still lose what the OS had not yet written.
+Last, a run resumed from the checkpoint of its final step trains no further step (Trainer 5.23 would train one).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 from functools import partial
+from pathlib import Path
 
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
-from transformers.trainer_utils import seed_worker
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker, sort_checkpoints
 
 from .batching import TokenBatchSampler
 from .metrics import TranslationMetrics
 
 logger = logging.getLogger(__name__)
+
+# Where checkpoints are written before they are renamed into place; not matched by `checkpoint-*`.
+STAGING_DIR = ".checkpoint-staging"
 
 
 class TranslationTrainer(Seq2SeqTrainer):
@@ -31,14 +45,24 @@ class TranslationTrainer(Seq2SeqTrainer):
         super().__init__(*args, **kwargs)
         self.max_tokens_per_batch = max_tokens_per_batch
         self.token_sampler: TokenBatchSampler | None = None
+        self._staging_root: Path | None = None
 
     def get_train_dataloader(self) -> DataLoader:
         if not self.max_tokens_per_batch:
             return super().get_train_dataloader()
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        source_lengths = [len(ids) for ids in dataset["input_ids"]]
+        target_lengths = [len(ids) for ids in dataset["labels"]]
+        longest = max(range(len(source_lengths)), key=lambda i: max(source_lengths[i], target_lengths[i]), default=0)
+        if source_lengths and max(source_lengths[longest], target_lengths[longest]) > self.max_tokens_per_batch:
+            raise ValueError(
+                f"--max_tokens_per_batch {self.max_tokens_per_batch} cannot hold training pair {longest} "
+                f"({source_lengths[longest]} source / {target_lengths[longest]} target tokens); raise it, or lower "
+                "--max_source_length / --max_target_length"
+            )
         self.token_sampler = TokenBatchSampler(
-            [len(ids) for ids in dataset["input_ids"]],
-            [len(ids) for ids in dataset["labels"]],
+            source_lengths,
+            target_lengths,
             self.max_tokens_per_batch,
             seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
         )
@@ -58,6 +82,65 @@ class TranslationTrainer(Seq2SeqTrainer):
             ),
         )
         return self.accelerator.prepare(loader)
+
+    def _run_epoch(self, *args, **kwargs):
+        # Trainer 5.23 checks max_steps only after an optimizer step, so a run resumed from the checkpoint of its last
+        # step (a job killed after that save) would train one step more than the run that was never interrupted.
+        if 0 < self.state.max_steps <= self.state.global_step:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
+    def _get_output_dir(self, trial) -> str:
+        staging_root = getattr(self, "_staging_root", None)  # set only while _save_checkpoint runs
+        return str(staging_root) if staging_root is not None else super()._get_output_dir(trial)
+
+    def _save_checkpoint(self, model, trial) -> None:
+        """Trainer's checkpoint, written into the staging folder and renamed to `checkpoint-<step>` when complete."""
+        run_dir = Path(super()._get_output_dir(trial))
+        name = f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}"
+        staging_root = run_dir / STAGING_DIR
+        staged, final = staging_root / name, run_dir / name
+        if self.args.should_save:
+            shutil.rmtree(staging_root, ignore_errors=True)  # what a killed save or rotation left behind
+        self.accelerator.wait_for_everyone()
+        self._staging_root = staging_root
+        try:
+            super()._save_checkpoint(model, trial)
+        finally:
+            self._staging_root = None
+        self.accelerator.wait_for_everyone()  # every process has written its part (RNG states, shards)
+        if self.state.best_model_checkpoint == str(staged):
+            self.state.best_model_checkpoint = str(final)
+            if self.args.should_save:
+                self.state.save_to_json(str(staged / "trainer_state.json"))
+        if self.args.should_save:
+            if final.exists():  # the same step saved again: move the old one out of the way first
+                os.replace(final, staging_root / f"replaced-{name}")
+            os.replace(staged, final)
+            self._rotate_checkpoints_atomically(run_dir, staging_root)
+            shutil.rmtree(staging_root, ignore_errors=True)
+        self.accelerator.wait_for_everyone()
+
+    def _rotate_checkpoints_atomically(self, run_dir: Path, staging_root: Path) -> None:
+        """Trainer's `rotate_checkpoints` (keep `save_total_limit`, the newest and the best), but each deleted folder
+        is first renamed out of `checkpoint-*`, so a kill during the deletion leaves no partial checkpoint."""
+        limit = self.args.save_total_limit
+        if limit is None or limit <= 0:
+            return
+        checkpoints = sort_checkpoints(str(run_dir), PREFIX_CHECKPOINT_DIR, use_mtime=False)
+        protected = {checkpoints[-1]} if checkpoints else set()
+        if self.state.best_model_checkpoint is not None:
+            protected.add(str(Path(self.state.best_model_checkpoint)))
+        remaining, keep = len(checkpoints), max(limit, len(protected))
+        for checkpoint in checkpoints:
+            if remaining <= keep:
+                break
+            if checkpoint not in protected:
+                doomed = staging_root / f"deleted-{Path(checkpoint).name}"
+                os.replace(checkpoint, doomed)
+                shutil.rmtree(doomed, ignore_errors=True)
+                remaining -= 1
 
     @contextlib.contextmanager
     def _references_of(self, dataset):

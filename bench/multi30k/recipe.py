@@ -1,0 +1,143 @@
+"""The Multi30k recipe: train with `attn train`, translate test2016 with beam search, score it three ways.
+
+    python bench/multi30k/recipe.py --source_lang en --target_lang de --output_dir outputs/m30k-en-de
+    python bench/multi30k/recipe.py --source_lang de --target_lang en --model_type attn_rnn --output_dir outputs/m30k-rnn
+    python bench/multi30k/recipe.py ... --evaluate_only          # score the model already in --output_dir
+
+1. Training: `attn train` (`training.train.main`) with the flags of `configuration/multi30k-transformer.yaml` or
+   `multi30k-rnn.yaml`, then any `attn train` flag given after ours (they win: `--max_steps 500`). The data is read
+   in place from `--data` (default `../shared/data/multi30k`); its test split is `test_2016_flickr`. Training ends
+   with the average of the last checkpoints (the flags' `average_last_n`), saved in `--output_dir`.
+2. Test: the saved model translates test2016 with `--num_beams` (5, as the reference) and the length penalty of
+   its generation config, via `modeling_attn.translate.evaluate`.
+3. Scores: sacreBLEU (cased, 13a) and chrF on the raw text, with signatures, and BLEU on lowercased Moses-tokenized
+   text (`bleu.py`: the reference numbers' way). Written to `--output_dir/multi30k_results.json`, the
+   translations to `test2016.hyp.<lang>`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+
+import torch
+import transformers
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bleu import lowercased_tokenized_bleu  # noqa: E402  (this folder's module, found through sys.path)
+
+RECIPES = {"attn_transformer": "multi30k-transformer.yaml", "attn_rnn": "multi30k-rnn.yaml"}
+DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "multi30k"
+
+
+def recipe_flags(model_type: str) -> list[str]:
+    """The `attn train` flags of the model type's recipe YAML, as command-line arguments."""
+    text = (resources.files("modeling_attn.configuration") / RECIPES[model_type]).read_text()
+    flags = []
+    for key, value in yaml.safe_load(text).items():
+        flags += [f"--{key}", str(value).lower() if isinstance(value, bool) else str(value)]
+    return flags
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+    """Our flags, and the rest: `attn train` flags that override the recipe's."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", default=str(DEFAULT_DATA), help="Multi30k folder (default ../shared/data/multi30k)")
+    parser.add_argument("--source_lang", required=True, help="en, de or fr")
+    parser.add_argument("--target_lang", required=True, help="en, de or fr")
+    parser.add_argument("--model_type", default="attn_transformer", choices=sorted(RECIPES))
+    parser.add_argument("--output_dir", required=True, help="training output and the model to evaluate")
+    parser.add_argument("--num_beams", type=int, default=5, help="beam size of the test translation (5)")
+    parser.add_argument("--batch_size", type=int, default=64, help="sentences per generate() call (64)")
+    parser.add_argument("--max_test_samples", type=int, help="translate only the first N test sentences")
+    parser.add_argument("--evaluate_only", action="store_true", help="skip training; score --output_dir's model")
+    return parser.parse_known_args(argv)
+
+
+def train(args: argparse.Namespace, extra: list[str]) -> tuple[list[str], float]:
+    """Run `attn train` with the recipe's flags; returns the command line and the wall time in seconds."""
+    from training.train import main as attn_train
+
+    command = [
+        "--data", args.data, "--source_lang", args.source_lang, "--target_lang", args.target_lang,
+        "--model_type", args.model_type, "--output_dir", args.output_dir,
+        *recipe_flags(args.model_type), *extra,
+    ]  # fmt: skip
+    start = time.perf_counter()
+    status = attn_train(command)
+    if status != 0:
+        raise SystemExit(f"attn train failed with status {status}")
+    return command, time.perf_counter() - start
+
+
+def evaluate(args: argparse.Namespace) -> dict:
+    """Translate test2016 with the model in --output_dir and score it (sacreBLEU, chrF, lowercased tokenized BLEU)."""
+    from modeling_attn.translate import evaluate as translate_and_score
+    from modeling_attn.translate import load_model
+    from training.data import load_parallel_data, require_splits
+
+    parallel = load_parallel_data(args.data, args.source_lang, args.target_lang)
+    require_splits(parallel, ["test"], args.data)
+    test = parallel.splits["test"]
+    if args.max_test_samples is not None:
+        test = test.select(range(min(args.max_test_samples, len(test))))
+    model, tokenizer = load_model(args.output_dir)
+    start = time.perf_counter()
+    scores, hypotheses = translate_and_score(
+        model, tokenizer, list(test["source"]), list(test["target"]), args.batch_size, num_beams=args.num_beams
+    )
+    seconds = time.perf_counter() - start
+    lc_bleu, lc_signature = lowercased_tokenized_bleu(hypotheses, list(test["target"]), args.target_lang)
+    output_dir = Path(args.output_dir)
+    (output_dir / f"test2016.hyp.{args.target_lang}").write_text("".join(f"{h}\n" for h in hypotheses), "utf-8")
+    return {
+        "direction": f"{args.source_lang}-{args.target_lang}",
+        "model_type": model.config.model_type,
+        "parameters": model.num_parameters(),
+        "test_sentences": len(hypotheses),
+        "num_beams": args.num_beams,
+        "length_penalty": model.generation_config.length_penalty,
+        "bleu_lc_tok": round(lc_bleu.score, 2),
+        "bleu_lc_tok_detail": str(lc_bleu),
+        "bleu_lc_tok_signature": lc_signature,
+        "sacrebleu": round(scores["bleu"], 2),
+        "sacrebleu_signature": scores["bleu_signature"],
+        "chrf": round(scores["chrf"], 2),
+        "chrf_signature": scores["chrf_signature"],
+        "translate_seconds": round(seconds, 1),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, extra = parse_args(argv)
+    if args.evaluate_only and extra:
+        raise SystemExit(f"--evaluate_only takes no attn train flags, got {extra}")
+    results_path = Path(args.output_dir) / "multi30k_results.json"
+    results = {}
+    if not args.evaluate_only:
+        command, seconds = train(args, extra)
+        results.update(attn_train_args=command, train_seconds=round(seconds, 1))
+    elif results_path.is_file():  # keep the training record of an earlier run
+        results.update(
+            {k: v for k, v in json.loads(results_path.read_text()).items() if k.startswith(("attn", "train"))}
+        )
+    results.update(evaluate(args))
+    results["machine"] = (
+        f"{platform.machine()} CPU x{torch.get_num_threads()} threads" if not torch.cuda.is_available()
+        else torch.cuda.get_device_name()
+    )  # fmt: skip
+    results["versions"] = {"python": platform.python_version(), "torch": torch.__version__,
+                           "transformers": transformers.__version__}  # fmt: skip
+    results_path.write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

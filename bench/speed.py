@@ -1,0 +1,902 @@
+"""Speed of `attn_transformer` against its peers, measured side by side in one run.
+
+Peers (same architecture, same weights copied from ours, checked by comparing logits before timing):
+- `MarianMTModel` (transformers' own post-LN Transformer), with its eager and its sdpa attention;
+- `torch.nn.Transformer` with our embeddings, sinusoidal positions and tied output projection around it (its
+  final encoder/decoder LayerNorms removed: the paper's post-LN stack has none);
+- CTranslate2 (generation only), when `modeling_attn.export_ctranslate2` exists.
+
+Measured, on identical token batches whose lengths follow real sentence pairs (Multi30k en-de word counts times
+a subword factor, or a lognormal when that data is absent):
+(a) training target tokens/s: forward, backward and an Adam step;
+(b) generation target tokens/s and ms/sentence, greedy and beam 4, batch 32 and batch 1;
+(c) peak memory of training, each model in a fresh subprocess (CPU: RSS; GPU: max allocated);
+(d) parameter count;
+and training tokens/s against sequence length at a fixed token budget per batch.
+
+Fairness: repetitions are interleaved (rep 1 of every model, then rep 2, in rotating order), so that load from
+other jobs on a shared machine hits every model alike; each number is the median over repetitions. Generation is
+forced to a fixed number of new tokens (the longest reference target of the batch): with untrained weights, where
+a model stops is noise, and forcing it makes every model produce the same tokens. `nn.Transformer` has no
+`generate()` and no key/value cache: it is run as a plain greedy loop that re-decodes the prefix at each step (what
+its API offers); beam search is not measured for it.
+
+    python bench/speed.py --preset small                 # CPU, writes bench/results/small-cpu.{json,md,png}
+    python bench/speed.py --quick                        # the tiny preset in ~30 s (CI)
+    python bench/speed.py --preset base big --device cuda   # GPU: bf16 autocast, adds MFU (not run yet)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import copy
+import ctypes
+import gc
+import gzip
+import json
+import math
+import os
+import platform
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from torch import nn
+
+import modeling_attn  # noqa: F401  (registers attn_transformer with the Auto classes)
+from modeling_attn import AttnTransformerForConditionalGeneration
+from modeling_attn.modeling_transformer import sinusoid_table
+from modeling_attn.presets import load_preset
+
+REPO = Path(__file__).resolve().parent.parent
+MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+SUBWORD_FACTOR = 1.3  # BPE tokens per whitespace word for a ~10k joint vocabulary on Multi30k / WMT EN-DE
+PAD, BOS, EOS = 0, 1, 2
+PARTS = ["train", "generate", "memory", "sweep"]
+# Dense bf16 peak (no sparsity) for MFU, by a substring of torch.cuda.get_device_name().
+PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "4090": 165e12}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Data: ragged batches of token ids with realistic lengths
+
+
+def sentence_lengths(count: int, seed: int) -> list[tuple[int, int]]:
+    """(source, target) lengths in tokens: Multi30k en-de training pairs when present, else a lognormal."""
+    generator = torch.Generator().manual_seed(seed)
+    if (MULTI30K / "train.en.gz").is_file():
+        with gzip.open(MULTI30K / "train.en.gz", "rt") as en, gzip.open(MULTI30K / "train.de.gz", "rt") as de:
+            pairs = [(len(s.split()), len(t.split())) for s, t in zip(en, de, strict=True)]
+        picks = torch.randint(len(pairs), (count,), generator=generator).tolist()
+        return [
+            (max(1, round(pairs[i][0] * SUBWORD_FACTOR)), max(1, round(pairs[i][1] * SUBWORD_FACTOR))) for i in picks
+        ]
+    # WMT-like: median ~22 tokens, long tail.
+    source = torch.empty(count).log_normal_(math.log(22), 0.5, generator=generator)
+    ratio = torch.empty(count).log_normal_(0.0, 0.15, generator=generator)
+    return [(max(1, round(s)), max(1, round(s * r))) for s, r in zip(source.tolist(), ratio.tolist(), strict=True)]
+
+
+@dataclass
+class Batch:
+    input_ids: torch.Tensor  # (B, S), right-padded with PAD
+    attention_mask: torch.Tensor  # (B, S), 1 = token
+    labels: torch.Tensor  # (B, T), target ids then EOS, -100 on padding
+    target_lengths: list[int]  # tokens per target including EOS
+
+    @property
+    def target_tokens(self) -> int:
+        return sum(self.target_lengths)
+
+    def to(self, device: str) -> Batch:
+        return Batch(
+            self.input_ids.to(device), self.attention_mask.to(device), self.labels.to(device), self.target_lengths
+        )
+
+
+def make_batch(lengths: list[tuple[int, int]], vocab_size: int, generator: torch.Generator) -> Batch:
+    """Random ids (never the special tokens) with the given lengths; targets end with EOS."""
+    source_max = max(s for s, _ in lengths)
+    target_max = max(t for _, t in lengths) + 1
+    input_ids = torch.full((len(lengths), source_max), PAD)
+    labels = torch.full((len(lengths), target_max), -100)
+    for row, (source, target) in enumerate(lengths):
+        input_ids[row, :source] = torch.randint(3, vocab_size, (source,), generator=generator)
+        labels[row, :target] = torch.randint(3, vocab_size, (target,), generator=generator)
+        labels[row, target] = EOS
+    return Batch(input_ids, (input_ids != PAD).long(), labels, [t + 1 for _, t in lengths])
+
+
+def make_batches(
+    count: int, batch_size: int, vocab_size: int, seed: int, max_length: int | None = None
+) -> list[Batch]:
+    lengths = sentence_lengths(count * batch_size, seed)
+    if max_length is not None:
+        lengths = [(min(s, max_length), min(t, max_length - 1)) for s, t in lengths]
+    generator = torch.Generator().manual_seed(seed)
+    return [make_batch(lengths[i : i + batch_size], vocab_size, generator) for i in range(0, len(lengths), batch_size)]
+
+
+def fixed_length_batch(batch_size: int, length: int, vocab_size: int, seed: int) -> Batch:
+    """All sources and targets exactly `length` tokens (the sequence-length sweep)."""
+    return make_batch([(length, length - 1)] * batch_size, vocab_size, torch.Generator().manual_seed(seed))
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The models under test, each built with the weights of one reference `attn_transformer`
+
+
+def reference_model(preset: str, max_positions: int, seed: int) -> AttnTransformerForConditionalGeneration:
+    """Ours, with Marian's position layout ("halves", the same encoding permuted) so that logits can match."""
+    torch.manual_seed(seed)
+    config = load_preset(
+        preset,
+        positional_layout="halves",
+        max_position_embeddings=max_positions,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+    )
+    return AttnTransformerForConditionalGeneration(config)
+
+
+def ours(reference: nn.Module, attn_implementation: str) -> nn.Module:
+    model = copy.deepcopy(reference)
+    model.set_attn_implementation(attn_implementation)
+    return model
+
+
+def marian(reference: nn.Module, attn_implementation: str) -> nn.Module:
+    """MarianMTModel with the same configuration; our state_dict keys are Marian's, minus its fixed tables."""
+    from transformers import MarianConfig, MarianMTModel
+
+    config = reference.config
+    marian_config = MarianConfig(
+        vocab_size=config.vocab_size,
+        decoder_vocab_size=config.decoder_vocab_size,
+        d_model=config.d_model,
+        encoder_layers=config.encoder_layers,
+        decoder_layers=config.decoder_layers,
+        encoder_attention_heads=config.num_heads,
+        decoder_attention_heads=config.num_heads,
+        encoder_ffn_dim=config.d_ff,
+        decoder_ffn_dim=config.d_ff,
+        activation_function=config.activation_function,
+        dropout=config.dropout,
+        attention_dropout=config.attention_dropout,
+        activation_dropout=config.activation_dropout,
+        max_position_embeddings=config.max_position_embeddings,
+        scale_embedding=config.scale_embedding,
+        share_encoder_decoder_embeddings=True,
+        tie_word_embeddings=True,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        bos_token_id=BOS,
+        decoder_start_token_id=BOS,
+    )
+    model = MarianMTModel(marian_config)
+    model.set_attn_implementation(attn_implementation)
+    missing, unexpected = model.load_state_dict(reference.state_dict(), strict=False)
+    left = [k for k in missing if "embed_positions" not in k and k != "final_logits_bias"]
+    if left or unexpected:
+        raise RuntimeError(f"weights do not map onto MarianMTModel: missing {left}, unexpected {unexpected}")
+    return model
+
+
+class TorchTransformer(nn.Module):
+    """`torch.nn.Transformer` with embeddings * sqrt(d_model) + sinusoids in front and the tied projection after."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.config = config
+        self.embed_scale = config.d_model**0.5
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, PAD)
+        self.register_buffer(
+            "positions", sinusoid_table(config.max_position_embeddings, config.d_model, "halves"), persistent=False
+        )
+        self.transformer = nn.Transformer(
+            config.d_model,
+            config.num_heads,
+            config.encoder_layers,
+            config.decoder_layers,
+            config.d_ff,
+            config.dropout,
+            activation=config.activation_function,
+            layer_norm_eps=config.layer_norm_eps,
+            batch_first=True,
+        )
+        self.transformer.encoder.norm = None  # the paper's post-LN stacks end without an extra LayerNorm
+        self.transformer.decoder.norm = None
+        self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
+        self.lm_head.weight = self.embed_tokens.weight
+
+    def embed(self, ids: torch.Tensor, offset: int = 0) -> torch.Tensor:
+        hidden = self.embed_tokens(ids) * self.embed_scale + self.positions[offset : offset + ids.shape[1]]
+        return nn.functional.dropout(hidden, self.config.dropout, self.training)
+
+    def encode(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        return self.transformer.encoder(self.embed(input_ids), src_key_padding_mask=attention_mask == 0)
+
+    def decode(self, decoder_input_ids, memory, attention_mask) -> torch.Tensor:
+        length = decoder_input_ids.shape[1]
+        causal = torch.ones(length, length, dtype=torch.bool, device=memory.device).triu(1)  # True = masked
+        hidden = self.transformer.decoder(
+            self.embed(decoder_input_ids),
+            memory,
+            tgt_mask=causal,
+            tgt_is_causal=True,
+            memory_key_padding_mask=attention_mask == 0,
+        )
+        return self.lm_head(hidden)
+
+    def forward(self, input_ids, attention_mask, labels) -> torch.Tensor:
+        """The training loss (mean cross-entropy over target tokens), as the HF models compute it."""
+        decoder_input_ids = labels.new_full(labels.shape, PAD)
+        decoder_input_ids[:, 1:] = labels[:, :-1].masked_fill(labels[:, :-1] == -100, PAD)
+        decoder_input_ids[:, 0] = BOS
+        logits = self.decode(decoder_input_ids, self.encode(input_ids, attention_mask), attention_mask)
+        return nn.functional.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100)
+
+    @torch.no_grad()
+    def greedy(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, new_tokens: int) -> torch.Tensor:
+        """A plain greedy loop: encode once, re-decode the whole prefix at every step (no cache in nn.Transformer)."""
+        memory = self.encode(input_ids, attention_mask)
+        tokens = input_ids.new_full((input_ids.shape[0], 1), BOS)
+        for _ in range(new_tokens):
+            next_token = self.decode(tokens, memory, attention_mask)[:, -1].argmax(-1, keepdim=True)
+            tokens = torch.cat([tokens, next_token], dim=1)
+        return tokens
+
+
+def torch_transformer(reference: nn.Module) -> TorchTransformer:
+    """Build `TorchTransformer` and copy the reference weights in (q, k, v stacked into in_proj)."""
+    model = TorchTransformer(reference.config)
+    weights = reference.state_dict()
+
+    def attention(target: nn.MultiheadAttention, prefix: str) -> None:
+        target.in_proj_weight.data.copy_(torch.cat([weights[f"{prefix}.{p}_proj.weight"] for p in "qkv"]))
+        target.in_proj_bias.data.copy_(torch.cat([weights[f"{prefix}.{p}_proj.bias"] for p in "qkv"]))
+        target.out_proj.load_state_dict({n: weights[f"{prefix}.out_proj.{n}"] for n in ("weight", "bias")})
+
+    def linear_or_norm(target: nn.Module, prefix: str) -> None:
+        target.load_state_dict({n: weights[f"{prefix}.{n}"] for n in ("weight", "bias")})
+
+    model.embed_tokens.weight.data.copy_(weights["model.shared.weight"])
+    for i, layer in enumerate(model.transformer.encoder.layers):
+        prefix = f"model.encoder.layers.{i}"
+        attention(layer.self_attn, f"{prefix}.self_attn")
+        for ours_name, theirs in [("fc1", "linear1"), ("fc2", "linear2")]:
+            linear_or_norm(getattr(layer, theirs), f"{prefix}.{ours_name}")
+        linear_or_norm(layer.norm1, f"{prefix}.self_attn_layer_norm")
+        linear_or_norm(layer.norm2, f"{prefix}.final_layer_norm")
+    for i, layer in enumerate(model.transformer.decoder.layers):
+        prefix = f"model.decoder.layers.{i}"
+        attention(layer.self_attn, f"{prefix}.self_attn")
+        attention(layer.multihead_attn, f"{prefix}.encoder_attn")
+        for ours_name, theirs in [("fc1", "linear1"), ("fc2", "linear2")]:
+            linear_or_norm(getattr(layer, theirs), f"{prefix}.{ours_name}")
+        linear_or_norm(layer.norm1, f"{prefix}.self_attn_layer_norm")
+        linear_or_norm(layer.norm2, f"{prefix}.encoder_attn_layer_norm")
+        linear_or_norm(layer.norm3, f"{prefix}.final_layer_norm")
+    return model
+
+
+@dataclass
+class Peer:
+    """One implementation under test: how to build it from the reference, and whether it trains / decodes."""
+
+    name: str
+    build: Callable[[nn.Module], nn.Module]
+    trains: bool = True
+    beam_search: bool = True
+    loss: Callable[[nn.Module, Batch], torch.Tensor] = field(default=lambda model, batch: hf_loss(model, batch))
+    generate: Callable[[nn.Module, Batch, int, int], torch.Tensor] = field(
+        default=lambda model, batch, beams, new_tokens: hf_generate(model, batch, beams, new_tokens)
+    )
+
+
+def hf_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
+
+
+def hf_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int) -> torch.Tensor:
+    from transformers import GenerationConfig
+
+    settings = GenerationConfig(
+        num_beams=beams,
+        do_sample=False,
+        max_new_tokens=new_tokens,
+        min_new_tokens=new_tokens,
+        pad_token_id=PAD,
+        bos_token_id=BOS,
+        eos_token_id=EOS,
+        decoder_start_token_id=BOS,
+    )
+    return model.generate(batch.input_ids, attention_mask=batch.attention_mask, generation_config=settings)
+
+
+def torch_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int) -> torch.Tensor:
+    if beams != 1:
+        raise ValueError("nn.Transformer has no beam search")
+    return model.greedy(batch.input_ids, batch.attention_mask, new_tokens)
+
+
+PEERS: dict[str, Peer] = {
+    "attn_transformer": Peer("attn_transformer", lambda ref: ours(ref, "sdpa")),
+    "attn_transformer (eager)": Peer("attn_transformer (eager)", lambda ref: ours(ref, "eager")),
+    "MarianMTModel (sdpa)": Peer("MarianMTModel (sdpa)", lambda ref: marian(ref, "sdpa")),
+    "MarianMTModel (eager)": Peer("MarianMTModel (eager)", lambda ref: marian(ref, "eager")),
+    "torch.nn.Transformer": Peer(
+        "torch.nn.Transformer",
+        torch_transformer,
+        beam_search=False,
+        loss=lambda model, batch: model(batch.input_ids, batch.attention_mask, batch.labels),
+        generate=torch_generate,
+    ),
+}
+DEFAULT_PEERS = ["attn_transformer", "MarianMTModel (sdpa)", "MarianMTModel (eager)", "torch.nn.Transformer"]
+
+
+def register_ctranslate2(device: str) -> str | None:
+    """Add CTranslate2 (generation only, same precision as the others) when it and the project's exporter exist;
+    return why not otherwise."""
+    try:
+        import ctranslate2  # noqa: F401
+
+        from modeling_attn.export_ctranslate2 import CTranslate2Translator, export_ctranslate2
+    except ImportError as error:
+        return f"not measured: {error}"
+
+    def build(reference: nn.Module) -> CTranslate2Translator:
+        folder = Path(tempfile.mkdtemp(prefix="bench-ct2-")) / "model"
+        export_ctranslate2(reference, folder, quantization="float32")
+        threads = dict(intra_threads=torch.get_num_threads()) if device == "cpu" else {}
+        compute_type = "bfloat16" if device == "cuda" else "float32"  # as the others: bf16 autocast on GPU
+        return CTranslate2Translator(folder, device=device, compute_type=compute_type, inter_threads=1, **threads)
+
+    def generate(translator: CTranslate2Translator, batch: Batch, beams: int, new_tokens: int) -> list[list[int]]:
+        sources = [row[mask.bool()].tolist() for row, mask in zip(batch.input_ids, batch.attention_mask, strict=True)]
+        return translator.translate_ids(
+            sources, beam_size=beams, min_decoding_length=new_tokens, max_decoding_length=new_tokens
+        )
+
+    PEERS["CTranslate2"] = Peer("CTranslate2", build, trains=False, generate=generate)
+    return None
+
+
+def num_parameters(model: nn.Module) -> int:
+    """Trainable parameters, each shared tensor once (Marian's frozen position table is not one)."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
+
+
+def parity(reference: nn.Module, model: nn.Module, peer: Peer, batch: Batch) -> float:
+    """Max |difference| between the reference's and this model's loss on one batch (eval mode): same weights?"""
+    reference.eval()
+    model.eval()
+    with torch.no_grad():
+        return abs(hf_loss(reference, batch).item() - peer.loss(model, batch).item())
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Interleaved timing
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+clock = CLOCKS["wall"]
+
+
+def interleaved(tasks: dict[str, Callable[[], None]], reps: int) -> dict[str, list[float]]:
+    """Run each task once untimed (warm-up), then `reps` timed rounds, each round all tasks in rotating order.
+
+    Seconds are wall-clock, or with `--clock cpu` the CPU time of this process (all its threads): on a machine
+    shared with other jobs that is the work done, free of the time spent waiting for a core.
+    """
+    for task in tasks.values():
+        task()
+    seconds: dict[str, list[float]] = {name: [] for name in tasks}
+    if not tasks:
+        return seconds
+    names = list(tasks)
+    for rep in range(reps):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            start = clock()
+            tasks[name]()
+            synchronize()
+            seconds[name].append(clock() - start)
+    return seconds
+
+
+def synchronize() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def autocast(device: str):
+    return torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else torch.autocast("cpu", enabled=False)
+
+
+def training_task(model: nn.Module, peer: Peer, batches: list[Batch], device: str) -> Callable[[], None]:
+    """One call = a training step (forward, backward, Adam) on each of `batches`."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+    model.train()
+
+    def task() -> None:
+        for batch in batches:
+            with autocast(device):
+                loss = peer.loss(model, batch)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+
+    return task
+
+
+def generation_task(model, peer: Peer, batches: list[Batch], beams: int, device: str) -> Callable[[], None]:
+    if isinstance(model, nn.Module):
+        model.eval()
+
+    def task() -> None:
+        for batch in batches:
+            with torch.inference_mode(), autocast(device):
+                peer.generate(model, batch, beams, max(batch.target_lengths))
+
+    return task
+
+
+def median_rate(seconds: list[float], units: float) -> float:
+    return units / statistics.median(seconds)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Peak memory, one fresh process per model
+
+
+def memory_worker(args: argparse.Namespace) -> None:
+    """(In a subprocess) build one model, run two rounds of training steps (the second with Adam's state in
+    memory), print the memory before them and their peak as JSON."""
+    import psutil
+
+    peer = PEERS[args.memory_worker]
+    reference = reference_model(args.preset[0], args.max_positions, args.seed)
+    model = peer.build(reference).to(args.device)
+    del reference
+    release_free_memory()
+    vocab = model.config.vocab_size
+    batches = [b.to(args.device) for b in make_batches(args.train_batches, args.batch_size, vocab, seed=1)]
+    step = training_task(model, peer, batches, args.device)
+    if args.device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+        before = torch.cuda.memory_allocated()
+        step()
+        step()
+        result = {"before_mb": before / 2**20, "peak_mb": torch.cuda.max_memory_allocated() / 2**20}
+    else:
+        before = psutil.Process().memory_info().rss
+        reset_peak_rss()
+        step()
+        step()
+        result = {"before_mb": before / 2**20, "peak_mb": peak_rss() / 2**20}
+    print(json.dumps(result))
+
+
+def reset_peak_rss() -> None:
+    """Reset this process's RSS high-water mark (Linux >= 4.0), so that the peak covers the training steps only."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def peak_rss() -> int:
+    """Peak RSS in bytes of this process's own memory map (VmHWM). Not `getrusage().ru_maxrss`: on Linux that
+    keeps the RSS of the parent at fork time, the whole benchmark with all its models."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024  # kB
+    raise RuntimeError("no VmHWM in /proc/self/status: peak memory on CPU needs Linux")
+
+
+def release_free_memory() -> None:
+    """Hand freed heap memory back to the OS (glibc), so that the RSS before training counts live memory only:
+    the peers build a copy of the reference model and drop it, and that slack would otherwise be reused by
+    training unseen."""
+    gc.collect()
+    with contextlib.suppress(OSError, AttributeError):  # not glibc: the baseline then includes the freed slack
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+
+
+def peak_memory(name: str, args: argparse.Namespace, preset: str) -> dict[str, float]:
+    command = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--memory_worker",
+        name,
+        "--preset",
+        preset,
+        "--device",
+        args.device,
+        "--batch_size",
+        str(args.batch_size),
+        "--train_batches",
+        str(args.train_batches),
+        "--max_positions",
+        str(args.max_positions),
+        "--threads",
+        str(args.threads),
+        "--sweep_lengths",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO)
+    if done.returncode != 0:
+        raise RuntimeError(f"memory measurement of {name} failed:\n{done.stderr[-3000:]}")
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result["training_mb"] = result["peak_mb"] - result["before_mb"]
+    return result
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# FLOPs for MFU (GPU mode)
+
+
+def training_flops(config, batch: Batch) -> float:
+    """Matmul FLOPs of one training step on the padded batch: 3 x forward (backward = 2 x forward)."""
+    width, inner = config.d_model, config.d_ff
+    batch_size, source = batch.input_ids.shape
+    target = batch.labels.shape[1]
+    encoder = config.encoder_layers * (
+        2 * batch_size * source * (4 * width * width + 2 * width * inner) + 4 * batch_size * source * source * width
+    )
+    decoder = config.decoder_layers * (
+        2 * batch_size * target * (4 * width * width + 2 * width * inner)  # self-attention projections, FFN
+        + 2 * batch_size * (target * 2 * width * width + source * 2 * width * width)  # cross-attention projections
+        + 4 * batch_size * target * (target + source) * width  # scores and weighted sums
+    )
+    output = 2 * batch_size * target * width * config.decoder_vocab_size
+    return 3.0 * (encoder + decoder + output)
+
+
+def peak_flops(device: str) -> float | None:
+    if device != "cuda":
+        return None
+    name = torch.cuda.get_device_name()
+    return next((flops for key, flops in PEAK_BF16_FLOPS.items() if key in name), None)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# One preset
+
+
+def bench_preset(preset: str, args: argparse.Namespace, peer_names: list[str]) -> dict:
+    device = args.device
+    reference = reference_model(preset, args.max_positions, args.seed)
+    config = reference.config
+    vocab = config.vocab_size
+    train_batches = make_batches(args.train_batches, args.batch_size, vocab, seed=1)
+    generation_batch = make_batches(1, args.batch_size, vocab, seed=2)[0]
+    singles = make_batches(args.single_sentences, 1, vocab, seed=3)
+    check_batch = make_batches(1, 4, vocab, seed=4)[0]
+
+    peers = [PEERS[name] for name in peer_names]
+    models = {peer.name: peer.build(reference) for peer in peers}
+    result: dict = {"preset": preset, "config": config.to_diff_dict(), "models": {}}
+    for peer in peers:
+        entry = result["models"][peer.name] = {}
+        model = models[peer.name]
+        if isinstance(model, nn.Module):
+            entry["parameters"] = num_parameters(model)
+            entry["loss_difference"] = parity(reference, model, peer, check_batch) if peer.trains else None
+            model.to(device)
+    to_device = [b.to(device) for b in train_batches]
+
+    log(f"[{preset}] training: {args.train_batches} batches x {args.batch_size} sentences, {args.reps} rounds")
+    trainers = {p.name: training_task(models[p.name], p, to_device, device) for p in peers if p.trains}
+    trainers = trainers if "train" in args.parts else {}
+    target_tokens = sum(b.target_tokens for b in train_batches)
+    for name, seconds in interleaved(trainers, args.reps).items():
+        result["models"][name]["train_tokens_per_s"] = median_rate(seconds, target_tokens)
+        result["models"][name]["train_seconds"] = seconds
+        if device == "cuda" and peak_flops(device):
+            flops = sum(training_flops(config, b) for b in train_batches)
+            result["models"][name]["mfu"] = flops / statistics.median(seconds) / peak_flops(device)
+    # Generation runs on the weights after these few steps (dropout made them drift apart a little); that does not
+    # change its cost, since every model produces the same forced number of tokens.
+
+    for beams in (1, 4) if "generate" in args.parts else ():
+        for label, batches in (("batch", [generation_batch]), ("single", singles)):
+            if beams == 4 and label == "single" and args.quick:
+                continue
+            batches = [b.to(device) for b in batches]
+            tasks = {
+                p.name: generation_task(models[p.name], p, batches, beams, device)
+                for p in peers
+                if beams == 1 or p.beam_search
+            }
+            log(f"[{preset}] generation: beam {beams}, {label} ({len(batches)} x {batches[0].input_ids.shape[0]})")
+            sentences = sum(b.input_ids.shape[0] for b in batches)
+            tokens = sum(max(b.target_lengths) * b.input_ids.shape[0] for b in batches)
+            key = f"{'greedy' if beams == 1 else 'beam4'}_{label}"
+            for name, seconds in interleaved(tasks, args.reps).items():
+                result["models"][name][f"{key}_tokens_per_s"] = median_rate(seconds, tokens)
+                result["models"][name][f"{key}_ms_per_sentence"] = 1000 * statistics.median(seconds) / sentences
+
+    if "memory" in args.parts and not args.no_memory:
+        for peer in peers:
+            if peer.trains:
+                log(f"[{preset}] peak memory: {peer.name}")
+                result["models"][peer.name]["memory"] = peak_memory(peer.name, args, preset)
+
+    if "sweep" in args.parts and args.sweep_lengths:
+        result["length_sweep"] = length_sweep(reference, peers, args)
+    return result
+
+
+def length_sweep(reference: nn.Module, peers: list[Peer], args: argparse.Namespace) -> dict:
+    """Training tokens/s with sources and targets of one length, at a fixed token budget per batch."""
+    sweep: dict = {"lengths": args.sweep_lengths, "tokens_per_batch": args.sweep_tokens, "train_tokens_per_s": {}}
+    models = {p.name: p.build(reference).to(args.device) for p in peers if p.trains}
+    for length in args.sweep_lengths:
+        batch = fixed_length_batch(max(1, args.sweep_tokens // length), length, reference.config.vocab_size, 5)
+        batch = batch.to(args.device)
+        log(f"  length {length}: batch {batch.input_ids.shape[0]}")
+        tasks = {p.name: training_task(models[p.name], p, [batch], args.device) for p in peers if p.trains}
+        for name, seconds in interleaved(tasks, args.sweep_reps).items():
+            sweep["train_tokens_per_s"].setdefault(name, []).append(median_rate(seconds, batch.target_tokens))
+    return sweep
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Reports
+
+COLUMNS = [
+    ("parameters", "params", "{:,}"),
+    ("train_tokens_per_s", "train tok/s", "{:,.0f}"),
+    ("greedy_batch_tokens_per_s", "greedy b32 tok/s", "{:,.0f}"),
+    ("beam4_batch_tokens_per_s", "beam4 b32 tok/s", "{:,.0f}"),
+    ("greedy_single_ms_per_sentence", "greedy b1 ms/sent", "{:,.1f}"),
+    ("beam4_single_ms_per_sentence", "beam4 b1 ms/sent", "{:,.1f}"),
+    ("memory.training_mb", "train peak MB", "{:,.0f}"),
+]
+
+
+def lookup(entry: dict, key: str):
+    for part in key.split("."):
+        entry = entry.get(part) if isinstance(entry, dict) else None
+    return entry
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"Machine: {report['machine']}; torch {report['torch']}, transformers {report['transformers']}, "
+        f"python {report['python']}; {report['threads']} threads; device {report['device']}; "
+        f"{report['clock']} clock.",
+        f"Command: `{report['command']}`",
+        "",
+    ]
+    for result in report["results"]:
+        columns = [(key, title, fmt) for key, title, fmt in COLUMNS]
+        if report["device"] == "cuda":
+            columns.insert(2, ("mfu", "MFU", "{:.1%}"))
+        first = result["models"].get("attn_transformer", {})
+        lines.append(f"### preset `{result['preset']}`")
+        lines.append("")
+        lines.append("| model | " + " | ".join(title for _, title, _ in columns) + " |")
+        lines.append("| --- |" + " ---: |" * len(columns))
+        for name, entry in result["models"].items():
+            cells = []
+            for key, _, fmt in columns:
+                value = lookup(entry, key)
+                cells.append("n/a" if value is None else fmt.format(value))
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
+        lines.append("")
+        ratios = ratio_lines(result["models"], first)
+        lines.extend(ratios + ([""] if ratios else []))
+        sweep = result.get("length_sweep")
+        if sweep:
+            lines.append(f"Training tokens/s against sequence length ({sweep['tokens_per_batch']} tokens per batch):")
+            lines.append("")
+            lines.append("| model | " + " | ".join(str(n) for n in sweep["lengths"]) + " |")
+            lines.append("| --- |" + " ---: |" * len(sweep["lengths"]))
+            for name, rates in sweep["train_tokens_per_s"].items():
+                lines.append(f"| {name} | " + " | ".join(f"{r:,.0f}" for r in rates) + " |")
+            lines.append("")
+    return "\n".join(lines)
+
+
+def ratio_lines(models: dict, ours_entry: dict) -> list[str]:
+    """The issue's targets as ratios of ours to the peers (reported, not asserted)."""
+    lines = []
+
+    def best(prefix: str, key: str):
+        values = [lookup(e, key) for n, e in models.items() if n.startswith(prefix) and lookup(e, key)]
+        return max(values) if values else None
+
+    def smallest(prefix: str, key: str):
+        values = [lookup(e, key) for n, e in models.items() if n.startswith(prefix) and lookup(e, key)]
+        return min(values) if values else None
+
+    checks = [
+        ("training vs MarianMTModel (faster of eager/sdpa)", "train_tokens_per_s", "MarianMTModel", 1.3, best),
+        ("training vs torch.nn.Transformer", "train_tokens_per_s", "torch.nn.Transformer", 1.0, best),
+        ("beam 4 batch 32 vs MarianMTModel.generate", "beam4_batch_tokens_per_s", "MarianMTModel", 2.0, best),
+    ]
+    for label, key, prefix, target, pick in checks:
+        theirs, mine = pick(prefix, key), ours_entry.get(key)
+        if theirs and mine:
+            lines.append(f"- {label}: {mine / theirs:.2f}x (target >= {target}x)")
+    theirs, mine = smallest("MarianMTModel", "memory.training_mb"), lookup(ours_entry, "memory.training_mb")
+    if theirs and mine:
+        lines.append(f"- training peak memory vs MarianMTModel: {mine / theirs:.2f}x (target <= 1.0x)")
+    return lines
+
+
+def plot(report: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    results = report["results"]
+    has_sweep = any("length_sweep" in r for r in results)
+    figure, axes = plt.subplots(1, 3 if has_sweep else 2, figsize=(16 if has_sweep else 11, 4.5))
+    for axis, key, title in [
+        (axes[0], "train_tokens_per_s", "training (target tokens/s)"),
+        (axes[1], "beam4_batch_tokens_per_s", "beam 4, batch 32 (target tokens/s)"),
+    ]:
+        names = list(dict.fromkeys(n for r in results for n in r["models"]))
+        width = 0.8 / max(1, len(names))
+        for i, name in enumerate(names):
+            values = [lookup(r["models"].get(name, {}), key) or 0 for r in results]
+            axis.bar([x + i * width for x in range(len(results))], values, width, label=name)
+        axis.set_xticks([x + width * (len(names) - 1) / 2 for x in range(len(results))])
+        axis.set_xticklabels([r["preset"] for r in results])
+        axis.set_ylim(bottom=0)  # bars from zero: differences of a few percent look like what they are
+        axis.set_title(title)
+    axes[0].legend(fontsize=8)
+    if has_sweep:
+        sweep = next(r["length_sweep"] for r in results if "length_sweep" in r)
+        for name, rates in sweep["train_tokens_per_s"].items():
+            axes[2].plot(sweep["lengths"], rates, marker="o", label=name)
+        axes[2].set_xscale("log", base=2)
+        axes[2].set_xlabel("sequence length (source = target)")
+        axes[2].set_title(f"training tokens/s vs length ({sweep['tokens_per_batch']} tokens/batch)")
+        axes[2].legend(fontsize=8)
+    figure.suptitle(f"{report['machine']}, {report['threads']} threads", fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def render(paths: list[Path]) -> dict:
+    """Rewrite the .md and .png of the report `paths[0]`, with what the other reports add to its models."""
+    report = json.loads(paths[0].read_text())
+    for path in paths[1:]:
+        extra = json.loads(path.read_text())
+        report["command"] += f"; {extra['command']}"
+        for result in report["results"]:
+            for other in extra["results"]:
+                if other["preset"] != result["preset"]:
+                    continue
+                for name, entry in other["models"].items():
+                    if name in result["models"]:
+                        for key, value in entry.items():
+                            result["models"][name].setdefault(key, value)
+    stem = paths[0].with_suffix("")
+    stem.with_suffix(".md").write_text(markdown(report) + "\n")
+    plot(report, stem.with_suffix(".png"))
+    print(markdown(report))
+    return report
+
+
+def machine() -> str:
+    if torch.cuda.is_available():
+        return torch.cuda.get_device_name()
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{name}, {os.cpu_count()} CPU cores"
+
+
+# ----------------------------------------------------------------------------------------------------------------
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--preset", nargs="+", default=["small"], help="presets to measure (tiny, small, base, big)")
+    parser.add_argument("--peers", nargs="+", default=None, help=f"models to measure, from {list(PEERS)}")
+    parser.add_argument("--quick", action="store_true", help="tiny preset, few repetitions: a CI check of the script")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", choices=["cpu", "cuda"])
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="torch intra-op threads (CPU)")
+    parser.add_argument(
+        "--clock",
+        default="wall",
+        choices=list(CLOCKS),
+        help="wall-clock, or CPU time of the process (shared machines)",
+    )
+    parser.add_argument("--reps", type=int, default=5, help="timed rounds per measurement (median reported)")
+    parser.add_argument("--batch_size", type=int, default=32, help="sentences per batch (training and generation)")
+    parser.add_argument("--train_batches", type=int, default=2, help="training batches per timed round")
+    parser.add_argument("--single_sentences", type=int, default=4, help="sentences translated one at a time")
+    parser.add_argument("--sweep_lengths", type=int, nargs="*", default=[64, 128, 256, 512, 1024])
+    parser.add_argument("--sweep_tokens", type=int, default=4096, help="tokens per batch in the length sweep")
+    parser.add_argument("--sweep_reps", type=int, default=3)
+    parser.add_argument("--max_positions", type=int, default=1024)
+    parser.add_argument("--no_memory", action="store_true", help="skip the peak-memory subprocesses")
+    parser.add_argument(
+        "--parts", nargs="+", default=PARTS, choices=PARTS, help="what to measure (default: all of it)"
+    )
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--output_dir", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument(
+        "--render",
+        nargs="+",
+        type=Path,
+        help="only rewrite the .md and .png of a report JSON, adding the measurements of further JSONs "
+        "(e.g. a --parts memory run) for models and presets that it lacks",
+    )
+    parser.add_argument("--memory_worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.preset, args.reps, args.batch_size, args.train_batches = ["tiny"], 1, 8, 1
+        args.single_sentences, args.sweep_lengths, args.sweep_tokens, args.sweep_reps = 2, [32, 64], 256, 1
+        args.max_positions = 128
+    args.max_positions = max(args.max_positions, *(n + 1 for n in args.sweep_lengths or [0]))
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    global clock
+    clock = CLOCKS[args.clock]
+    if args.memory_worker:
+        memory_worker(args)
+        return {}
+    if args.render:
+        return render(args.render)
+    from transformers import __version__ as transformers_version
+
+    unavailable = register_ctranslate2(args.device)
+    peer_names = args.peers or DEFAULT_PEERS + (["CTranslate2"] if "CTranslate2" in PEERS else [])
+    unknown = [name for name in peer_names if name not in PEERS]
+    if unknown:
+        raise SystemExit(f"unknown peers {unknown}; choose from {list(PEERS)}")
+    report = {
+        "machine": machine(),
+        "device": args.device,
+        "threads": args.threads,
+        "clock": args.clock,
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers_version,
+        "command": shlex.join(["python", "bench/speed.py", *(argv if argv is not None else sys.argv[1:])]),
+        "ctranslate2": unavailable or "measured",
+        "results": [bench_preset(preset, args, peer_names) for preset in args.preset],
+    }
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    parts = "" if args.parts == PARTS else "-" + "-".join(args.parts)
+    stem = args.output_dir / f"{'-'.join(args.preset)}-{args.device}{parts}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
+    table = markdown(report)
+    stem.with_suffix(".md").write_text(table + "\n")
+    plot(report, stem.with_suffix(".png"))
+    print(table)
+    log(f"wrote {stem}.json, .md, .png")
+    return report
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+"""Decoding settings of the paper that `GenerationConfig` cannot express, shared by both model types.
+
+"We set the maximum output length during inference to input length + 50, but terminate early when possible"
+(Vaswani et al., 2017, Sec. 6.1). `GenerationConfig.max_length` is one number for the whole batch, so a short
+sentence batched with a long one would get the long one's limit, and its translation would depend on its batch.
+Here the limit is per sentence: `generation_config.max_length_over_source = 50` (saved in generation_config.json)
+makes `generate()` force the end-of-sentence token once a translation has `source length + 50` tokens (the end
+token included; the source length counts the source's own tokens, padding excluded). An explicit `max_length` or
+`max_new_tokens` given to `generate()`, or `max_new_tokens` set in the generation config, takes precedence.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+SOURCE_LIMIT_FIELD = "max_length_over_source"
+
+
+class SourceLengthLimit(LogitsProcessor):
+    """Forces an end-of-sentence token when a hypothesis reaches `limits` tokens (one limit per source sentence).
+
+    Hypotheses of one sentence (beams, samples) are consecutive rows of the decoder input, as in `generate()`.
+    """
+
+    def __init__(self, limits: torch.Tensor, eos_token_id: int | list[int]):
+        self.limits = limits  # (B,)
+        self.eos_token_ids = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        per_row = self.limits.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.limits.shape[0])
+        generated = input_ids.shape[-1] - 1  # the decoder start token is not part of the translation
+        at_limit = generated >= per_row - 1  # the next token is the last one allowed: it must end the sentence
+        if not at_limit.any():
+            return scores
+        eos = self.eos_token_ids.to(scores.device)
+        forced = torch.full_like(scores, torch.finfo(scores.dtype).min)
+        forced[:, eos] = scores[:, eos]
+        return torch.where(at_limit[:, None], forced, scores)
+
+
+def source_lengths(input_ids=None, attention_mask=None, inputs_embeds=None, encoder_outputs=None) -> torch.Tensor:
+    """Tokens per source sentence: the attention mask's sum, else the full length of whatever holds the source."""
+    if attention_mask is not None:
+        return attention_mask.sum(-1).long()
+    if encoder_outputs is not None:
+        source = encoder_outputs[0]
+    else:
+        source = input_ids if input_ids is not None else inputs_embeds
+    return torch.full((source.shape[0],), source.shape[1], dtype=torch.long, device=source.device)
+
+
+class SourceRelativeLengthMixin:
+    """`generate()` with the paper's per-sentence maximum output length (see the module docstring)."""
+
+    def generate(
+        self,
+        inputs: torch.Tensor | None = None,
+        generation_config: GenerationConfig | None = None,
+        logits_processor: LogitsProcessorList | None = None,
+        **kwargs,
+    ):
+        config = generation_config if generation_config is not None else self.generation_config
+        offset = kwargs.pop(SOURCE_LIMIT_FIELD, getattr(config, SOURCE_LIMIT_FIELD, None))
+        explicit = "max_length" in kwargs or "max_new_tokens" in kwargs or config.max_new_tokens is not None
+        if offset is None or explicit:
+            return super().generate(inputs, generation_config, logits_processor, **kwargs)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
+            raise ValueError(f"generation_config.{SOURCE_LIMIT_FIELD} must be a positive integer, got {offset!r}")
+        eos_token_id = kwargs.get("eos_token_id", config.eos_token_id)
+        if eos_token_id is None:
+            raise ValueError(f"generation_config.{SOURCE_LIMIT_FIELD} needs an eos_token_id to end translations with")
+        limits = (
+            source_lengths(
+                kwargs.get("input_ids", inputs),
+                kwargs.get("attention_mask"),
+                kwargs.get("inputs_embeds"),
+                kwargs.get("encoder_outputs"),
+            )
+            + offset
+        )
+        processors = LogitsProcessorList(logits_processor or [])
+        processors.append(SourceLengthLimit(limits, eos_token_id))
+        # One more position than the longest limit: the decoder start token.
+        return super().generate(inputs, generation_config, processors, max_length=int(limits.max()) + 1, **kwargs)
+
+
+__all__ = ["SOURCE_LIMIT_FIELD", "SourceLengthLimit", "SourceRelativeLengthMixin", "source_lengths"]

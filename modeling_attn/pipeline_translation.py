@@ -1,0 +1,70 @@
+"""`pipeline("translation", model=..., trust_remote_code=True)` for both model types.
+
+transformers 5 removed its translation pipeline. This one is registered with `PIPELINE_REGISTRY` when
+`modeling_attn` is imported, and travels with a checkpoint: `modeling_attn.hub.save_for_hub` saves it with the
+model, which writes `config.custom_pipelines["translation"]` and copies this file beside the model code, so a
+machine without this package builds it from the checkpoint (`trust_remote_code=True`).
+
+Input: a sentence or a list of sentences. Output, per sentence: `[{"translation_text": ...}]` (as the
+transformers 4 pipeline), one dict per returned sequence (`num_return_sequences`). Generation settings come from the
+model's `generation_config` (beam size, length penalty, the per-sentence maximum length) unless given in the call;
+`batch_size=N` translates N sentences per `generate()` call.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import Pipeline
+
+
+class TranslationPipeline(Pipeline):
+    """Translate text with an encoder-decoder model and its tokenizer (see the module docstring)."""
+
+    _pipeline_calls_generate = True
+    _load_processor = False
+    _load_image_processor = False
+    _load_feature_extractor = False
+    _load_tokenizer = True
+
+    def _sanitize_parameters(
+        self, truncation: bool | None = None, clean_up_tokenization_spaces=None, **generate_kwargs
+    ):
+        preprocess = {} if truncation is None else {"truncation": truncation}
+        postprocess = {}
+        if clean_up_tokenization_spaces is not None:
+            postprocess["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        return preprocess, generate_kwargs, postprocess
+
+    def __call__(self, inputs: str | list[str], **kwargs: Any) -> list[dict[str, str]] | list[list[dict[str, str]]]:
+        if isinstance(inputs, str):
+            return super().__call__(inputs, **kwargs)
+        if not isinstance(inputs, list) or not all(isinstance(text, str) for text in inputs):
+            raise TypeError(
+                f"translation pipeline: expected a string or a list of strings, got {type(inputs).__name__}"
+            )
+        return super().__call__(inputs, **kwargs)
+
+    def preprocess(self, text: str, truncation: bool = False) -> dict[str, Any]:
+        if not isinstance(text, str):
+            raise TypeError(f"translation pipeline: expected a string, got {type(text).__name__}")
+        return self.tokenizer(text, truncation=truncation, return_tensors="pt")
+
+    def _forward(self, model_inputs: dict[str, Any], **generate_kwargs: Any) -> dict[str, Any]:
+        batch_size = model_inputs["input_ids"].shape[0]
+        output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
+        # (B * num_return_sequences, T) -> (B, num_return_sequences, T), so the pipeline unbatches per sentence
+        return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
+
+    def postprocess(self, model_outputs: dict[str, Any], clean_up_tokenization_spaces: bool = False):
+        return [
+            {
+                "translation_text": self.tokenizer.decode(
+                    ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
+                )
+            }
+            for ids in model_outputs["output_ids"][0]
+        ]
+
+
+__all__ = ["TranslationPipeline"]

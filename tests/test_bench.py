@@ -1,0 +1,98 @@
+"""bench/speed.py runs on the tiny preset and reports what it promises: the speed numbers are not checked here
+(they are the benchmark's job), only that the report is complete and its values are sane."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "speed.py"
+TRAINING_PEERS = ["attn_transformer", "MarianMTModel (sdpa)", "MarianMTModel (eager)", "torch.nn.Transformer"]
+HEADER = (
+    "| model | params | train tok/s | greedy b32 tok/s | beam4 b32 tok/s | greedy b1 ms/sent | beam4 b1 ms/sent "
+    "| train peak MB |"
+)
+
+
+@pytest.fixture(scope="module")
+def speed():
+    spec = importlib.util.spec_from_file_location("bench_speed", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_speed"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_quick(speed, output_dir: Path, *extra: str) -> tuple[dict, str]:
+    speed.main(["--quick", "--output_dir", str(output_dir), *extra])
+    report = json.loads((output_dir / "tiny-cpu.json").read_text())
+    table = (output_dir / "tiny-cpu.md").read_text()
+    assert (output_dir / "tiny-cpu.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return report, table
+
+
+def check_report(speed, report: dict, table: str) -> dict:
+    (result,) = report["results"]
+    assert result["preset"] == "tiny"
+    models = result["models"]
+    assert set(TRAINING_PEERS) <= set(models)
+    expected = speed.reference_model("tiny", 128, seed=0).num_parameters()
+    for name in TRAINING_PEERS:
+        entry = models[name]
+        # Same architecture, same weights: equal parameter counts and (in eval mode) the same loss.
+        assert entry["parameters"] == expected, name
+        assert entry["loss_difference"] < 1e-4, name
+        for key in ("train_tokens_per_s", "greedy_batch_tokens_per_s", "greedy_single_ms_per_sentence"):
+            assert math.isfinite(entry[key]) and entry[key] > 0, (name, key)
+    for name in ("attn_transformer", "MarianMTModel (sdpa)", "MarianMTModel (eager)"):
+        assert models[name]["beam4_batch_tokens_per_s"] > 0
+    assert "beam4_batch_tokens_per_s" not in models["torch.nn.Transformer"]  # it has no beam search
+
+    sweep = result["length_sweep"]
+    assert sweep["lengths"] == [32, 64]
+    for name in TRAINING_PEERS:
+        assert len(sweep["train_tokens_per_s"][name]) == 2 and min(sweep["train_tokens_per_s"][name]) > 0
+
+    lines = table.splitlines()
+    start = lines.index(HEADER) + 2
+    main_table = lines[start : lines.index("", start)]
+    rows = {line.split(" | ")[0].removeprefix("| "): line for line in main_table}
+    assert set(TRAINING_PEERS) <= set(rows)
+    assert f"| attn_transformer | {expected:,} |" in rows["attn_transformer"]
+    assert any(line.startswith("- training vs MarianMTModel") for line in lines)
+    return models
+
+
+def test_quick_run_without_memory(speed, tmp_path):
+    report, table = run_quick(speed, tmp_path, "--no_memory")
+    models = check_report(speed, report, table)
+    assert all("memory" not in entry for entry in models.values())
+
+    # --render rewrites the table from the JSON, adding what a second report measured (here: a memory figure).
+    (tmp_path / "tiny-cpu.md").unlink()
+    speed.main(["--render", str(tmp_path / "tiny-cpu.json")])
+    assert (tmp_path / "tiny-cpu.md").read_text() == table
+    extra = {"command": "second", "results": [{"preset": "tiny", "models": {"attn_transformer": {"memory": {}}}}]}
+    extra["results"][0]["models"]["attn_transformer"]["memory"]["training_mb"] = 12.5
+    (tmp_path / "memory.json").write_text(json.dumps(extra))
+    speed.main(["--render", str(tmp_path / "tiny-cpu.json"), str(tmp_path / "memory.json")])
+    rendered = (tmp_path / "tiny-cpu.md").read_text()
+    assert rendered.splitlines()[1].endswith("; second`")
+    row = next(line for line in rendered.splitlines() if line.startswith("| attn_transformer |"))
+    assert row.endswith("| 12 |") and table != rendered
+
+
+@pytest.mark.slow
+def test_quick_run_with_memory_subprocesses(speed, tmp_path):
+    report, table = run_quick(speed, tmp_path)
+    models = check_report(speed, report, table)
+    for name in TRAINING_PEERS:
+        memory = models[name]["memory"]
+        assert memory["peak_mb"] >= memory["before_mb"] > 50, name  # torch alone takes more than 50 MB
+        assert memory["training_mb"] == pytest.approx(memory["peak_mb"] - memory["before_mb"])
+    assert any(line.startswith("- training peak memory vs MarianMTModel") for line in table.splitlines())

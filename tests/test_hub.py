@@ -1,0 +1,308 @@
+"""Sharing on the Hub (modeling_attn/hub.py, pipeline_translation.py, generation.py, loading.py).
+
+A real Hub server on loopback (`olah`, tests/hub_server.py) serves git repositories holding exactly the files that
+`attn push` uploads (written by `hub.save_for_hub`, the function `push_to_hub` uploads from). A fresh process with an
+empty HF cache, `HF_ENDPOINT` at the server and `modeling_attn` not importable loads them with
+`trust_remote_code=True` and must translate exactly as the original models do, through `generate()` and through the
+translation pipeline; a second branch and a pinned code revision must load what they name.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import torch
+from hub_server import commit_folder, olah_server
+from huggingface_hub import ModelCard, ModelCardData, get_token
+from isolation import run_isolated
+from test_translate import CORPUS, SENTENCES, save_tiny_model
+from tiny import padded_batch, tiny_model
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
+
+from modeling_attn import AttnRNNForConditionalGeneration, AttnTransformerForConditionalGeneration
+from modeling_attn.cli import main as attn
+from modeling_attn.generation import SourceLengthLimit
+from modeling_attn.hub import paper_generation_config, push_to_hub, read_results, save_for_hub
+from modeling_attn.translate import translate_batch
+
+REPOS = {"attn_transformer": "org/tiny-transformer", "attn_rnn": "org/tiny-rnn"}
+CODE_MARKER = '\nCODE_REVISION_MARKER = "v2"\n'
+
+
+def write_data(folder):
+    """A data folder as `attn evaluate --data` reads it: the CORPUS pairs as train and test splits (en -> de)."""
+    folder.mkdir()
+    sources, targets = CORPUS[0::2], CORPUS[1::2]
+    for split in ("train", "test"):
+        (folder / f"{split}.en").write_text("\n".join(sources) + "\n")
+        (folder / f"{split}.de").write_text("\n".join(targets) + "\n")
+    return folder
+
+
+def expected_translations(folder, sentences):
+    """What the pushed model must produce: the local model with the paper's decoding, one sentence at a time."""
+    model = AutoModelForSeq2SeqLM.from_pretrained(folder).eval()
+    model.generation_config = paper_generation_config(model)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    return [translate_batch(model, tokenizer, [sentence])[0][0] for sentence in sentences]
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory):
+    """Models of both types saved for the Hub, committed to olah's mirror folder (plus a v2 branch, a pickle-only
+    repository), and the server running on 127.0.0.1."""
+    root = tmp_path_factory.mktemp("hub")
+    data = write_data(root / "data")
+    mirrors = root / "mirrors" / "models"
+    info = {"folders": {}, "expected": {}, "results": {}}
+    for model_type, repo in REPOS.items():
+        model_dir = save_tiny_model(root / model_type, model_type)
+        results = root / f"{model_type}-results.json"
+        argv = ["evaluate", "--model", str(model_dir), "--data", str(data), "--source_lang", "en"]
+        assert attn([*argv, "--target_lang", "de", "--split", "test", "--output", str(results)]) == 0
+        folder = save_for_hub(model_dir, root / f"{model_type}-hub", repo, results)
+        info["main_commit_" + model_type] = commit_folder(mirrors / repo, folder)
+        info["folders"][model_type] = folder
+        info["expected"][model_type] = expected_translations(folder, SENTENCES)
+        info["results"][model_type] = json.loads(results.read_text())
+
+    # Branch v2 of the Transformer repository: other weights, and a marker in its code.
+    torch.manual_seed(1)
+    other = AttnTransformerForConditionalGeneration(
+        AutoModelForSeq2SeqLM.from_pretrained(info["folders"]["attn_transformer"]).config
+    )
+    other.save_pretrained(root / "v2-model")
+    shutil.copy(info["folders"]["attn_transformer"] / "tokenizer.json", root / "v2-model")
+    shutil.copy(info["folders"]["attn_transformer"] / "tokenizer_config.json", root / "v2-model")
+    v2 = save_for_hub(root / "v2-model", root / "v2-hub", REPOS["attn_transformer"])
+    with open(v2 / "modeling_transformer.py", "a") as code:
+        code.write(CODE_MARKER)
+    commit_folder(mirrors / REPOS["attn_transformer"], v2, branch="v2")
+    subprocess.run(["git", "-C", str(mirrors / REPOS["attn_transformer"]), "checkout", "-q", "main"], check=True)
+    info["expected"]["v2"] = expected_translations(v2, SENTENCES)
+
+    # A repository whose weights are a pickle only.
+    pickled = root / "pickled"
+    shutil.copytree(info["folders"]["attn_transformer"], pickled)
+    weights = AutoModelForSeq2SeqLM.from_pretrained(pickled).state_dict()
+    torch.save(weights, pickled / "pytorch_model.bin")
+    (pickled / "model.safetensors").unlink()
+    commit_folder(mirrors / "org/pickled", pickled)
+
+    with olah_server(root / "mirrors", root, REPOS["attn_transformer"]) as url:
+        info["url"] = url
+        yield info
+
+
+REMOTE_CODE = """
+import json, torch
+from huggingface_hub import ModelCard
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, pipeline
+
+sentences = json.load(open("sentences.json"))
+main_commit = json.load(open("main_commit.json"))
+out = {}
+
+def translate(repo, **revisions):
+    model = AutoModelForSeq2SeqLM.from_pretrained(repo, trust_remote_code=True, **revisions).eval()
+    # trust_remote_code: AutoTokenizer reads config.json, whose class is code of the repository (else it prompts)
+    tokenizer = AutoTokenizer.from_pretrained(repo, revision=revisions.get("revision"), trust_remote_code=True)
+    texts = []
+    for sentence in sentences:
+        with torch.no_grad():
+            ids = model.generate(**tokenizer([sentence], return_tensors="pt", return_token_type_ids=False))
+        texts.append(tokenizer.decode(ids[0], skip_special_tokens=True))
+    module = __import__(type(model).__module__, fromlist=["_"])
+    return model, {"translations": texts, "class": type(model).__module__ + "." + type(model).__name__,
+                   "code_marker": getattr(module, "CODE_REVISION_MARKER", None)}
+
+for model_type, repo in {"attn_transformer": "org/tiny-transformer", "attn_rnn": "org/tiny-rnn"}.items():
+    model, out[model_type] = translate(repo)
+    generation = GenerationConfig.from_pretrained(repo)
+    out[model_type]["generation"] = {k: getattr(generation, k, None) for k in
+                                     ("num_beams", "length_penalty", "max_length_over_source", "early_stopping")}
+    translator = pipeline("translation", model=repo, trust_remote_code=True)
+    out[model_type]["pipeline"] = [r[0]["translation_text"] for r in translator(sentences, batch_size=4)]
+    out[model_type]["pipeline_single"] = translator(sentences[0])[0]["translation_text"]
+    card = ModelCard.load(repo)
+    out[model_type]["card_results"] = {r.metric_type: r.metric_value for r in card.data.eval_results}
+    out[model_type]["class_of_model"] = type(model).__name__
+
+_, out["v2"] = translate("org/tiny-transformer", revision="v2")
+_, out["v2_pinned_code"] = translate("org/tiny-transformer", revision="v2", code_revision=main_commit)
+
+try:
+    AutoModelForSeq2SeqLM.from_pretrained("org/pickled", trust_remote_code=True)
+    out["pickle_refused"] = None
+except OSError as error:
+    out["pickle_refused"] = str(error)
+allowed = AutoModelForSeq2SeqLM.from_pretrained("org/pickled", trust_remote_code=True, use_safetensors=False)
+out["pickle_allowed_class"] = type(allowed).__name__
+
+rnn_class = type(AutoModelForSeq2SeqLM.from_pretrained("org/tiny-rnn", trust_remote_code=True))
+try:
+    rnn_class.from_pretrained("org/tiny-transformer")
+    out["wrong_type"] = None
+except ValueError as error:
+    out["wrong_type"] = str(error)
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def remote(hub, tmp_path_factory):
+    """What a machine without modeling_attn gets from the server (one fresh process for all checks)."""
+    work = tmp_path_factory.mktemp("remote")
+    (work / "sentences.json").write_text(json.dumps(SENTENCES))
+    (work / "main_commit.json").write_text(json.dumps(hub["main_commit_attn_transformer"]))
+    env = {"HF_ENDPOINT": hub["url"], "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": ""}
+    return run_isolated(REMOTE_CODE, cwd=work, env=env, timeout=600)
+
+
+@pytest.mark.slow
+def test_pushed_files_are_what_a_hub_user_needs(hub):
+    for model_type, folder in hub["folders"].items():
+        names = {path.name for path in folder.iterdir()}
+        code = {"modeling_transformer.py"} if model_type == "attn_transformer" else {"modeling_rnn.py"}
+        assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md",
+                "pipeline_translation.py", "generation.py", "loading.py", *code} <= names  # fmt: skip
+        assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in names)
+        config = json.loads((folder / "config.json").read_text())
+        assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
+        assert config["custom_pipelines"]["translation"]["impl"] == "pipeline_translation.TranslationPipeline"
+        assert config["custom_pipelines"]["translation"]["pt"] == ["AutoModelForSeq2SeqLM"]
+        generation = json.loads((folder / "generation_config.json").read_text())
+        assert (generation["num_beams"], generation["length_penalty"], generation["max_length_over_source"]) == (
+            4,
+            0.6,
+            50,
+        )
+        assert "max_new_tokens" not in generation
+
+
+@pytest.mark.slow
+def test_remote_code_loads_and_translates_like_the_original(hub, remote):
+    for model_type in REPOS:
+        got, expected = remote[model_type], hub["expected"][model_type]
+        assert got["class"].startswith("transformers_modules.")  # the repository's code, not an installed package
+        assert got["translations"] == expected
+        assert got["pipeline"] == expected
+        assert got["pipeline_single"] == expected[0]
+        assert got["generation"] == {
+            "num_beams": 4,
+            "length_penalty": 0.6,
+            "max_length_over_source": 50,
+            "early_stopping": True,
+        }
+    assert len(set(hub["expected"]["attn_transformer"])) > 1  # the random model does not translate all alike
+
+
+@pytest.mark.slow
+def test_revision_and_code_revision_load_what_they_name(hub, remote):
+    assert hub["expected"]["v2"] != hub["expected"]["attn_transformer"]  # other weights translate differently
+    assert remote["v2"]["translations"] == hub["expected"]["v2"]
+    assert remote["v2"]["code_marker"] == "v2"  # the code of branch v2
+    assert remote["v2_pinned_code"]["translations"] == hub["expected"]["v2"]  # weights of v2 ...
+    assert remote["v2_pinned_code"]["code_marker"] is None  # ... with the code of the pinned main commit
+
+
+@pytest.mark.slow
+def test_pickle_weights_are_refused_unless_allowed(remote):
+    message = remote["pickle_refused"]
+    assert message is not None and "org/pickled" in message
+    assert "pytorch_model.bin" in message and "use_safetensors=False" in message
+    assert remote["pickle_allowed_class"] == "AttnTransformerForConditionalGeneration"
+
+
+@pytest.mark.slow
+def test_config_of_another_model_type_is_a_clear_error(hub, remote):
+    assert "model_type 'attn_transformer'" in remote["wrong_type"] and "'attn_rnn'" in remote["wrong_type"]
+    folder = hub["folders"]["attn_transformer"]
+    with pytest.raises(ValueError, match=r"model_type 'attn_transformer', but AttnRNNConfig reads 'attn_rnn'"):
+        AttnRNNForConditionalGeneration.from_pretrained(folder)
+    with pytest.raises(OSError, match="use_safetensors=False"):
+        bin_only = folder.parent / "bin-only"
+        shutil.copytree(folder, bin_only, ignore=shutil.ignore_patterns("model.safetensors"))
+        torch.save(AutoModelForSeq2SeqLM.from_pretrained(folder).state_dict(), bin_only / "pytorch_model.bin")
+        AttnTransformerForConditionalGeneration.from_pretrained(bin_only)
+
+
+@pytest.mark.slow
+def test_model_card_metadata_holds_the_evaluation(hub, remote):
+    for model_type, folder in hub["folders"].items():
+        card = ModelCard.load(folder / "README.md")
+        data = card.data
+        assert data.library_name == "transformers" and data.pipeline_tag == "translation"
+        assert data.license == "apache-2.0" and data.language == ["en", "de"]
+        assert model_type in data.tags and "translation" in data.tags
+        assert data.metrics == ["bleu", "chrf"] and data.datasets == ["data"]
+        results = hub["results"][model_type]
+        expected = {"bleu": round(results["bleu"], 2), "chrf": round(results["chrf"], 2)}
+        assert {r.metric_type: r.metric_value for r in data.eval_results} == expected
+        assert remote[model_type]["card_results"] == expected  # the same card, read from the server
+        # The metadata survives a round trip through ModelCardData (what the Hub's validator parses).
+        assert ModelCardData(**data.to_dict()).to_dict() == data.to_dict()
+        assert "More Information Needed" not in card.text.split("## Limitations")[0]
+        assert f"{results['bleu']:.2f}" in card.text and results["bleu_signature"] in card.text
+        assert (
+            read_results(hub["folders"][model_type].parent / f"{model_type}-results.json")["bleu"] == results["bleu"]
+        )
+
+
+@pytest.mark.slow
+def test_translation_pipeline_locally_batched(hub):
+    folder = hub["folders"]["attn_rnn"]
+    translator = pipeline("translation", model=str(folder), trust_remote_code=True)
+    assert [r[0]["translation_text"] for r in translator(SENTENCES, batch_size=3)] == hub["expected"]["attn_rnn"]
+    several = translator(SENTENCES[:2], num_beams=3, num_return_sequences=2)
+    assert [len(r) for r in several] == [2, 2]
+    with pytest.raises(TypeError, match="expected a string"):
+        translator(42)
+
+
+def test_translations_stop_at_source_length_plus_offset():
+    limit = SourceLengthLimit(torch.tensor([3, 5]), eos_token_id=2)
+    scores = torch.zeros(4, 6)  # 2 sentences x 2 beams, vocabulary of 6
+    # 2 tokens generated after the start token: the first sentence (limit 3) must end now, the second need not.
+    forced = limit(torch.ones(4, 3, dtype=torch.long), scores)
+    assert torch.equal(forced[:2].argmax(-1), torch.tensor([2, 2])) and (forced[:2, [0, 1, 3, 4, 5]] < -1e30).all()
+    assert torch.equal(forced[2:], scores[2:])
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_generate_limits_each_sentence_to_its_source_length_plus_offset(num_beams):
+    model = tiny_model()
+    model.generation_config.update(num_beams=num_beams, eos_token_id=2, pad_token_id=0)
+    model.generation_config.max_length_over_source = 3  # not a GenerationConfig field: `update` would ignore it
+    input_ids, attention_mask, _ = padded_batch(batch=3, source_length=7)
+    with torch.no_grad():
+        batched = model.generate(input_ids=input_ids, attention_mask=attention_mask)
+        alone = [model.generate(input_ids=input_ids[r : r + 1, : int(attention_mask[r].sum())]) for r in range(3)]
+    for row, length in enumerate(attention_mask.sum(-1).tolist()):
+        tokens = batched[row, 1:].tolist()
+        tokens = tokens[: tokens.index(2) + 1] if 2 in tokens else tokens  # up to the end token (then filler)
+        assert 1 <= len(tokens) <= length + 3
+        assert tokens[-1] == 2  # ended by the end token, forced at the limit if not before
+        assert alone[row][0, 1:].tolist()[: len(tokens)] == tokens  # the limit is per sentence, not per batch
+    # An explicit max_new_tokens takes precedence over the per-sentence limit.
+    with torch.no_grad():
+        assert model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=2).shape[1] <= 3
+
+
+@pytest.mark.skipif(get_token() is None, reason="no Hub token configured (HF_TOKEN or `hf auth login`): the upload to "
+                    "the real Hub is opt-in")  # fmt: skip
+@pytest.mark.slow
+def test_push_to_the_real_hub(hub, tmp_path):
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    repo_id = f"{api.whoami()['name']}/modeling-attn-test-{tmp_path.name[-8:]}"
+    try:
+        url = push_to_hub(hub["folders"]["attn_rnn"], repo_id, private=True)
+        assert repo_id in url
+        assert {"model.safetensors", "README.md", "pipeline_translation.py"} <= set(api.list_repo_files(repo_id))
+    finally:
+        api.delete_repo(repo_id, missing_ok=True)

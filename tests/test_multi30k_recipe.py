@@ -1,0 +1,154 @@
+"""The Multi30k benchmark (bench/multi30k/): the multi-bleu.perl-style BLEU on lowercased Moses tokens against
+hand-computed values, and the recipe end to end (attn train, beam search on test2016, the three scores) on a few
+hundred sentences for a few steps."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
+needs_multi30k = pytest.mark.skipif(
+    not MULTI30K.is_dir(), reason=f"Multi30k not found at {MULTI30K} (<repo>/../shared/data/multi30k)"
+)
+
+
+def _load(name: str):
+    path = ROOT / "bench" / "multi30k" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"multi30k_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bleu = _load("bleu")
+
+
+def test_multi_bleu_of_one_sentence_is_the_hand_computed_geometric_mean():
+    # 1- to 4-gram matches 7/8, 5/7, 4/6, 3/5 ("red bike" and "bike ." miss); same length, so no brevity penalty.
+    score, signature = bleu.multi_bleu(["a man is riding a red bike ."], ["a man is riding a red bicycle ."])
+    expected = 100 * (7 / 8 * 5 / 7 * 4 / 6 * 3 / 5) ** 0.25
+    assert score.score == pytest.approx(expected, abs=1e-9)
+    assert expected == pytest.approx(70.7107, abs=1e-4)
+    assert "tok:none" in signature and "smooth:none" in signature
+
+
+def test_multi_bleu_sums_counts_over_the_corpus_and_applies_the_brevity_penalty():
+    hypotheses = ["a dog runs on the grass", "two men are talking"]
+    references = ["a dog runs on the green grass", "two men are talking"]
+    # n-gram matches over both sentences: 1-grams 6+4 of 6+4, 2-grams 4+3 of 5+3, 3-grams 3+2 of 4+2,
+    # 4-grams 2+1 of 3+1; hypothesis length c = 10, reference length r = 11: BP = exp(1 - 11/10).
+    precisions = [10 / 10, 7 / 8, 5 / 6, 3 / 4]
+    expected = 100 * math.exp(1 - 11 / 10) * math.prod(precisions) ** 0.25
+    score, _ = bleu.multi_bleu(hypotheses, references)
+    assert score.score == pytest.approx(expected, abs=1e-9)
+    # Not the mean of the sentence scores (the second sentence alone is 100).
+    sentence_scores = [bleu.multi_bleu([h], [r])[0].score for h, r in zip(hypotheses, references, strict=True)]
+    assert sentence_scores[1] == pytest.approx(100.0) and score.score != pytest.approx(
+        sum(sentence_scores) / 2, abs=0.1
+    )
+
+
+def test_multi_bleu_is_zero_without_smoothing_when_no_four_gram_matches():
+    # 1-gram 2/4, 2-gram 1/3, 3-gram 0/2, 4-gram 0/1: multi-bleu.perl takes log(0) and prints 0.
+    assert bleu.multi_bleu(["the small cat sat"], ["a small cat sits"])[0].score == 0.0
+    # sacreBLEU's default (exp) smoothing would not: the reason for smooth_method="none".
+    from sacrebleu.metrics import BLEU
+
+    assert BLEU(tokenize="none").corpus_score(["the small cat sat"], [["a small cat sits"]]).score > 0
+
+
+def test_lowercase_tokenize_reproduces_the_moses_pipeline():
+    assert bleu.lowercase_tokenize(['A man\'s T-shirt, "red".'], "en") == [
+        "a man &apos;s t-shirt , &quot; red . &quot;"  # English rule of normalize-punctuation: ". inside quotes
+    ]
+    assert bleu.lowercase_tokenize(["Ein Mann im „roten“ T-Shirt – 3,5 km."], "de") == [
+        "ein mann im &quot; roten &quot; t-shirt - 3,5 km ."  # German quotes and the en dash normalized, no -a split
+    ]
+
+
+def test_lowercased_tokenized_bleu_scores_raw_text_on_lowercased_tokens():
+    score, signature = bleu.lowercased_tokenized_bleu(
+        ["A man is riding a red bike."], ["a man is riding a red bicycle ."], "en"
+    )
+    assert score.score == pytest.approx(100 * (7 / 8 * 5 / 7 * 4 / 6 * 3 / 5) ** 0.25, abs=1e-9)
+    assert signature.startswith("lc+moses-norm+moses-tok(en")
+    with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
+        bleu.lowercased_tokenized_bleu(["a", "b"], ["a"], "en")
+
+
+def test_escaping_changes_no_bleu():
+    hypotheses = ['a man \'s dog is "happy" & fast']
+    references = ['the man \'s dog is "happy" & quick']
+    escaped = [line.replace("&", "&amp;").replace("'", "&apos;").replace('"', "&quot;") for line in references]
+    escaped_hypotheses = [
+        line.replace("&", "&amp;").replace("'", "&apos;").replace('"', "&quot;") for line in hypotheses
+    ]
+    assert bleu.multi_bleu(hypotheses, references)[0].score == bleu.multi_bleu(escaped_hypotheses, escaped)[0].score
+
+
+def test_bleu_command_line_reads_gzipped_references(tmp_path, capsys):
+    references = tmp_path / "ref.de.gz"
+    with gzip.open(references, "wt", encoding="utf-8") as file:
+        file.write("Ein Mann fährt ein rotes Fahrrad.\n")
+    hypotheses = tmp_path / "hyp.de"
+    hypotheses.write_text("ein Mann fährt ein rotes Fahrrad .\n", encoding="utf-8")
+    assert bleu.main([str(hypotheses), str(references), "--lang", "de"]) == 0
+    assert json.loads(capsys.readouterr().out)["bleu_lc_tok"] == 100.0
+    hypotheses.write_text("one\ntwo\n", encoding="utf-8")
+    assert bleu.main([str(hypotheses), str(references), "--lang", "de"]) == 2
+    assert "2 lines" in capsys.readouterr().err
+
+
+@needs_multi30k
+@pytest.mark.slow  # ~75 s of CPU each (loading Multi30k, BPE, 4 steps, beam search with an untrained model)
+@pytest.mark.parametrize(
+    ("model_type", "source_lang", "target_lang"), [("attn_transformer", "en", "de"), ("attn_rnn", "de", "en")]
+)
+def test_recipe_runs_end_to_end_on_a_few_hundred_sentences(tmp_path, model_type, source_lang, target_lang):
+    recipe = _load("recipe")
+    output_dir = tmp_path / "run"
+    argv = ["--source_lang", source_lang, "--target_lang", target_lang, "--model_type", model_type,
+            "--data", str(MULTI30K), "--output_dir", str(output_dir), "--num_beams", "2", "--max_test_samples", "12",
+            # attn train flags over the recipe's:
+            "--max_train_samples", "300", "--vocab_size", "400", "--max_steps", "4", "--save_steps", "2",
+            "--warmup_steps", "2", "--max_tokens_per_batch", "1024"]  # fmt: skip
+    assert recipe.main(argv) == 0
+
+    results = json.loads((output_dir / "multi30k_results.json").read_text())
+    args = results["attn_train_args"]
+    # The recipe's YAML flags reached attn train, then ours overrode them (argparse keeps the last value).
+    preset = "multi30k-transformer" if model_type == "attn_transformer" else "multi30k-rnn"
+    assert args[args.index("--preset") + 1] == preset
+    assert args[len(args) - 1 - args[::-1].index("--max_steps") + 1] == "4"
+    config = json.loads((output_dir / "config.json").read_text())
+    assert config["model_type"] == model_type
+    if model_type == "attn_transformer":
+        assert (config["d_model"], config["encoder_layers"], config["decoder_layers"]) == (128, 4, 4)
+    # Training averaged its two checkpoints (steps 2 and 4) into the evaluated model.
+    assert sorted(p.name for p in output_dir.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+
+    # test2016 (test_2016_flickr) was translated, and the score is the one bleu.py gives for those lines.
+    hypotheses = (output_dir / f"test2016.hyp.{target_lang}").read_text(encoding="utf-8").splitlines()
+    assert results["test_sentences"] == len(hypotheses) == 12
+    references = bleu.read_lines(MULTI30K / f"test_2016_flickr.{target_lang}.gz")[:12]
+    expected, _ = bleu.lowercased_tokenized_bleu(hypotheses, references, target_lang)
+    assert results["bleu_lc_tok"] == round(expected.score, 2)
+    assert results["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+    assert results["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0")
+    assert results["num_beams"] == 2 and results["direction"] == f"{source_lang}-{target_lang}"
+
+    # --evaluate_only scores the saved model again, keeping the training record; a train flag there is an error.
+    assert recipe.main([*argv[:14], "--evaluate_only"]) == 0
+    again = json.loads((output_dir / "multi30k_results.json").read_text())
+    assert again["attn_train_args"] == args and again["bleu_lc_tok"] == results["bleu_lc_tok"]
+    with pytest.raises(SystemExit, match="takes no attn train flags"):
+        recipe.main([*argv, "--evaluate_only"])

@@ -1,0 +1,382 @@
+"""A catalogue of bad inputs (issue 8, check 1): each gets an error of a stated type whose message names what is
+wrong and where (config field, file and line, token id, tensor shape), never an index error deep inside.
+
+Four layers, one table each: the model (tensors in, both model types), the command line (`attn translate`,
+`attn evaluate`, `attn train`, `attn average` through `modeling_attn.cli.main`), the data loaders (training/data.py)
+and loading (config.json, safetensors, tokenizer, model type).
+
+Covered elsewhere, not repeated here (they count towards the catalogue, 64 cases): tests/test_inputs.py (token id
+beyond the vocabulary, negative ids, labels beyond the vocabulary and all -100, float ids, masks of wrong shape,
+decoder mask of wrong shape, mask values other than 0/1, empty batch, ids and embeddings both or neither, a sequence
+longer than max_position_embeddings, wrong cache type: 16), tests/test_configuration_transformer.py (invalid config
+values incl. d_model not divisible by num_heads, unknown activation, wrong type: 17), tests/test_modeling_rnn.py (12
+bad tensors incl. left padding and an empty row; 11 invalid config values), tests/test_training_data.py (empty line,
+mismatched line counts, non-UTF-8 bytes in a .gz, bad TSV and JSONL lines, missing split and missing file: 7),
+tests/test_translate.py (missing evaluation split: 1). This file adds 63 (one an expected failure: a known gap).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import re
+import shutil
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from safetensors.torch import load_file, save_file
+from tiny import padded_batch, tiny_config, tiny_model
+from transformers import AutoModelForSeq2SeqLM
+
+from modeling_attn import (
+    AttnRNNConfig,
+    AttnRNNForConditionalGeneration,
+    AttnTransformerForConditionalGeneration,
+)
+from modeling_attn.cli import main as cli_main
+from training.averaging import load_weights
+from training.data import DataError, load_parallel_data
+from training.tokenizer import train_bpe_tokenizer
+
+CORPUS = ["the cat sat on the mat", "a dog ran in the park", "1987-03-03", "the 4th of July 1776"] * 5
+SPECIAL = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+RNN = dict(embedding_size=16, encoder_hidden_size=16, decoder_hidden_size=16, attention_size=16, readout_size=16)
+
+
+def _copy(world: SimpleNamespace, name: str) -> Path:
+    folder = world.root / name
+    shutil.copytree(world.model, folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory) -> SimpleNamespace:
+    """Saved tiny models of both types with their tokenizer, and damaged copies of them."""
+    root = tmp_path_factory.mktemp("world")
+    tokenizer = train_bpe_tokenizer(CORPUS, vocab_size=60, min_frequency=1)
+    model = tiny_model("sdpa", vocab_size=len(tokenizer), max_position_embeddings=16, **SPECIAL)
+    model.generation_config.update(max_new_tokens=4, num_beams=1)
+    world = SimpleNamespace(root=root, model=root / "model", rnn=root / "rnn", tokenizer=tokenizer)
+    model.save_pretrained(world.model)
+    tokenizer.save_pretrained(world.model)
+    torch.manual_seed(0)
+    AttnRNNForConditionalGeneration(AttnRNNConfig(vocab_size=len(tokenizer), **RNN, **SPECIAL)).save_pretrained(
+        world.rnn
+    )
+    weights = (world.model / "model.safetensors").read_bytes()
+    (_copy(world, "truncated") / "model.safetensors").write_bytes(weights[: len(weights) // 2])
+    (_copy(world, "garbage") / "model.safetensors").write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not a header")
+    (_copy(world, "no_config") / "config.json").unlink()
+    big = train_bpe_tokenizer([*CORPUS, "Zebras quietly juggle vexing wombats, fjords kvetch"], 120, min_frequency=1)
+    assert len(big) > len(tokenizer)
+    big.save_pretrained(_copy(world, "big_tokenizer"))
+    for name, edit in {
+        "no_d_model": lambda config: config.pop("d_model"),
+        "string_d_model": lambda config: config.update(d_model="16"),
+        "bad_heads": lambda config: config.update(num_heads=3),
+    }.items():
+        config = json.loads((world.model / "config.json").read_text())
+        edit(config)
+        (_copy(world, name) / "config.json").write_text(json.dumps(config))
+    (_copy(world, "bad_json") / "config.json").write_text('{"model_type": "attn_transformer",')
+    state = load_file(world.model / "model.safetensors")
+    state["model.encoder.layers.0.self_attn.q_proj.weight"] = torch.zeros(3, 3)
+    save_file(state, _copy(world, "wrong_shape") / "model.safetensors", metadata={"format": "pt"})
+    del state["model.encoder.layers.0.self_attn.q_proj.weight"]
+    save_file(state, _copy(world, "missing_tensor") / "model.safetensors", metadata={"format": "pt"})
+    pickled = root / "pickle_only"
+    pickled.mkdir()
+    shutil.copy(world.model / "config.json", pickled)
+    torch.save(model.state_dict(), pickled / "pytorch_model.bin")
+    (root / "long.txt").write_text("the cat\n" + "the cat sat on the mat " * 4 + "\n")
+    (root / "latin1.txt").write_bytes("the cat\nthe caf\xe9\n".encode("latin-1"))
+    return world
+
+
+# -- the model layer ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def transformer():
+    return tiny_model("sdpa")
+
+
+@pytest.fixture(scope="module")
+def rnn():
+    torch.manual_seed(0)
+    return AttnRNNForConditionalGeneration(AttnRNNConfig(vocab_size=99, **RNN, **SPECIAL)).eval()
+
+
+def _with(batch_edit):
+    """A model call on the padded batch of tests/tiny.py after `batch_edit(ids, mask, decoder_ids)` -> kwargs."""
+
+    def call(model):
+        input_ids, attention_mask, decoder_input_ids = padded_batch()
+        kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+        return model(**{**kwargs, **batch_edit(input_ids, attention_mask, decoder_input_ids)})
+
+    return call
+
+
+MODEL_CASES = [
+    # (model, call, error type, message pattern)
+    ("transformer", _with(lambda i, m, d: dict(attention_mask=m * 2)), ValueError,
+     r"attention_mask must hold 0 \(padding\) and 1 \(token\) only, got 2 at \(batch, position\) \(0, 0\)"),
+    ("rnn", _with(lambda i, m, d: dict(attention_mask=m * 2)), ValueError,
+     r"attention_mask must hold 0 \(padding\) and 1 \(token\) only, got 2"),
+    ("transformer", _with(lambda i, m, d: dict(attention_mask=m * torch.tensor([[1], [0], [1]]))), ValueError,
+     "attention_mask row 1 masks every token"),
+    ("transformer", _with(lambda i, m, d: dict(decoder_input_ids=d[:2])), ValueError,
+     r"decoder input .* has batch size 2, but the encoder output .* has shape \(3, 7, 16\)"),
+    ("transformer", _with(lambda i, m, d: dict(decoder_input_ids=None, labels=d[:2])), ValueError,
+     r"decoder input \(decoder_input_ids, labels or decoder_inputs_embeds\) has batch size 2"),
+    ("transformer", _with(lambda i, m, d: dict(labels=d[:, :3])), ValueError,
+     r"labels have shape \(3, 3\) but the decoder produced logits for \(batch, length\) = \(3, 5\)"),
+    ("rnn", _with(lambda i, m, d: dict(labels=d[:, :3])), ValueError,
+     r"labels have shape \(3, 3\) but the decoder produced logits for \(batch, length\) = \(3, 5\)"),
+    ("transformer", _with(lambda i, m, d: dict(input_ids=None, inputs_embeds=torch.zeros(3, 7, 8))), ValueError,
+     r"inputs_embeds has width 8, but the model's embeddings have 16 \(shape \(3, 7, 8\)\)"),
+    ("rnn", _with(lambda i, m, d: dict(input_ids=None, inputs_embeds=torch.zeros(3, 7, 8))), ValueError,
+     r"inputs_embeds has width 8, but the model's embeddings have 16"),
+    ("transformer", _with(lambda i, m, d: dict(input_ids=None, encoder_outputs=(torch.zeros(3, 7, 8),))), ValueError,
+     r"encoder_outputs have width 8, expected d_model=16 \(shape \(3, 7, 8\)\)"),
+    ("transformer", _with(lambda i, m, d: dict(input_ids=i[0], attention_mask=None)), ValueError,
+     r"input_ids must be a non-empty \(batch, length\) tensor, got shape \(7,\)"),
+    ("transformer", _with(lambda i, m, d: dict(input_ids=i.bool())), TypeError,
+     "input_ids must hold integer token ids, got dtype torch.bool"),
+    ("rnn", _with(lambda i, m, d: dict(input_ids=i.float())), TypeError,
+     "input_ids must hold integer token ids, got dtype torch.float32"),
+    ("transformer", lambda model: model.generate(torch.tensor([[5, 99, 2]]), max_new_tokens=2), IndexError,
+     r"input_ids holds token id 99 at \(batch, position\) \(0, 1\); ids must be in \[0, 99\)"),
+    ("rnn", lambda model: model.generate(torch.tensor([[5, -1, 2]]), max_new_tokens=2), IndexError,
+     r"input_ids holds token id -1 at \(batch, position\) \(0, 1\)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("which", "call", "error", "pattern"), MODEL_CASES)
+def test_model_input(which, call, error, pattern, transformer, rnn):
+    with pytest.raises(error, match=pattern):
+        call(transformer if which == "transformer" else rnn)
+
+
+def test_unknown_attention_backend():
+    with pytest.raises(ValueError, match=r'attn_implementation="bogus"` is not supported.*"eager".*sdpa'):
+        AutoModelForSeq2SeqLM.from_config(tiny_config(), attn_implementation="bogus")
+    model = tiny_model()
+    with pytest.raises(ValueError, match=r'attn_implementation="flash"` is not supported'):
+        model.set_attn_implementation("flash")
+
+
+def test_generating_past_the_position_table():
+    """The decoder's positions run out during generate(): the error names the limit, not an index deep inside."""
+    model = tiny_model("sdpa", max_position_embeddings=8)
+    with pytest.raises(ValueError, match="sequence of 9 positions exceeds max_position_embeddings=8"):
+        model.generate(torch.tensor([[5, 6, 2]]), max_new_tokens=20, min_new_tokens=20)
+
+
+# -- the command line ----------------------------------------------------------------------------------------------
+
+
+def run_cli(argv: list[str]) -> tuple[int, str]:
+    """Exit status and stderr of `attn ...` (argparse errors exit through SystemExit)."""
+    stderr = io.StringIO()
+    with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+        try:
+            status = cli_main(argv)
+        except SystemExit as exit_:
+            status = exit_.code
+    return status, stderr.getvalue()
+
+
+def tsv_folder(root: Path, pairs: int = 20) -> Path:
+    folder = root / "tsv"
+    folder.mkdir(exist_ok=True)
+    (folder / "train.tsv").write_text("".join(f"{s}\t{s}\n" for s in CORPUS[:pairs]))
+    (folder / "valid.tsv").write_text("the cat\tthe cat\n")
+    return folder
+
+
+TRAIN = ["--preset", "tiny", "--vocab_size", "60", "--report_to", "none", "--eval_strategy", "no", "--do_predict",
+         "False", "--max_steps", "1", "--disable_tqdm", "True"]  # fmt: skip
+
+CLI_CASES = [
+    # (argv built from the world and a fresh folder, pattern in stderr); every one exits with status 2
+    (lambda w, t: ["translate", "--model", str(t / "absent"), "x"], r"absent: no such model folder"),
+    (lambda w, t: ["translate", "--model", str(w.root / "no_config"), "x"], r"no_config: no config\.json"),
+    (lambda w, t: ["translate", "--model", str(w.model), "--input", str(t / "none.txt")],
+     r"No such file or directory: '.*none\.txt'"),
+    (lambda w, t: ["translate", "--model", str(w.model), "--input", str(w.root / "latin1.txt")],
+     r"latin1\.txt:2: not valid UTF-8 \(byte 0xe9 at column 8\)"),
+    (lambda w, t: ["translate", "--model", str(w.model), "--input", str(w.root / "long.txt")],
+     r"long\.txt:2: sentence 1 of the batch \('the cat sat on the mat the cat sat on th'\.\.\.\) has \d+ tokens, "
+     r"more than the model's max_position_embeddings=16"),
+    (lambda w, t: ["translate", "--model", str(w.model), "--batch_size", "0", "x"],
+     "argument --batch_size: must be a positive integer, got 0"),
+    (lambda w, t: ["translate", "--model", str(w.model), "--num_beams", "0", "x"],
+     "argument --num_beams: must be a positive integer, got 0"),
+    (lambda w, t: ["translate", "--model", str(w.model), "--max_new_tokens", "-3", "x"],
+     "argument --max_new_tokens: must be a positive integer, got -3"),
+    (lambda w, t: ["translate", "--model", str(w.root / "big_tokenizer"), "x"],
+     r"big_tokenizer: the tokenizer has \d+ tokens but the model's config.vocab_size is \d+"),
+    (lambda w, t: ["translate", "--model", str(w.root / "truncated"), "x"],
+     r"truncated: the safetensors weights are corrupt or truncated"),
+    (lambda w, t: ["evaluate", "--model", str(w.model), "--data", str(t / "absent")],
+     r"absent: no such folder, and not a dataset datasets.load_dataset can open"),
+    (lambda w, t: ["evaluate", "--model", str(w.model), "--split", "dev"], r"argument --split: invalid choice: 'dev'"),
+    (lambda w, t: ["train", "--data", str(tsv_folder(t) / "train.tsv"), "--output_dir", str(t / "out"), *TRAIN],
+     r"train\.tsv is a file; --data takes a folder"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "pattern"), CLI_CASES)
+def test_command_line(argv, pattern, world, tmp_path):
+    status, stderr = run_cli(argv(world, tmp_path))
+    assert status == 2, stderr
+    assert "Traceback" not in stderr
+    assert re.search(rf"attn \w+: error: .*{pattern}", stderr), stderr
+
+
+TRAIN_CASES = [
+    # (extra argv, error type, pattern): these stop with an exception before any training step
+    (["--preset", "huge"], ValueError, r"unknown preset 'huge'; available presets: \[.*'tiny'"),
+    (["--config_overrides", "d_model=30"], StrictDataclassError, r"d_model \(30\) must be divisible by num_heads"),
+    (["--max_tokens_per_batch", "4"], ValueError,
+     r"--max_tokens_per_batch 4 cannot hold training pair \d+ \(\d+ source / \d+ target tokens\)"),
+    (["--resume_from_checkpoint", "last"], ValueError, r"--resume_from_checkpoint: no checkpoint in .*out"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("extra", "error", "pattern"), TRAIN_CASES)
+def test_train_command(extra, error, pattern, tmp_path):
+    (tmp_path / "out").mkdir()
+    argv = ["train", "--data", str(tsv_folder(tmp_path)), "--output_dir", str(tmp_path / "out"), *TRAIN, *extra]
+    with pytest.raises(error, match=pattern):
+        cli_main([*argv[:3], *argv[3:]])
+    assert not (tmp_path / "out" / "model.safetensors").exists()
+
+
+def test_average_command(world, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FileNotFoundError, match=r"empty: no model\*\.safetensors file"):
+        cli_main(["average", str(empty), "--output_dir", str(tmp_path / "avg")])
+    with pytest.raises(OSError, match=r"truncated/model\.safetensors: corrupt or truncated safetensors file"):
+        cli_main(["average", str(world.model), str(world.root / "truncated"), "--output_dir", str(tmp_path / "a")])
+    with pytest.raises(OSError, match=r"garbage/model\.safetensors: corrupt or truncated safetensors file"):
+        load_weights(world.root / "garbage")
+
+
+# -- the data loaders ----------------------------------------------------------------------------------------------
+
+
+def files(root: Path, contents: dict[str, str | bytes]) -> str:
+    folder = root / "data"
+    folder.mkdir()
+    for name, content in contents.items():
+        data = content if isinstance(content, bytes) else content.encode()
+        (folder / name).write_bytes(gzip.compress(data)[:-20] if name.endswith(".gz") else data)  # cut short
+    return str(folder)
+
+
+DATA_CASES = [
+    # (files, (source_lang, target_lang), pattern of the DataError)
+    ({}, None, r"data: no such folder, and not a dataset"),
+    ({"train.en": "", "train.de": ""}, ("en", "de"), r"data/train\.en and .*data/train\.de are empty"),
+    ({"train.tsv": ""}, None, r"data/train\.tsv: empty file"),
+    ({"train.en.gz": "a cat\n" * 50, "train.de": "eine Katze\n"}, ("en", "de"),
+     r"data/train\.en\.gz: cannot be read: Compressed file ended"),
+    ({"train.en": "a cat\n"}, ("en", "de"), r"data: train\.de\[\.gz\] is missing"),
+    ({"train.en": "a\n", "train.de": "b\n", "train.fr": "c\n"}, None,
+     r"data: found languages \['de', 'en', 'fr'\]; choose the pair with --source_lang and --target_lang"),
+    ({"train.en": "a\n", "train.de": "b\n", "test_a.en": "a\n", "test_a.de": "b\n", "test_b.en": "a\n",
+      "test_b.de": "b\n"}, ("en", "de"), r"data: several test sets \['test_a', 'test_b'\]"),
+    ({"train.en": "a cat\n \t \n", "train.de": "eine Katze\nein Hund\n"}, ("en", "de"),
+     r"data/train\.en:2 / .*data/train\.de:2: empty source sentence"),
+    ({"train.tsv": "a cat\teine Katze\na dog\t\n"}, None, r"data/train\.tsv:2: empty target sentence"),
+    ({"train.jsonl": '{"en": "a", "de": "b"}\n["a", "b"]\n'}, ("en", "de"),
+     r"data/train\.jsonl:2: expected an object with string fields 'en' and 'de'"),
+    ({"train.jsonl": '{"en": "a", "de": "b"}\n\n'}, ("en", "de"), r"data/train\.jsonl:2: empty line"),
+    ({"train.jsonl": '{"en": "a", "de": "b"}\n'}, None, r"data: JSONL data needs --source_lang and --target_lang"),
+    ({"train.en": "a cat\n", "train.de": "eine Katze\nein Hund\n"}, ("en", "de"),
+     r"data/train\.de:2: line has no counterpart: train\.en has 1 lines but train\.de has 2"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("contents", "langs", "pattern"), DATA_CASES)
+def test_data(contents, langs, pattern, tmp_path):
+    folder = files(tmp_path, contents) if contents else str(tmp_path / "data")
+    with pytest.raises(DataError, match=pattern):
+        load_parallel_data(folder, *(langs or (None, None)))
+
+
+def test_data_file_instead_of_folder(tmp_path):
+    folder = tsv_folder(tmp_path)
+    with pytest.raises(DataError, match=r"tsv/train\.tsv is a file; --data takes a folder"):
+        load_parallel_data(str(folder / "train.tsv"))
+
+
+def test_byte_order_mark_is_dropped_not_kept_in_the_first_sentence(tmp_path):
+    """Documented behaviour, not an error: Windows editors start UTF-8 files with U+FEFF."""
+    folder = files(tmp_path, {"train.en": "\ufeffa cat\na dog\n", "train.de": "\ufeffeine Katze\nein Hund\n"})
+    train = load_parallel_data(folder, "en", "de").splits["train"]
+    assert train[0] == {"source": "a cat", "target": "eine Katze"}
+
+
+# -- loading checkpoints -------------------------------------------------------------------------------------------
+
+
+def test_checkpoint_of_the_other_model_type(world):
+    with pytest.raises(ValueError, match=r"model: config.json has model_type 'attn_transformer', but AttnRNNConfig"):
+        AttnRNNForConditionalGeneration.from_pretrained(world.model)
+    with pytest.raises(ValueError, match=r"rnn: config.json has model_type 'attn_rnn', but AttnTransformerConfig"):
+        AttnTransformerForConditionalGeneration.from_pretrained(world.rnn)
+
+
+@pytest.mark.parametrize(
+    ("folder", "error", "pattern"),
+    [
+        (
+            "string_d_model",
+            StrictDataclassError,
+            r"AttnTransformerConfig\.d_model must be a positive integer, got '16'",
+        ),
+        (
+            "bad_heads",
+            StrictDataclassError,
+            r"AttnTransformerConfig\.d_model \(16\) must be divisible by num_heads \(3\)",
+        ),
+        ("bad_json", OSError, r"config file at '.*bad_json/config\.json' is not a valid JSON file"),
+        ("no_config", ValueError, r"Unrecognized model in .*no_config\. Should have a `model_type` key"),
+        ("pickle_only", OSError, r"pickle_only: no safetensors weights .*pytorch_model\.bin.*use_safetensors=False"),
+    ],
+)
+def test_loading(folder, error, pattern, world):
+    with pytest.raises(error, match=pattern):
+        AutoModelForSeq2SeqLM.from_pretrained(world.root / folder)
+
+
+@pytest.mark.parametrize(
+    ("folder", "report"),
+    [
+        # config.json lacks d_model: the default (512) does not fit the 16-wide weights
+        ("no_d_model", r"model\.shared\.weight .*MISMATCH.*ckpt: torch\.Size\(\[\d+, 16\]\) vs model:torch\.Size\(\[\d+, 512\]\)"),
+        ("wrong_shape", r"q_proj\.weight .*MISMATCH.*ckpt: torch\.Size\(\[3, 3\]\) vs model:torch\.Size\(\[16, 16\]\)"),
+    ],
+)  # fmt: skip
+def test_weights_that_do_not_fit_the_config(folder, report, world, caplog):
+    """transformers raises, and its load report (logged just before) names each tensor and both shapes."""
+    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+        AutoModelForSeq2SeqLM.from_pretrained(world.root / folder)
+    assert re.search(report, caplog.text)
+
+
+def test_a_tensor_missing_from_the_checkpoint_is_refused(world):
+    with pytest.raises(ValueError, match=r"1 weight\(s\) missing \[.*q_proj\.weight'\].*allow_missing_weights=True"):
+        AutoModelForSeq2SeqLM.from_pretrained(world.root / "missing_tensor")
+    model = AutoModelForSeq2SeqLM.from_pretrained(world.root / "missing_tensor", allow_missing_weights=True)
+    assert model.config.model_type == "attn_transformer"
