@@ -1,6 +1,6 @@
 """Speed of `attn_transformer` against its peers, measured side by side in one run.
 
-Peers (same architecture, same weights copied from ours, checked by comparing logits before timing):
+Peers (same architecture, same weights copied from ours, checked by comparing their loss on one batch first):
 - `MarianMTModel` (transformers' own post-LN Transformer), with its eager and its sdpa attention;
 - `torch.nn.Transformer` with our embeddings, sinusoidal positions and tied output projection around it (its
   final encoder/decoder LayerNorms removed: the paper's post-LN stack has none);
@@ -10,19 +10,22 @@ Measured, on identical token batches whose lengths follow real sentence pairs (M
 a subword factor, or a lognormal when that data is absent):
 (a) training target tokens/s: forward, backward and an Adam step;
 (b) generation target tokens/s and ms/sentence, greedy and beam 4, batch 32 and batch 1;
-(c) peak memory of training, each model in a fresh subprocess (CPU: RSS; GPU: max allocated);
+(c) peak memory of training, each model in a fresh subprocess (CPU: peak RSS over the RSS before training;
+    GPU: max allocated);
 (d) parameter count;
 and training tokens/s against sequence length at a fixed token budget per batch.
 
 Fairness: repetitions are interleaved (rep 1 of every model, then rep 2, in rotating order), so that load from
-other jobs on a shared machine hits every model alike; each number is the median over repetitions. Generation is
+other jobs on a shared machine hits every model alike; each number is the median over repetitions (`--clock cpu`
+times the CPU work of this process instead of wall-clock, for machines shared with other jobs). Generation is
 forced to a fixed number of new tokens (the longest reference target of the batch): with untrained weights, where
-a model stops is noise, and forcing it makes every model produce the same tokens. `nn.Transformer` has no
-`generate()` and no key/value cache: it is run as a plain greedy loop that re-decodes the prefix at each step (what
-its API offers); beam search is not measured for it.
+a model stops is noise, and forcing it makes every model produce the same number of tokens. `nn.Transformer` has
+no `generate()` and no key/value cache: it is run as a plain greedy loop that re-decodes the prefix at each step
+(what its API offers); beam search is not measured for it.
 
     python bench/speed.py --preset small                 # CPU, writes bench/results/small-cpu.{json,md,png}
     python bench/speed.py --quick                        # the tiny preset in ~30 s (CI)
+    python bench/speed.py --render results/a.json results/a-memory.json   # redraw a report, merging a second run
     python bench/speed.py --preset base big --device cuda   # GPU: bf16 autocast, adds MFU (not run yet)
 """
 

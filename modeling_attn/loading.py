@@ -3,10 +3,12 @@
 - Pickle weights: transformers 5 falls back to `pytorch_model.bin` when a folder or repository has no safetensors
   file. Unpickling runs code from the file, so our models load safetensors only unless the caller says
   `use_safetensors=False` (transformers' own flag) to allow a pickle checkpoint it trusts.
-- Missing or unexpected weights: transformers starts weights missing from the checkpoint from random values and
-  ignores weights the model does not have, and only logs it; ours raise unless `allow_missing_weights=True`.
 - Another model type: transformers only logs a warning when a `config.json` of another model type is loaded into a
   config class, and then builds a config with the wrong fields. Ours raise instead, naming both types.
+
+Weights missing from a checkpoint or unexpected in it are left to transformers, as for its built-in models: they are
+initialised or ignored, and its load report (a logged table) names each one. Loading a base checkpoint into the
+translation head, or the head's checkpoint into the base model, is a normal use of that.
 """
 
 from __future__ import annotations
@@ -30,33 +32,17 @@ class ModelTypeGuard:
         return config_dict, kwargs
 
 
-# Weights of the translation head (`*ForConditionalGeneration`) that its base model (`AutoModel`) does not have.
-HEAD_ONLY_KEYS = ("lm_head.", "final_logits_bias")
-
-
 class SafetensorsOnly:
-    """Model mixin for `from_pretrained`: safetensors weights only, unless `use_safetensors=False` is given; and a
-    checkpoint must hold exactly the model's weights, unless `allow_missing_weights=True` is given (transformers
-    would start missing weights from random values and drop unexpected ones, with only a logged report)."""
+    """Model mixin: `from_pretrained` reads safetensors weights only, unless `use_safetensors=False` is given."""
 
     @classmethod
-    def from_pretrained(
-        cls,
-        pretrained_model_name_or_path: str | os.PathLike | None,
-        *model_args,
-        allow_missing_weights: bool = False,
-        **kwargs,
-    ):
-        wants_info = kwargs.pop("output_loading_info", False)
-        pickle_allowed = kwargs.get("use_safetensors") is not None or kwargs.get("gguf_file") is not None
-        if not pickle_allowed:
-            kwargs["use_safetensors"] = True
+    def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *model_args, **kwargs):
+        if kwargs.get("use_safetensors") is not None or kwargs.get("gguf_file") is not None:
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         try:
-            model, info = super().from_pretrained(
-                pretrained_model_name_or_path, *model_args, output_loading_info=True, **kwargs
-            )
+            return super().from_pretrained(pretrained_model_name_or_path, *model_args, use_safetensors=True, **kwargs)
         except OSError as error:
-            if pickle_allowed or "safetensors" not in str(error):
+            if "safetensors" not in str(error):
                 raise
             raise OSError(
                 f"{pretrained_model_name_or_path}: no safetensors weights (model.safetensors) found, and "
@@ -64,18 +50,6 @@ class SafetensorsOnly:
                 "file can run arbitrary code. If you trust this checkpoint, pass use_safetensors=False to "
                 "from_pretrained, then save_pretrained it again to get safetensors."
             ) from error
-        missing, unexpected = sorted(info.get("missing_keys", ())), sorted(info.get("unexpected_keys", ()))
-        if not hasattr(model, "lm_head"):  # the base model of a translation checkpoint: leaving its head is the point
-            unexpected = [key for key in unexpected if not key.startswith(HEAD_ONLY_KEYS)]
-        if (missing or unexpected) and not allow_missing_weights:
-            raise ValueError(
-                f"{pretrained_model_name_or_path}: the checkpoint does not match {cls.__name__}: "
-                f"{len(missing)} weight(s) missing {missing[:8]} (they would start from random values), "
-                f"{len(unexpected)} unexpected {unexpected[:8]} (they would be ignored). Check the config "
-                "(e.g. final_logits_bias, share_encoder_decoder_embeddings); pass allow_missing_weights=True to load "
-                "it anyway."
-            )
-        return (model, info) if wants_info else model
 
 
 __all__ = ["ModelTypeGuard", "SafetensorsOnly"]
