@@ -5,11 +5,14 @@
 sentence batched with a long one would get the long one's limit, and its translation would depend on its batch.
 Here the limit is per sentence: `generation_config.max_length_over_source = 50` (saved in generation_config.json)
 makes `generate()` force the end-of-sentence token once a translation has `source length + 50` tokens (the end
-token included; the source length counts the source's own tokens, padding excluded). An explicit `max_length` or
-`max_new_tokens` given to `generate()`, or `max_new_tokens` set in the generation config, takes precedence.
+token included; the source length counts the source's own tokens, padding excluded). It replaces the config's
+`max_length`; an explicit `max_length` or `max_new_tokens` given to `generate()`, or `max_new_tokens` set in the
+generation config, takes precedence over it.
 """
 
 from __future__ import annotations
+
+import copy
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
@@ -81,8 +84,12 @@ class SourceRelativeLengthMixin:
         )
         processors = LogitsProcessorList(logits_processor or [])
         processors.append(SourceLengthLimit(limits, eos_token_id))
-        # One more position than the longest limit: the decoder start token.
-        return super().generate(inputs, generation_config, processors, max_length=int(limits.max()) + 1, **kwargs)
+        max_length = int(limits.max()) + 1  # one more position than the longest limit: the decoder start token
+        if generation_config is None:
+            return super().generate(inputs, None, processors, max_length=max_length, **kwargs)
+        generation_config = copy.deepcopy(generation_config)  # the caller's object stays as it was
+        generation_config.max_length = max_length
+        return super().generate(inputs, generation_config, processors, **kwargs)
 
 
 __all__ = ["SOURCE_LIMIT_FIELD", "SourceLengthLimit", "SourceRelativeLengthMixin", "source_lengths"]

@@ -30,6 +30,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig,
 
 from .generation import SOURCE_LIMIT_FIELD
 from .pipeline_translation import TranslationPipeline
+from .translate import check_tokenizer_fits
 
 PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6, SOURCE_LIMIT_FIELD: 50, "early_stopping": True}
 RESULTS_FILE = "test_results.json"
@@ -102,7 +103,7 @@ def _training_summary(model_dir: Path) -> str:
         return "not recorded (the model folder has no trainer_state.json of `attn train`)"
     state = json.loads(state_file.read_text())
     runtime = next((e["train_runtime"] for e in state.get("log_history", []) if "train_runtime" in e), None)
-    text = f"{state.get('global_step')} steps with `attn train` (Adam, inverse-square-root schedule, label smoothing)"
+    text = f"{state.get('global_step')} steps with `attn train`"
     return text + (f", {runtime / 60:.1f} minutes" if runtime else "")
 
 
@@ -117,7 +118,9 @@ def model_card(
     model_type = model.config.model_type
     languages = [lang for lang in ((results or {}).get("source_lang"), (results or {}).get("target_lang")) if lang]
     data = (results or {}).get("data")
-    dataset = Path(data).name if data and Path(data).exists() else data
+    # A local path would put the pusher's folders into a public card: keep its last part only.
+    is_path = data and (Path(data).is_absolute() or data.startswith((".", "~")) or Path(data).exists())
+    dataset = Path(data).name if is_path else data
     eval_results = None
     results_table = None
     if results is not None:
@@ -186,12 +189,7 @@ def save_for_hub(
 
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    vocab_size = model.get_input_embeddings().num_embeddings
-    if len(tokenizer) > vocab_size:
-        raise ValueError(
-            f"{model_dir}: the tokenizer has {len(tokenizer)} tokens but the model's input vocabulary has "
-            f"{vocab_size}: they do not belong together"
-        )
+    check_tokenizer_fits(model, tokenizer, str(model_dir))
     model.generation_config = paper_generation_config(model)
     results_file = results_file or (model_dir / RESULTS_FILE if (model_dir / RESULTS_FILE).is_file() else None)
     results = read_results(results_file) if results_file else None

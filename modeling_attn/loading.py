@@ -14,6 +14,12 @@ translation head, or the head's checkpoint into the base model, is a normal use 
 from __future__ import annotations
 
 import os
+import re
+
+# transformers' messages for "this folder / repository has no safetensors weights at all" (modeling_utils, 5.23)
+NO_SAFETENSORS = re.compile(
+    r"no file named model\.safetensors found|does not appear to have a file named model\.safetensors"
+)
 
 
 class ModelTypeGuard:
@@ -42,7 +48,7 @@ class SafetensorsOnly:
         try:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, use_safetensors=True, **kwargs)
         except OSError as error:
-            if "safetensors" not in str(error):
+            if not NO_SAFETENSORS.search(str(error)):  # e.g. a missing shard: transformers' own message is right
                 raise
             raise OSError(
                 f"{pretrained_model_name_or_path}: no safetensors weights (model.safetensors) found, and "

@@ -5,8 +5,10 @@ transformers 5 removed its translation pipeline. This one is registered with `PI
 model, which writes `config.custom_pipelines["translation"]` and copies this file beside the model code, so a
 machine without this package builds it from the checkpoint (`trust_remote_code=True`).
 
-Input: a sentence or a list of sentences. Output, per sentence: `[{"translation_text": ...}]` (as the
-transformers 4 pipeline), one dict per returned sequence (`num_return_sequences`). Generation settings come from the
+Input: a sentence, a list of sentences, or any iterable or dataset of sentences, as for every pipeline. Output, as
+transformers 4's pipeline: `[{"translation_text": ...}]` for a sentence (one dict per returned sequence with
+`num_return_sequences`), a flat list of such dicts for a list of sentences with one translation each, and one list
+per sentence otherwise. Generation settings come from the
 model's `generation_config` (beam size, length penalty, the per-sentence maximum length) unless given in the call;
 `batch_size=N` translates N sentences per `generate()` call.
 """
@@ -36,14 +38,12 @@ class TranslationPipeline(Pipeline):
             postprocess["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
         return preprocess, generate_kwargs, postprocess
 
-    def __call__(self, inputs: str | list[str], **kwargs: Any) -> list[dict[str, str]] | list[list[dict[str, str]]]:
-        if isinstance(inputs, str):
-            return super().__call__(inputs, **kwargs)
-        if not isinstance(inputs, list) or not all(isinstance(text, str) for text in inputs):
-            raise TypeError(
-                f"translation pipeline: expected a string or a list of strings, got {type(inputs).__name__}"
-            )
-        return super().__call__(inputs, **kwargs)
+    def __call__(self, inputs: Any, **kwargs: Any) -> list[dict[str, str]] | list[list[dict[str, str]]]:
+        result = super().__call__(inputs, **kwargs)
+        # As transformers 4's translation pipeline: a list of sentences with one translation each gives a flat list.
+        if isinstance(inputs, list) and all(isinstance(item, list) and len(item) == 1 for item in result):
+            return [item[0] for item in result]
+        return result
 
     def preprocess(self, text: str, truncation: bool = False) -> dict[str, Any]:
         if not isinstance(text, str):
@@ -51,6 +51,8 @@ class TranslationPipeline(Pipeline):
         return self.tokenizer(text, truncation=truncation, return_tensors="pt")
 
     def _forward(self, model_inputs: dict[str, Any], **generate_kwargs: Any) -> dict[str, Any]:
+        if generate_kwargs.get("return_dict_in_generate"):
+            raise ValueError("translation pipeline: return_dict_in_generate is not supported; call model.generate")
         batch_size = model_inputs["input_ids"].shape[0]
         output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
         # (B * num_return_sequences, T) -> (B, num_return_sequences, T), so the pipeline unbatches per sentence

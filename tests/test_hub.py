@@ -125,7 +125,7 @@ for model_type, repo in {"attn_transformer": "org/tiny-transformer", "attn_rnn":
     out[model_type]["generation"] = {k: getattr(generation, k, None) for k in
                                      ("num_beams", "length_penalty", "max_length_over_source", "early_stopping")}
     translator = pipeline("translation", model=repo, trust_remote_code=True)
-    out[model_type]["pipeline"] = [r[0]["translation_text"] for r in translator(sentences, batch_size=4)]
+    out[model_type]["pipeline"] = [r["translation_text"] for r in translator(sentences, batch_size=4)]
     out[model_type]["pipeline_single"] = translator(sentences[0])[0]["translation_text"]
     card = ModelCard.load(repo)
     out[model_type]["card_results"] = {r.metric_type: r.metric_value for r in card.data.eval_results}
@@ -223,10 +223,10 @@ def test_config_of_another_model_type_is_a_clear_error(hub, remote):
     folder = hub["folders"]["attn_transformer"]
     with pytest.raises(ValueError, match=r"model_type 'attn_transformer', but AttnRNNConfig reads 'attn_rnn'"):
         AttnRNNForConditionalGeneration.from_pretrained(folder)
+    bin_only = folder.parent / "bin-only"
+    shutil.copytree(folder, bin_only, ignore=shutil.ignore_patterns("model.safetensors"))
+    torch.save(AutoModelForSeq2SeqLM.from_pretrained(folder).state_dict(), bin_only / "pytorch_model.bin")
     with pytest.raises(OSError, match="use_safetensors=False"):
-        bin_only = folder.parent / "bin-only"
-        shutil.copytree(folder, bin_only, ignore=shutil.ignore_patterns("model.safetensors"))
-        torch.save(AutoModelForSeq2SeqLM.from_pretrained(folder).state_dict(), bin_only / "pytorch_model.bin")
         AttnTransformerForConditionalGeneration.from_pretrained(bin_only)
 
 
@@ -256,11 +256,16 @@ def test_model_card_metadata_holds_the_evaluation(hub, remote):
 def test_translation_pipeline_locally_batched(hub):
     folder = hub["folders"]["attn_rnn"]
     translator = pipeline("translation", model=str(folder), trust_remote_code=True)
-    assert [r[0]["translation_text"] for r in translator(SENTENCES, batch_size=3)] == hub["expected"]["attn_rnn"]
+    expected = hub["expected"]["attn_rnn"]
+    # A list gives a flat list (one translation each, as transformers 4); an iterable streams one list per sentence.
+    assert [r["translation_text"] for r in translator(SENTENCES, batch_size=3)] == expected
+    assert [r[0]["translation_text"] for r in translator((s for s in SENTENCES), batch_size=2)] == expected
     several = translator(SENTENCES[:2], num_beams=3, num_return_sequences=2)
     assert [len(r) for r in several] == [2, 2]
     with pytest.raises(TypeError, match="expected a string"):
         translator(42)
+    with pytest.raises(ValueError, match="return_dict_in_generate is not supported"):
+        translator(SENTENCES[0], return_dict_in_generate=True)
 
 
 def test_translations_stop_at_source_length_plus_offset():
@@ -281,20 +286,34 @@ def test_generate_limits_each_sentence_to_its_source_length_plus_offset(num_beam
     with torch.no_grad():
         batched = model.generate(input_ids=input_ids, attention_mask=attention_mask)
         alone = [model.generate(input_ids=input_ids[r : r + 1, : int(attention_mask[r].sum())]) for r in range(3)]
+    at_limit = 0
     for row, length in enumerate(attention_mask.sum(-1).tolist()):
         tokens = batched[row, 1:].tolist()
         tokens = tokens[: tokens.index(2) + 1] if 2 in tokens else tokens  # up to the end token (then filler)
         assert 1 <= len(tokens) <= length + 3
         assert tokens[-1] == 2  # ended by the end token, forced at the limit if not before
         assert alone[row][0, 1:].tolist()[: len(tokens)] == tokens  # the limit is per sentence, not per batch
+        at_limit += len(tokens) == length + 3
+    assert at_limit > 0  # the untrained model runs on: the limit, not the model, ended some sentences
     # An explicit max_new_tokens takes precedence over the per-sentence limit.
     with torch.no_grad():
         assert model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=2).shape[1] <= 3
 
 
+def test_a_missing_shard_is_not_reported_as_missing_safetensors(tmp_path):
+    model = tiny_model()
+    model.save_pretrained(tmp_path, max_shard_size="20KB")
+    shards = sorted(tmp_path.glob("model-*.safetensors"))
+    assert len(shards) > 1 and (tmp_path / "model.safetensors.index.json").is_file()
+    shards[-1].unlink()
+    with pytest.raises(OSError) as error:
+        AttnTransformerForConditionalGeneration.from_pretrained(tmp_path)
+    assert shards[-1].name in str(error.value) and "use_safetensors=False" not in str(error.value)
+
+
+@pytest.mark.slow
 @pytest.mark.skipif(get_token() is None, reason="no Hub token configured (HF_TOKEN or `hf auth login`): the upload to "
                     "the real Hub is opt-in")  # fmt: skip
-@pytest.mark.slow
 def test_push_to_the_real_hub(hub, tmp_path):
     from huggingface_hub import HfApi
 
