@@ -41,3 +41,19 @@ def test_attn_average_takes_the_last_checkpoints_of_a_training_folder(tmp_path):
     got = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "avg").state_dict()
     for name, tensor in AutoModelForSeq2SeqLM.from_pretrained(expected).state_dict().items():
         assert torch.equal(got[name], tensor)
+
+
+def test_rnn_with_shared_embeddings_averages(tmp_path):
+    """The RNN's source and target embeddings are one module under three names, saved once as model.shared.weight."""
+    config = load_preset("rnn-tiny", share_encoder_decoder_embeddings=True)
+    models = []
+    for step in (1, 2):
+        torch.manual_seed(step)
+        models.append(AutoModelForSeq2SeqLM.from_config(config))
+        models[-1].save_pretrained(tmp_path / f"checkpoint-{step}")
+    average_checkpoints([tmp_path / "checkpoint-1", tmp_path / "checkpoint-2"], tmp_path / "averaged")
+    averaged = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "averaged")
+    name = "model.shared.weight"
+    expected = (models[0].state_dict()[name] + models[1].state_dict()[name]) / 2
+    torch.testing.assert_close(averaged.state_dict()[name], expected)
+    assert averaged.model.encoder.embed_tokens.weight is averaged.model.decoder.embed_tokens.weight

@@ -63,8 +63,12 @@ def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path) -
             averaged[key] = newest
     model = AutoModelForSeq2SeqLM.from_pretrained(checkpoints[-1])
     missing, unexpected = model.load_state_dict(averaged, strict=False)
-    tied = set(getattr(model, "all_tied_weights_keys", {}) or {})
-    if unexpected or set(missing) - tied:
+    # Saved files hold each shared tensor once (tied weights, or the RNN's source/target embeddings, one module
+    # under three names): a missing name that is the same tensor as a loaded one was loaded.
+    tensors = model.state_dict(keep_vars=True)
+    loaded = {tensors[key].data_ptr() for key in averaged if key in tensors}
+    missing = [key for key in missing if tensors[key].data_ptr() not in loaded]
+    if unexpected or missing:
         raise ValueError(f"averaged weights do not fit the model: missing {missing}, unexpected {unexpected}")
     output_dir = Path(output_dir)
     model.save_pretrained(output_dir)
