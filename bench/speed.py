@@ -159,39 +159,11 @@ def ours(reference: nn.Module, attn_implementation: str) -> nn.Module:
 
 
 def marian(reference: nn.Module, attn_implementation: str) -> nn.Module:
-    """MarianMTModel with the same configuration; our state_dict keys are Marian's, minus its fixed tables."""
-    from transformers import MarianConfig, MarianMTModel
+    """MarianMTModel with the same weights, through the tested converter (`convert_marian.attn_to_marian`)."""
+    from modeling_attn.convert_marian import attn_to_marian
 
-    config = reference.config
-    marian_config = MarianConfig(
-        vocab_size=config.vocab_size,
-        decoder_vocab_size=config.decoder_vocab_size,
-        d_model=config.d_model,
-        encoder_layers=config.encoder_layers,
-        decoder_layers=config.decoder_layers,
-        encoder_attention_heads=config.num_heads,
-        decoder_attention_heads=config.num_heads,
-        encoder_ffn_dim=config.d_ff,
-        decoder_ffn_dim=config.d_ff,
-        activation_function=config.activation_function,
-        dropout=config.dropout,
-        attention_dropout=config.attention_dropout,
-        activation_dropout=config.activation_dropout,
-        max_position_embeddings=config.max_position_embeddings,
-        scale_embedding=config.scale_embedding,
-        share_encoder_decoder_embeddings=True,
-        tie_word_embeddings=True,
-        pad_token_id=PAD,
-        eos_token_id=EOS,
-        bos_token_id=BOS,
-        decoder_start_token_id=BOS,
-    )
-    model = MarianMTModel(marian_config)
+    model = attn_to_marian(reference)
     model.set_attn_implementation(attn_implementation)
-    missing, unexpected = model.load_state_dict(reference.state_dict(), strict=False)
-    left = [k for k in missing if "embed_positions" not in k and k != "final_logits_bias"]
-    if left or unexpected:
-        raise RuntimeError(f"weights do not map onto MarianMTModel: missing {left}, unexpected {unexpected}")
     return model
 
 
