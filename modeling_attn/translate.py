@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -273,6 +274,10 @@ def translate_main(argv: list[str] | None = None) -> int:
     args = translate_parser().parse_args(argv)
     try:
         return _translate(args)
+    except BrokenPipeError:  # the reader went away (`attn translate ... | head`): stop quietly, as Unix tools do
+        # Python's recipe: point stdout at devnull so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE
     except (OSError, TranslateError) as error:
         print(f"attn translate: error: {error}", file=sys.stderr)
         return 2

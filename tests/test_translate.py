@@ -175,3 +175,19 @@ def test_attn_translate_command_on_stdin(model_dir):
         check=True,
     )
     assert result.stdout.splitlines() == reference_translations(model_dir, SENTENCES)
+
+
+def test_a_closed_pipe_ends_translate_quietly(model_dir, tmp_path):
+    """`attn translate ... | head -1`: the reader leaves early; the command stops without a traceback."""
+    source = tmp_path / "many.txt"
+    source.write_text("\n".join(SENTENCES * 20) + "\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "modeling_attn.cli", "translate", "--model", str(model_dir), "--input", str(source),
+         "--batch_size", "4", "--num_beams", "1"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    first = process.stdout.readline()
+    process.stdout.close()  # as `head -1` does
+    stderr = process.stderr.read()
+    assert process.wait(timeout=120) == 141 and first.strip() != ""
+    assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
