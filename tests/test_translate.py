@@ -180,7 +180,7 @@ def test_attn_translate_command_on_stdin(model_dir):
 def test_a_closed_pipe_ends_translate_quietly(model_dir, tmp_path):
     """`attn translate ... | head -1`: the reader leaves early; the command stops without a traceback."""
     source = tmp_path / "many.txt"
-    source.write_text("\n".join(SENTENCES * 20) + "\n")
+    source.write_text("\n".join(SENTENCES * 400) + "\n")  # still translating when the reader leaves
     process = subprocess.Popen(
         [sys.executable, "-m", "modeling_attn.cli", "translate", "--model", str(model_dir), "--input", str(source),
          "--batch_size", "4", "--num_beams", "1"],
