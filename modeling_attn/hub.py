@@ -165,6 +165,8 @@ def model_card(
         eval_results=eval_results,
     )
     template = (resources.files("modeling_attn") / "hub_card.md").read_text()
+    if not template.startswith("---"):  # e.g. a checkout without symlinks holds the link's target path as text
+        raise RuntimeError(f"modeling_attn/hub_card.md is not the model card template (it starts {template[:40]!r})")
     return ModelCard.from_template(
         card_data,
         template_str=template,
