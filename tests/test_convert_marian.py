@@ -12,7 +12,7 @@ import pytest
 import torch
 from marian_tiny import SENTENCES, random_marian, saved_marian
 from safetensors.torch import load_file
-from tasks import EOS, PAD, one_thread, reverse_task
+from tasks import EOS, PAD, fit_reverse_task, one_thread, reverse_task
 from tiny import padded_batch, tiny_model
 from transformers import (
     AutoModelForSeq2SeqLM,
@@ -113,16 +113,8 @@ def train_marian_reverser(steps: int = 150) -> MarianMTModel:
         vocab_size=16, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, pad_token_id=PAD, eos_token_id=EOS,
         decoder_start_token_id=PAD, weight_std=0.02,
     )  # fmt: skip
-    model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
-    generator = torch.Generator().manual_seed(1)
-    for _ in range(steps):
-        input_ids, attention_mask, labels = reverse_task(64, generator)
-        loss = model(input_ids, attention_mask=attention_mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    return model.eval()
+    return fit_reverse_task(model, optimizer, steps)
 
 
 def test_trained_marian_translates_the_same_after_conversion():
@@ -197,19 +189,15 @@ def test_attn_to_marian_computes_the_same(variant):
     assert_same_function(marian, again, seed=1)
 
 
+def tiny_bart() -> BartForConditionalGeneration:
+    """Another architecture of the same shape family (BART), which the conversion must refuse."""
+    config = BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
+                        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)  # fmt: skip
+    return BartForConditionalGeneration(config)
+
+
 def test_unsupported_architectures_raise():
-    bart = BartForConditionalGeneration(
-        BartConfig(
-            vocab_size=40,
-            d_model=16,
-            encoder_layers=1,
-            decoder_layers=1,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=32,
-            decoder_ffn_dim=32,
-        )  # fmt: skip
-    )
+    bart = tiny_bart()
     with pytest.raises(MarianConversionError, match="BartForConditionalGeneration.*'bart'"):
         marian_to_attn(bart)
     t5 = T5ForConditionalGeneration(T5Config(vocab_size=40, d_model=16, d_kv=8, d_ff=32, num_layers=1, num_heads=2))
@@ -297,18 +285,7 @@ def test_cli_converts_a_marian_folder_with_its_tokenizer(tmp_path, capsys):
 
 
 def test_cli_rejects_another_architecture(tmp_path, capsys):
-    BartForConditionalGeneration(
-        BartConfig(
-            vocab_size=40,
-            d_model=16,
-            encoder_layers=1,
-            decoder_layers=1,
-            encoder_attention_heads=2,
-            decoder_attention_heads=2,
-            encoder_ffn_dim=32,
-            decoder_ffn_dim=32,
-        )  # fmt: skip
-    ).save_pretrained(tmp_path / "bart")
+    tiny_bart().save_pretrained(tmp_path / "bart")
     with pytest.raises(SystemExit) as exit_info:
         cli(["convert", "--from-marian", str(tmp_path / "bart"), "--to", str(tmp_path / "out")])
     assert exit_info.value.code == 2

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from marian_tiny import SENTENCES, saved_marian
-from tasks import EOS, one_thread, reverse_task
+from tasks import EOS, fit_reverse_task, one_thread, reverse_task
 from tiny import tiny_model
 
 from modeling_attn import AttnTransformerConfig, AttnTransformerForConditionalGeneration
@@ -40,16 +40,9 @@ def reverser() -> AttnTransformerForConditionalGeneration:
             vocab_size=16, d_model=32, encoder_layers=2, decoder_layers=2, num_heads=4, d_ff=64, dropout=0.0,
             max_position_embeddings=32,
         )  # fmt: skip
-        model = AttnTransformerForConditionalGeneration(config).train()
+        model = AttnTransformerForConditionalGeneration(config)
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
-        generator = torch.Generator().manual_seed(1)
-        for _ in range(150):
-            input_ids, attention_mask, labels = reverse_task(64, generator)
-            loss = model(input_ids, attention_mask=attention_mask, labels=labels).loss
-            optimizer.zero_grad()
-            loss.backward()
-            optimizer.step()
-    return model.eval()
+        return fit_reverse_task(model, optimizer, steps=150)
 
 
 def unpadded(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:

@@ -7,7 +7,7 @@ on 2 CPU cores).
 from __future__ import annotations
 
 import torch
-from tasks import exact_match, one_thread, reverse_task
+from tasks import exact_match, fit_reverse_task, one_thread, reverse_task
 
 from modeling_attn import AttnTransformerConfig, AttnTransformerForConditionalGeneration
 
@@ -24,15 +24,7 @@ def train_reverser(steps: int = 500, batch_size: int = 64) -> AttnTransformerFor
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: min((step + 1) / warmup, (steps - step) / (steps - warmup))
     )
-    generator = torch.Generator().manual_seed(1)
-    for _ in range(steps):
-        input_ids, attention_mask, labels = reverse_task(batch_size, generator)
-        loss = model(input_ids, attention_mask=attention_mask, labels=labels).loss
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-        schedule.step()
-    return model.eval()
+    return fit_reverse_task(model, optimizer, steps, schedule, batch_size=batch_size)
 
 
 def test_transformer_learns_to_reverse():
