@@ -283,6 +283,13 @@ def hf_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
     return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
 
 
+def ours_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
+    """Our training step's loss as `attn train` computes it: output projection on labelled positions only."""
+    return model(
+        input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels, skip_logits=True
+    ).loss
+
+
 def hf_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int) -> torch.Tensor:
     from transformers import GenerationConfig
 
@@ -306,8 +313,10 @@ def torch_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int) 
 
 
 PEERS: dict[str, Peer] = {
-    "attn_transformer": Peer("attn_transformer", lambda ref: ours(ref, "sdpa")),
-    "attn_transformer (eager)": Peer("attn_transformer (eager)", lambda ref: ours(ref, "eager")),
+    "attn_transformer": Peer("attn_transformer", lambda ref: ours(ref, "sdpa"), loss=ours_loss),
+    "attn_transformer (eager)": Peer("attn_transformer (eager)", lambda ref: ours(ref, "eager"), loss=ours_loss),
+    # the same model with a loss from full (B, T, V) logits, as a plain training loop gets by default
+    "attn_transformer (full logits)": Peer("attn_transformer (full logits)", lambda ref: ours(ref, "sdpa")),
     "MarianMTModel (sdpa)": Peer("MarianMTModel (sdpa)", lambda ref: marian(ref, "sdpa")),
     "MarianMTModel (eager)": Peer("MarianMTModel (eager)", lambda ref: marian(ref, "eager")),
     "torch.nn.Transformer": Peer(

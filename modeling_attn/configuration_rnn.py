@@ -48,6 +48,8 @@ class AttnRNNConfig(ModelTypeGuard, PreTrainedConfig):
             Luong decoder only (Bahdanau's decoder always feeds its context).
         dropout: dropout on the embeddings, between stacked RNN layers and on the decoder output before the
             output projection (Luong Sec. 4.1 uses 0.2; Bahdanau none).
+        label_smoothing: epsilon_ls of the loss computed from `labels` (0 = plain cross-entropy; not in the
+            papers), the same loss as Trainer's `label_smoothing_factor`, computed inside the model.
         share_encoder_decoder_embeddings: one embedding matrix for source and target (not in the papers).
         tie_word_embeddings: the output projection shares the target embedding matrix (not in the papers);
             needs the decoder output width (readout_size, or decoder_hidden_size for Luong) to equal
@@ -74,6 +76,7 @@ class AttnRNNConfig(ModelTypeGuard, PreTrainedConfig):
     readout_size: int = 500
     input_feeding: bool = False
     dropout: float | int = 0.0
+    label_smoothing: float | int = 0.0
     share_encoder_decoder_embeddings: bool = False
     tie_word_embeddings: bool = False
     use_cache: bool = True
@@ -116,7 +119,7 @@ class AttnRNNConfig(ModelTypeGuard, PreTrainedConfig):
         )
 
     def validate_dropout(self):
-        check_probability(self, ("dropout",))
+        check_probability(self, ("dropout", "label_smoothing"))
 
     def validate_choices(self):
         check_choice(self, "rnn_type", RNN_TYPES)

@@ -46,6 +46,9 @@ class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
         tie_word_embeddings: the pre-softmax projection shares the target embedding matrix (Sec. 3.4).
         final_logits_bias: add a fixed (1, decoder_vocab_size) bias to the logits, a saved buffer that is not
             trained (not in the paper; Marian / OPUS-MT models have one, see `convert_marian.py`).
+        label_smoothing: epsilon_ls of the loss computed from `labels` (Sec. 5.4 uses 0.1; 0 = plain
+            cross-entropy). The same loss as Trainer's `label_smoothing_factor`, computed inside the model,
+            so that `forward(..., skip_logits=True)` can compute it from the labelled positions alone.
         use_cache: return and use the key/value cache when decoding.
         pad_token_id, bos_token_id, eos_token_id, decoder_start_token_id: special token ids.
     """
@@ -78,6 +81,7 @@ class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
     share_encoder_decoder_embeddings: bool = True
     tie_word_embeddings: bool = True
     final_logits_bias: bool = False
+    label_smoothing: float | int = 0.0
     use_cache: bool = True
     is_encoder_decoder: bool = True
     pad_token_id: int | None = 0
@@ -116,7 +120,7 @@ class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
             raise ValueError(f"{type(self).__name__}.layer_norm_eps must be positive, got {self.layer_norm_eps}")
 
     def validate_dropout(self):
-        check_probability(self, ("dropout", "attention_dropout", "activation_dropout"))
+        check_probability(self, ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"))
 
     def validate_choices(self):
         check_choice(self, "activation_function", ACT2FN.keys())

@@ -71,21 +71,46 @@ def decoder_inputs_for_labels(
     return decoder_input_ids
 
 
+def labelled_prefix(labels: torch.Tensor) -> torch.Tensor:
+    """(B, T) 0/1 mask of the decoder positions up to each row's last labelled (non -100) one.
+
+    Positions after it are right padding: they feed no loss and, the decoder being causal, no earlier position.
+    Position 0 always counts, so no row is all padding. -100 inside a row stays kept (a later label attends to it).
+    """
+    positions = torch.arange(labels.shape[1], device=labels.device)
+    last = torch.where(labels != -100, positions, 0).amax(dim=1, keepdim=True)
+    return (positions <= last).long()
+
+
+def check_labels_shape(labels: torch.Tensor, shape: tuple[int, ...]) -> None:
+    """`labels` must be (B, T) like the decoder's output."""
+    if tuple(shape) != tuple(labels.shape):
+        raise ValueError(
+            f"labels have shape {tuple(labels.shape)} but the decoder produced logits for (batch, length) = "
+            f"{tuple(shape)}; pass decoder_input_ids of the same shape as labels, or labels alone"
+        )
+
+
 def token_loss(
-    logits: torch.Tensor, labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None = None
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
 ) -> torch.Tensor:
     """Cross-entropy summed over target tokens (-100 ignored), divided by their number.
 
     With gradient accumulation Trainer passes `num_items_in_batch`, the token count of the whole
-    accumulated batch, so that the accumulated gradient equals that of one large batch.
+    accumulated batch, so that the accumulated gradient equals that of one large batch. `label_smoothing`
+    (Sec. 5.4, epsilon_ls) mixes the one-hot target with the uniform distribution, as
+    `torch.nn.functional.cross_entropy(label_smoothing=...)` and Trainer's `LabelSmoother` do.
     """
-    if logits.shape[:2] != labels.shape:
-        raise ValueError(
-            f"labels have shape {tuple(labels.shape)} but the decoder produced logits for (batch, length) = "
-            f"{tuple(logits.shape[:2])}; pass decoder_input_ids of the same shape as labels, or labels alone"
-        )
+    check_labels_shape(labels, logits.shape[:2])
     total = torch.nn.functional.cross_entropy(
-        logits.flatten(0, 1).float(), labels.flatten().to(logits.device), ignore_index=-100, reduction="sum"
+        logits.flatten(0, 1).float(),
+        labels.flatten().to(logits.device),
+        ignore_index=-100,
+        reduction="sum",
+        label_smoothing=label_smoothing,
     )
     if num_items_in_batch is None:
         num_items_in_batch = (labels != -100).sum()

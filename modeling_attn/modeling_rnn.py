@@ -521,7 +521,9 @@ class AttnRNNForConditionalGeneration(SourceRelativeLengthMixin, AttnRNNPreTrain
             output_attentions=output_attentions,
         )
         logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
-        loss = token_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        loss = (
+            token_loss(logits, labels, num_items_in_batch, self.config.label_smoothing) if labels is not None else None
+        )
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

@@ -44,12 +44,15 @@ from .generation import SourceRelativeLengthMixin
 from .inputs import (
     check_attention_mask,
     check_encoder_states,
+    check_labels_shape,
     decoder_inputs_for_labels,
+    labelled_prefix,
     lookup_embeddings,
     shift_tokens_right,
     token_loss,
 )
 from .loading import SafetensorsOnly
+from .masks import kept_rows, on_rows
 from .remote_code import list_heads_in_auto_map
 
 
@@ -106,23 +109,31 @@ class AttnTransformerEncoderLayer(GradientCheckpointingLayer):
         self.final_layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps)
 
     def forward(
-        self, hidden_states: torch.Tensor, attention_mask: torch.Tensor | None = None, **kwargs
+        self,
+        hidden_states: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_rows: torch.Tensor | None = None,
+        **kwargs,
     ) -> torch.Tensor:
+        """`token_rows` (flat indices of the real tokens, `masks.kept_rows`) restricts the feed-forward to them."""
         if self.norm_first:
             hidden_states = hidden_states + self._sa_block(
                 self.self_attn_layer_norm(hidden_states), attention_mask, **kwargs
             )
-            return hidden_states + self._ff_block(self.final_layer_norm(hidden_states))
+            return hidden_states + self._ff_block(self.final_layer_norm(hidden_states), token_rows)
         hidden_states = self.self_attn_layer_norm(
             hidden_states + self._sa_block(hidden_states, attention_mask, **kwargs)
         )
-        return self.final_layer_norm(hidden_states + self._ff_block(hidden_states))
+        return self.final_layer_norm(hidden_states + self._ff_block(hidden_states, token_rows))
 
     def _sa_block(self, hidden_states, attention_mask, **kwargs):
         hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
         return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
 
-    def _ff_block(self, hidden_states):  # Eq. 2
+    def _ff_block(self, hidden_states, token_rows=None):
+        return on_rows(self._feed_forward, hidden_states, token_rows)
+
+    def _feed_forward(self, hidden_states):  # Eq. 2
         hidden_states = self.activation_fn(self.fc1(hidden_states))
         hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
         return nn.functional.dropout(self.fc2(hidden_states), p=self.dropout, training=self.training)
@@ -144,6 +155,7 @@ class AttnTransformerDecoderLayer(AttnTransformerEncoderLayer):
         encoder_hidden_states: torch.Tensor | None = None,
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
+        token_rows: torch.Tensor | None = None,
         **kwargs,
     ) -> torch.Tensor:
         cross = dict(encoder_hidden_states=encoder_hidden_states, attention_mask=encoder_attention_mask)
@@ -154,14 +166,14 @@ class AttnTransformerDecoderLayer(AttnTransformerEncoderLayer):
             hidden_states = hidden_states + self._mha_block(
                 self.encoder_attn_layer_norm(hidden_states), past_key_values=past_key_values, **cross, **kwargs
             )
-            return hidden_states + self._ff_block(self.final_layer_norm(hidden_states))
+            return hidden_states + self._ff_block(self.final_layer_norm(hidden_states), token_rows)
         hidden_states = self.self_attn_layer_norm(
             hidden_states + self._sa_block(hidden_states, attention_mask, past_key_values=past_key_values, **kwargs)
         )
         hidden_states = self.encoder_attn_layer_norm(
             hidden_states + self._mha_block(hidden_states, past_key_values=past_key_values, **cross, **kwargs)
         )
-        return self.final_layer_norm(hidden_states + self._ff_block(hidden_states))
+        return self.final_layer_norm(hidden_states + self._ff_block(hidden_states, token_rows))
 
     def _mha_block(self, hidden_states, **kwargs):
         hidden_states, _ = self.encoder_attn(hidden_states, **kwargs)
@@ -241,11 +253,12 @@ class AttnTransformerEncoder(AttnTransformerPreTrainedModel):
     ) -> BaseModelOutput:
         hidden_states = _embed(self, input_ids, inputs_embeds, self.config.vocab_size, 0, "")
         check_attention_mask(attention_mask, hidden_states.shape[:2], "attention_mask", require_token=True)
+        token_rows = kept_rows(attention_mask)
         attention_mask = create_bidirectional_mask(
             config=self.config, inputs_embeds=hidden_states, attention_mask=attention_mask
         )
         for layer in self.layers:
-            hidden_states = layer(hidden_states, attention_mask, **kwargs)
+            hidden_states = layer(hidden_states, attention_mask, token_rows=token_rows, **kwargs)
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
         return BaseModelOutput(last_hidden_state=hidden_states)
@@ -309,6 +322,8 @@ class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
             )
         check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask (source)")
 
+        # the current positions' part of a (B, past + T) decoder mask
+        token_rows = kept_rows(attention_mask[:, past_length:] if attention_mask is not None else None)
         causal_mask = create_causal_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -328,6 +343,7 @@ class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
                 encoder_hidden_states,  # positional, for gradient checkpointing
                 encoder_attention_mask=encoder_attention_mask,
                 past_key_values=past_key_values,
+                token_rows=token_rows,
                 **kwargs,
             )
         if self.layer_norm is not None:
@@ -420,9 +436,12 @@ class AttnTransformerForConditionalGeneration(
 ):
     """The Transformer with its pre-softmax projection (tied to the target embeddings, Sec. 3.4): a translation model.
 
-    `labels` (B, T) give the loss: token-level cross-entropy summed over non -100 positions and divided by
-    their count, or by `num_items_in_batch` when Trainer passes it (gradient accumulation). The decoder
-    input is `labels` shifted right behind `decoder_start_token_id` unless given.
+    `labels` (B, T) give the loss: token-level cross-entropy (label-smoothed by `config.label_smoothing`)
+    summed over non -100 positions and divided by their count, or by `num_items_in_batch` when Trainer passes
+    it (gradient accumulation). The decoder input is `labels` shifted right behind `decoder_start_token_id`
+    unless given. `skip_logits=True` (with labels) computes the output projection and the loss on the labelled
+    positions only and returns `logits=None`: what a training step needs, without the (B, T, V) logits of the
+    padding (`TranslationTrainer` passes it; 40% of the positions of randomly batched sentences are padding).
     """
 
     def __init__(self, config: AttnTransformerConfig):
@@ -457,6 +476,10 @@ class AttnTransformerForConditionalGeneration(
         past_key_values.self_attention_cache.reorder_cache(beam_idx)
         return past_key_values
 
+    def _logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(hidden_states)
+        return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
+
     @can_return_tuple
     def forward(
         self,
@@ -471,13 +494,19 @@ class AttnTransformerForConditionalGeneration(
         labels: torch.LongTensor | None = None,
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        skip_logits: bool = False,
         **kwargs,
     ) -> Seq2SeqLMOutput:
+        if skip_logits and labels is None:
+            raise ValueError("skip_logits=True computes only the loss, from labels; pass labels or drop skip_logits")
         if labels is not None:
             use_cache = False
             decoder_input_ids = decoder_inputs_for_labels(
                 labels, self.config, decoder_input_ids, decoder_inputs_embeds
             )
+            targets = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+            if decoder_attention_mask is None and targets.shape[:2] == labels.shape:
+                decoder_attention_mask = labelled_prefix(labels)  # positions after the last label are padding
         outputs: Seq2SeqModelOutput = self.model(
             input_ids,
             attention_mask=attention_mask,
@@ -490,10 +519,18 @@ class AttnTransformerForConditionalGeneration(
             use_cache=use_cache,
             **kwargs,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
-        if self.final_logits_bias is not None:
-            logits = logits + self.final_logits_bias
-        loss = token_loss(logits, labels, num_items_in_batch) if labels is not None else None
+        hidden_states = outputs.last_hidden_state  # (B, T, E)
+        logits = loss = None
+        if skip_logits:  # only the labelled positions need the output projection
+            check_labels_shape(labels, hidden_states.shape[:2])
+            rows = (labels != -100).reshape(-1).nonzero().squeeze(1)
+            picked = self._logits(hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows))
+            picked_labels = labels.reshape(-1).to(rows.device).index_select(0, rows)
+            loss = token_loss(picked[None], picked_labels[None], num_items_in_batch, self.config.label_smoothing)
+        else:
+            logits = self._logits(hidden_states)  # (B, T, V)
+            if labels is not None:
+                loss = token_loss(logits, labels, num_items_in_batch, self.config.label_smoothing)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

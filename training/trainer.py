@@ -1,7 +1,7 @@
 """`TranslationTrainer`: transformers' `Seq2SeqTrainer` with token-budget batches, raw-text references and
 checkpoints that are never half-written.
 
-Four changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
+Five changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
 `max_tokens_per_batch` is set (Accelerate shards them over processes as it shards any batch sampler); BLEU is
 computed against the raw target sentences of the dataset being evaluated, not against decoded labels; and a
 checkpoint is written into a staging folder (`.checkpoint-staging/`) and renamed to `checkpoint-<step>` only once
@@ -11,11 +11,17 @@ and deletes old checkpoints with `shutil.rmtree`, so a job killed during a save 
 appears whole (one `os.replace`) and disappears whole (renamed away before it is deleted). The guarantee is against
 killed processes; the files are not fsync'ed, so a power cut can still lose what the OS had not yet written.
 Last, a run resumed from the checkpoint of its final step trains no further step (Trainer 5.23 would train one).
+
+And the training loss skips the logits of padding: with a model whose config has `label_smoothing` (ours), the
+`label_smoothing_factor` moves into the model's own loss (the same loss as Trainer's `LabelSmoother`,
+tests/test_padding_free.py), and training steps call the model with `skip_logits=True` when it takes it, so the
+output projection runs on labelled positions only. Evaluation and prediction still get the full logits.
 """
 
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 import os
 import shutil
@@ -46,6 +52,24 @@ class TranslationTrainer(Seq2SeqTrainer):
         self.max_tokens_per_batch = max_tokens_per_batch
         self.token_sampler: TokenBatchSampler | None = None
         self._staging_root: Path | None = None
+        config = getattr(self.model, "config", None)
+        if self.label_smoother is not None and hasattr(config, "label_smoothing"):
+            config.label_smoothing = self.label_smoother.epsilon  # the model smooths its own loss
+            self.label_smoother = None
+
+    def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+        """Trainer's, with `skip_logits=True` for a loss-only call of a model that takes it."""
+        if (
+            not return_outputs
+            and self.label_smoother is None
+            and self.compute_loss_func is None
+            and "labels" in inputs
+            and "skip_logits" in inspect.signature(self.accelerator.unwrap_model(model).forward).parameters
+        ):
+            inputs = {**inputs, "skip_logits": True}
+        return super().compute_loss(
+            model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+        )
 
     def get_train_dataloader(self) -> DataLoader:
         if not self.max_tokens_per_batch:

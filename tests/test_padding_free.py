@@ -1,0 +1,129 @@
+"""Padding-free position-wise work: the feed-forward network skips padded positions, and with
+`skip_logits=True` the output projection and loss run on labelled positions only. Reference checks: the
+same loss, the same gradients and the same outputs at real positions as the dense computation."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from huggingface_hub.errors import StrictDataclassError
+from tiny import padded_batch, tiny_model
+from transformers.trainer_pt_utils import LabelSmoother
+
+from modeling_attn.inputs import labelled_prefix
+from modeling_attn.masks import kept_rows, on_rows
+
+
+def ragged_labels(decoder_input_ids: torch.Tensor) -> torch.Tensor:
+    """Right-padded labels (row r loses its last r positions) with one -100 inside the last row."""
+    labels = decoder_input_ids.clone()
+    for row in range(1, labels.shape[0]):
+        labels[row, labels.shape[1] - row :] = -100
+    labels[-1, 1] = -100
+    return labels
+
+
+def dense_loss(model, input_ids, attention_mask, labels, epsilon: float) -> torch.Tensor:
+    """Loss from the full logits, the way Trainer computes it with label_smoothing_factor."""
+    decoder_input_ids = model.prepare_decoder_input_ids_from_labels(labels.clamp(min=0))
+    logits = model(input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+    return LabelSmoother(epsilon)({"logits": logits}, labels, shift_labels=False)
+
+
+def test_kept_rows_and_on_rows_hand_computed():
+    assert kept_rows(None) is None
+    assert kept_rows(torch.ones(2, 3)) is None
+    assert kept_rows(torch.tensor([[1, 1, 0], [1, 0, 0]])).tolist() == [0, 1, 3]
+    states = torch.arange(12.0).view(2, 3, 2)
+    out = on_rows(lambda x: x * 10, states, torch.tensor([0, 1, 3]))
+    assert out.tolist() == [[[0, 10], [20, 30], [0, 0]], [[60, 70], [0, 0], [0, 0]]]
+
+
+def test_labelled_prefix_keeps_inner_ignored_positions_and_position_zero():
+    labels = torch.tensor([[5, 6, 7, -100], [5, -100, 7, -100], [-100, -100, -100, -100]])
+    assert labelled_prefix(labels).tolist() == [[1, 1, 1, 0], [1, 1, 1, 0], [1, 0, 0, 0]]
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_feed_forward_on_real_tokens_only_gives_the_same_outputs(norm_first):
+    """The encoder output at real tokens and the logits at labelled positions do not depend on the skipping."""
+    model = tiny_model(norm_first=norm_first)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    labels = ragged_labels(decoder_input_ids)
+    out = model(input_ids, attention_mask=attention_mask, labels=labels)
+    # reference: the same rows one at a time, unpadded, so nothing is skipped
+    for row in range(input_ids.shape[0]):
+        source = input_ids[row : row + 1, : int(attention_mask[row].sum())]
+        length = int(labelled_prefix(labels[row : row + 1]).sum())
+        single = model(source, labels=labels[row : row + 1, :length])
+        real = attention_mask[row].bool()
+        torch.testing.assert_close(out.encoder_last_hidden_state[row, real], single.encoder_last_hidden_state[0])
+        torch.testing.assert_close(out.logits[row, :length], single.logits[0])
+
+
+@pytest.mark.parametrize("epsilon", [0.0, 0.1])
+def test_loss_on_labelled_positions_equals_trainers_label_smoother(epsilon):
+    model = tiny_model(label_smoothing=epsilon)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    labels = ragged_labels(decoder_input_ids)
+    expected = dense_loss(model, input_ids, attention_mask, labels, epsilon)
+    eval_out = model(input_ids, attention_mask=attention_mask, labels=labels)
+    torch.testing.assert_close(eval_out.loss, expected)
+
+    skipped = model(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True)
+    assert skipped.logits is None
+    torch.testing.assert_close(skipped.loss, expected)
+
+
+def test_gradients_of_the_padding_free_loss_equal_the_dense_ones():
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    labels = ragged_labels(decoder_input_ids)
+    dense, sparse = tiny_model(label_smoothing=0.1).train(), tiny_model(label_smoothing=0.1).train()
+    dense_loss(dense, input_ids, attention_mask, labels, 0.1).backward()
+    sparse(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True).loss.backward()
+    for (name, a), b in zip(dense.named_parameters(), sparse.parameters(), strict=True):
+        torch.testing.assert_close(b.grad, a.grad, msg=name)
+
+
+def test_skip_logits_checks_its_labels():
+    model = tiny_model()
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    batch = dict(input_ids=input_ids, attention_mask=attention_mask, skip_logits=True)
+    with pytest.raises(ValueError, match="labels have shape"):
+        model(**batch, decoder_input_ids=decoder_input_ids, labels=input_ids)
+    with pytest.raises(ValueError, match="no target token"):
+        model(**batch, labels=torch.full_like(decoder_input_ids, -100))
+    with pytest.raises(ValueError, match="skip_logits=True computes only the loss, from labels"):
+        model(**batch, decoder_input_ids=decoder_input_ids)
+
+
+@pytest.mark.parametrize("value", [-0.1, 1.0, True])
+def test_label_smoothing_must_be_a_probability(value):
+    with pytest.raises(StrictDataclassError, match="label_smoothing"):
+        tiny_model(label_smoothing=value)
+
+
+def test_translation_trainer_moves_label_smoothing_into_the_model_and_skips_logits(tmp_path):
+    """A real Trainer training step: the same loss as Trainer's LabelSmoother, computed with skip_logits=True."""
+    from transformers import Seq2SeqTrainingArguments
+
+    from training.trainer import TranslationTrainer
+
+    model = tiny_model()
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    labels = ragged_labels(decoder_input_ids)
+    expected = dense_loss(model, input_ids, attention_mask, labels, 0.1)
+    args = Seq2SeqTrainingArguments(tmp_path, label_smoothing_factor=0.1, report_to="none", use_cpu=True)
+    trainer = TranslationTrainer(model=model, args=args)
+    assert (trainer.label_smoother, model.config.label_smoothing) == (None, 0.1)
+
+    calls = []
+    model.register_forward_pre_hook(
+        lambda module, args, kwargs: calls.append(kwargs.get("skip_logits")), with_kwargs=True
+    )
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+    torch.testing.assert_close(trainer.compute_loss(model, dict(inputs)), expected)
+    loss, outputs = trainer.compute_loss(model, dict(inputs), return_outputs=True)  # evaluation: full logits
+    torch.testing.assert_close(loss, expected)
+    assert outputs.logits.shape == (*labels.shape, 99)
+    assert calls == [True, None]
