@@ -16,6 +16,7 @@ attention (Bahdanau et al. 2015; Luong et al. 2015), which differ only in how th
 from __future__ import annotations
 
 import torch
+from transformers.utils import is_torchdynamo_compiling
 
 
 def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -45,7 +46,7 @@ def kept_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
     Position-wise layers (the feed-forward network, the output projection) need not run on padding: a padded
     position is never attended to, so what is computed there reaches no real position.
     """
-    if mask is None:
+    if mask is None or is_torchdynamo_compiling():  # data-dependent shapes would break a compiled graph
         return None
     keep = mask.reshape(-1).bool()
     return None if bool(keep.all()) else keep.nonzero().squeeze(1)
