@@ -11,8 +11,8 @@
   (`ModelCardData`: languages, license, datasets, metrics, tags, `model-index` with the BLEU / chrF of the
   evaluation JSON) and the attention picture of the training run (`attention.png`) when there is one.
 
-The evaluation JSON is what `attn evaluate --output FILE` writes, or the `test_results.json` of `attn train`;
-by default `push` reads `test_results.json` of the model folder.
+The evaluation JSON is what `attn evaluate --output FILE` writes, the `test_results.json` of `attn train`, or the
+`multi30k_results.json` of bench/multi30k/recipe.py; by default `push` reads `test_results.json` of the model folder.
 """
 
 from __future__ import annotations
@@ -58,8 +58,25 @@ def paper_generation_config(model: PreTrainedModel) -> GenerationConfig:
 
 
 def read_results(path: str | Path) -> dict[str, Any]:
-    """Scores of an evaluation JSON of `attn evaluate` (`bleu`, ...) or `attn train` (`test_bleu`, ...)."""
+    """Scores of an evaluation JSON of `attn evaluate` (`bleu`, ...), `attn train` (`test_bleu`, ...) or the
+    Multi30k recipe (`multi30k_results.json` of bench/multi30k/recipe.py: sacreBLEU, chrF and the lowercased
+    tokenized BLEU of the published Multi30k numbers)."""
     raw = json.loads(Path(path).read_text())
+    if "bleu_lc_tok" in raw:
+        source_lang, _, target_lang = raw["direction"].partition("-")
+        return {
+            "bleu": float(raw["sacrebleu"]),
+            "chrf": float(raw["chrf"]),
+            "bleu_signature": raw["sacrebleu_signature"],
+            "bleu_lc_tok": float(raw["bleu_lc_tok"]),
+            "bleu_lc_tok_signature": raw.get("bleu_lc_tok_signature"),
+            "data": "multi30k",
+            "split": "test2016",
+            "source_lang": source_lang,
+            "target_lang": target_lang,
+            "sentences": raw.get("test_sentences"),
+            "generation": {"num_beams": raw.get("num_beams"), "length_penalty": raw.get("length_penalty")},
+        }
     prefix = "test_" if "test_bleu" in raw else ""
     if f"{prefix}bleu" not in raw:
         raise ValueError(f"{path}: no 'bleu' or 'test_bleu' score; expected the JSON of `attn evaluate --output`")
@@ -124,7 +141,11 @@ def model_card(
     eval_results = None
     results_table = None
     if results is not None:
-        metrics = {"bleu": ("BLEU", results["bleu"]), "chrf": ("chrF", results.get("chrf"))}
+        # (metric type, name, value, metric_config)
+        metrics = [("bleu", "BLEU", results["bleu"], None), ("chrf", "chrF", results.get("chrf"), None)]
+        if results.get("bleu_lc_tok") is not None:
+            name = "BLEU, lowercased and Moses-tokenized (multi-bleu)"
+            metrics.append(("bleu", name, results["bleu_lc_tok"], "lowercased-tokenized"))
         eval_results = [
             EvalResult(
                 task_type="translation",
@@ -135,11 +156,12 @@ def model_card(
                 metric_type=metric,
                 metric_name=name,
                 metric_value=round(value, 2),
+                metric_config=config,
             )
-            for metric, (name, value) in metrics.items()
+            for metric, name, value, config in metrics
             if value is not None
         ]
-        rows = [f"| {name} | {value:.2f} |" for name, value in metrics.values() if value is not None]
+        rows = [f"| {name} | {value:.2f} |" for _, name, value, _ in metrics if value is not None]
         results_table = "\n".join(
             [
                 f"On the {results.get('split')} split of {dataset} ({results.get('sentences')} sentences, "
@@ -152,6 +174,11 @@ def model_card(
                 "",
                 f"sacreBLEU signature: `{results.get('bleu_signature')}`",
             ]
+            + (
+                [f"Lowercased tokenized BLEU: `{results['bleu_lc_tok_signature']}`"]
+                if "bleu_lc_tok" in results
+                else []
+            )
         )
     card_data = ModelCardData(
         model_name=repo_id.split("/")[-1],

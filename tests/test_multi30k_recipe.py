@@ -152,3 +152,35 @@ def test_recipe_runs_end_to_end_on_a_few_hundred_sentences(tmp_path, model_type,
     assert again["attn_train_args"] == args and again["bleu_lc_tok"] == results["bleu_lc_tok"]
     with pytest.raises(SystemExit, match="takes no attn train flags"):
         recipe.main([*argv, "--evaluate_only"])
+
+
+def test_model_card_of_a_multi30k_run_reports_both_bleu_scores(tmp_path):
+    """`attn push --results multi30k_results.json`: sacreBLEU, chrF and the lowercased tokenized BLEU in the card."""
+    from tiny import tiny_model
+
+    from modeling_attn.hub import model_card, read_results
+
+    recipe_json = {
+        "direction": "en-de", "test_sentences": 1000, "num_beams": 5, "length_penalty": 0.6,
+        "bleu_lc_tok": 40.123, "bleu_lc_tok_signature": "lc+moses-norm+moses-tok(de,escape,no -a)|tok:none",
+        "sacrebleu": 39.5, "sacrebleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+        "chrf": 65.4, "chrf_signature": "nrefs:1|nc:6",
+    }  # fmt: skip
+    path = tmp_path / "multi30k_results.json"
+    path.write_text(json.dumps(recipe_json))
+    results = read_results(path)
+    assert (results["bleu"], results["bleu_lc_tok"], results["source_lang"], results["target_lang"]) == (
+        39.5, 40.123, "en", "de"
+    )  # fmt: skip
+    card = model_card(tiny_model(), "user/m30k", results)
+    scores = {(r.metric_type, r.metric_name): r.metric_value for r in card.data.eval_results}
+    assert scores == {
+        ("bleu", "BLEU"): 39.5,
+        ("chrf", "chrF"): 65.4,
+        ("bleu", "BLEU, lowercased and Moses-tokenized (multi-bleu)"): 40.12,
+    }
+    assert card.data.language == ["en", "de"] and card.data.datasets == ["multi30k"]
+    assert "| BLEU, lowercased and Moses-tokenized (multi-bleu) | 40.12 |" in card.text
+    assert "test2016 split of multi30k (1000 sentences, en -> de)" in card.text
+    assert "num_beams 5, length_penalty 0.6" in card.text
+    assert recipe_json["bleu_lc_tok_signature"] in card.text
