@@ -145,6 +145,13 @@ def test_recipe_runs_end_to_end_on_a_few_hundred_sentences(tmp_path, model_type,
     assert results["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert results["chrf_signature"].startswith("nrefs:1|case:mixed|eff:yes|nc:6|nw:0")
     assert results["num_beams"] == 2 and results["direction"] == f"{source_lang}-{target_lang}"
+    # The length penalty was chosen on validation (bleu.py's score of each), saved in the generation config.
+    by_penalty = results["validation_bleu_lc_tok_by_length_penalty"]
+    assert list(by_penalty) == ["0.6", "1.0", "1.5"]
+    assert results["length_penalty"] == float(max(by_penalty, key=by_penalty.get))
+    assert (
+        json.loads((output_dir / "generation_config.json").read_text())["length_penalty"] == results["length_penalty"]
+    )
 
     # --evaluate_only scores the saved model again, keeping the training record; a train flag there is an error.
     assert recipe.main([*argv[:14], "--evaluate_only"]) == 0
