@@ -525,7 +525,7 @@ class AttnTransformerForConditionalGeneration(
             check_labels_shape(labels, hidden_states.shape[:2])
             rows = (labels != -100).reshape(-1).nonzero().squeeze(1)
             picked = self._logits(hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows))
-            picked_labels = labels.reshape(-1).to(rows.device).index_select(0, rows)
+            picked_labels = labels.reshape(-1).index_select(0, rows)
             loss = token_loss(picked[None], picked_labels[None], num_items_in_batch, self.config.label_smoothing)
         else:
             logits = self._logits(hidden_states)  # (B, T, V)

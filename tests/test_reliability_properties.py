@@ -17,9 +17,9 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tiny import tiny_model
+from tiny import spread_tiny_rnn, tiny_model
 
-from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration
+from modeling_attn import AttnRNNForConditionalGeneration
 from modeling_attn.attention import MultiHeadAttention, attend
 from modeling_attn.masks import masked_softmax
 
@@ -96,14 +96,7 @@ def test_masked_keys_cannot_change_multi_head_attention(backends, batch, keys, s
 
 
 def tiny_rnn(seed: int = 0) -> AttnRNNForConditionalGeneration:
-    torch.manual_seed(seed)
-    config = AttnRNNConfig(vocab_size=99, embedding_size=16, encoder_hidden_size=16, decoder_hidden_size=16,
-                           attention_size=16, readout_size=16, **SPECIAL)  # fmt: skip
-    model = AttnRNNForConditionalGeneration(config).eval()
-    with torch.no_grad():  # spread the weights so that different sentences translate differently
-        for parameter in model.parameters():
-            parameter.uniform_(-1.0, 1.0)
-    return model
+    return spread_tiny_rnn(seed=seed, **SPECIAL)
 
 
 MODELS = {"transformer": lambda: tiny_model("sdpa", **SPECIAL), "rnn": tiny_rnn}

@@ -11,10 +11,8 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import torch
-from tiny import tiny_model
+from tiny import spread_tiny_rnn, tiny_model
 
-from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration
 from modeling_attn.translate import translate_batch
 from training.tokenizer import train_bpe_tokenizer
 
@@ -53,14 +51,7 @@ def tokenizer():
 def make(model_type: str, vocab_size: int):
     if model_type == "attn_transformer":
         return tiny_model("sdpa", vocab_size=vocab_size, **SPECIAL)
-    torch.manual_seed(0)
-    config = AttnRNNConfig(vocab_size=vocab_size, embedding_size=16, encoder_hidden_size=16, decoder_hidden_size=16,
-                           attention_size=16, readout_size=16, **SPECIAL)  # fmt: skip
-    model = AttnRNNForConditionalGeneration(config).eval()
-    with torch.no_grad():  # spread the weights so that different sentences translate differently
-        for parameter in model.parameters():
-            parameter.uniform_(-1.0, 1.0)
-    return model
+    return spread_tiny_rnn(vocab_size, **SPECIAL)
 
 
 @pytest.mark.parametrize("num_beams", [1, 3])

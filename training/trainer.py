@@ -56,6 +56,8 @@ class TranslationTrainer(Seq2SeqTrainer):
         if self.label_smoother is not None and hasattr(config, "label_smoothing"):
             config.label_smoothing = self.label_smoother.epsilon  # the model smooths its own loss
             self.label_smoother = None
+        # looked up once here, not at every training step
+        self._takes_skip_logits = "skip_logits" in inspect.signature(self.model.forward).parameters
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """Trainer's, with `skip_logits=True` for a loss-only call of a model that takes it."""
@@ -64,7 +66,7 @@ class TranslationTrainer(Seq2SeqTrainer):
             and self.label_smoother is None
             and self.compute_loss_func is None
             and "labels" in inputs
-            and "skip_logits" in inspect.signature(self.accelerator.unwrap_model(model).forward).parameters
+            and self._takes_skip_logits
         ):
             inputs = {**inputs, "skip_logits": True}
         return super().compute_loss(
