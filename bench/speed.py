@@ -555,7 +555,11 @@ def peak_flops(device: str) -> float | None:
 # One preset
 
 
-def bench_preset(preset: str, args: argparse.Namespace, peer_names: list[str]) -> dict:
+def bench_preset(
+    preset: str, args: argparse.Namespace, peer_names: list[str], save: Callable[[dict], None] = lambda result: None
+) -> dict:
+    """Measure one preset; `save(result)` is called after each part (training, each generation setting, memory,
+    sweep) with the result so far, so that a run cut short (a time limit on a lent GPU) keeps what it measured."""
     device = args.device
     reference = reference_model(preset, args.max_positions, args.seed)
     config = reference.config
@@ -587,6 +591,8 @@ def bench_preset(preset: str, args: argparse.Namespace, peer_names: list[str]) -
         if device == "cuda" and peak_flops(device):
             flops = sum(training_flops(config, b) for b in train_batches)
             result["models"][name]["mfu"] = flops / statistics.median(seconds) / peak_flops(device)
+        log(f"[{preset}] {name}: train {summary(result['models'][name], 'train_tokens_per_s', 'mfu')}")
+    save(result)
     # Generation runs on the weights after these few steps (dropout made them drift apart a little); that does not
     # change its cost, since every model produces the same forced number of tokens.
 
@@ -607,16 +613,26 @@ def bench_preset(preset: str, args: argparse.Namespace, peer_names: list[str]) -
             for name, seconds in interleaved(tasks, args.reps).items():
                 result["models"][name][f"{key}_tokens_per_s"] = median_rate(seconds, tokens)
                 result["models"][name][f"{key}_ms_per_sentence"] = 1000 * statistics.median(seconds) / sentences
+                log(f"[{preset}] {name}: {key} {summary(result['models'][name], f'{key}_tokens_per_s')}")
+            save(result)
 
     if "memory" in args.parts and not args.no_memory:
         for peer in peers:
             if peer.trains:
                 log(f"[{preset}] peak memory: {peer.name}")
                 result["models"][peer.name]["memory"] = peak_memory(peer.name, args, preset)
+                save(result)
 
     if "sweep" in args.parts and args.sweep_lengths:
         result["length_sweep"] = length_sweep(reference, peers, args)
+        save(result)
     return result
+
+
+def summary(entry: dict, *keys: str) -> str:
+    """'train_tokens_per_s=1,234 mfu=0.42' for the log."""
+    return " ".join(f"{key}={entry[key]:,.3g}" if entry[key] < 10 else f"{key}={entry[key]:,.0f}" for key in keys
+                    if entry.get(key) is not None)  # fmt: skip
 
 
 def length_sweep(reference: nn.Module, peers: list[Peer], args: argparse.Namespace) -> dict:
@@ -868,14 +884,21 @@ def main(argv: list[str] | None = None) -> dict:
         "transformers": transformers_version,
         "command": shlex.join(["python", "bench/speed.py", *(argv if argv is not None else sys.argv[1:])]),
         "ctranslate2": unavailable or "measured",
-        "results": [bench_preset(preset, args, peer_names) for preset in args.preset],
+        "results": [],
     }
     args.output_dir.mkdir(parents=True, exist_ok=True)
     parts = "" if args.parts == PARTS else "-" + "-".join(args.parts)
     stem = args.output_dir / f"{'-'.join(args.preset)}-{args.device}{parts}"
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=1))
+
+    def save(partial: dict | None = None) -> None:  # the report so far: what a run cut short has measured
+        shown = {**report, "results": report["results"] + ([partial] if partial is not None else [])}
+        stem.with_suffix(".json").write_text(json.dumps(shown, indent=1))
+        stem.with_suffix(".md").write_text(markdown(shown) + "\n")
+
+    for preset in args.preset:
+        report["results"].append(bench_preset(preset, args, peer_names, save))
+    save()
     table = markdown(report)
-    stem.with_suffix(".md").write_text(table + "\n")
     plot(report, stem.with_suffix(".png"))
     print(table)
     log(f"wrote {stem}.json, .md, .png")

@@ -333,8 +333,8 @@ def evaluate(
     **generate_kwargs: Any,
 ) -> tuple[dict[str, Any], list[str]]:
     """BLEU, chrF, exact match and the sacreBLEU signatures of the model's translations of `sources`, and the
-    translations themselves."""
-    from training.metrics import translation_scores
+    translations themselves. A model whose tokenizer lowercases is scored case-insensitively (signature `case:lc`)."""
+    from training.metrics import translation_scores, writes_lowercase
 
     batches = _batches(sources, batch_size)
     if progress:
@@ -344,7 +344,7 @@ def evaluate(
             batches, total=-(-len(sources) // batch_size), unit="batch", desc="translating", file=sys.stderr
         )
     hypotheses = [text for batch in batches for text in translate_batch(model, tokenizer, batch, **generate_kwargs)[0]]
-    return translation_scores(hypotheses, references), hypotheses
+    return translation_scores(hypotheses, references, lowercase=writes_lowercase(tokenizer)), hypotheses
 
 
 def evaluate_parser() -> argparse.ArgumentParser:

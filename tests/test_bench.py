@@ -96,3 +96,18 @@ def test_quick_run_with_memory_subprocesses(speed, tmp_path):
         assert memory["peak_mb"] >= memory["before_mb"] > 50, name  # torch alone takes more than 50 MB
         assert memory["training_mb"] == pytest.approx(memory["peak_mb"] - memory["before_mb"])
     assert any(line.startswith("- training peak memory vs MarianMTModel") for line in table.splitlines())
+
+
+def test_each_part_is_saved_as_it_is_measured(speed):
+    """A run cut short (a time limit on a lent GPU) keeps the parts it measured: `save` sees each as it comes."""
+    args = speed.parse_args(["--quick", "--parts", "train", "generate"])
+    snapshots = []
+    speed.bench_preset("tiny", args, ["attn_transformer", "MarianMTModel (sdpa)"], lambda r: snapshots.append(
+        {name: sorted(key for key in entry if key.endswith(("tokens_per_s", "ms_per_sentence")))
+         for name, entry in r["models"].items()}))  # fmt: skip
+    # training, then greedy batch, greedy single, beam-4 batch (the quick run skips beam-4 single sentences)
+    assert len(snapshots) == 4
+    assert snapshots[0]["attn_transformer"] == ["train_tokens_per_s"]
+    assert "greedy_batch_tokens_per_s" in snapshots[1]["MarianMTModel (sdpa)"]
+    assert "beam4_batch_tokens_per_s" not in snapshots[2]["attn_transformer"]
+    assert "beam4_batch_tokens_per_s" in snapshots[3]["attn_transformer"]

@@ -7,7 +7,7 @@ import pytest
 from sacrebleu.metrics import BLEU
 from transformers import EvalPrediction
 
-from training.metrics import TranslationMetrics, translation_scores
+from training.metrics import TranslationMetrics, translation_scores, writes_lowercase
 from training.tokenizer import train_bpe_tokenizer
 
 
@@ -31,3 +31,20 @@ def test_compute_metrics_decodes_generated_ids():
     assert metrics(EvalPrediction(predictions=padded, label_ids=padded))["exact_match"] == 100
     metrics.references = ["1987-03-03", "2001-12-30"]
     assert metrics(EvalPrediction(predictions=padded, label_ids=padded))["exact_match"] == 50
+
+
+def test_lowercasing_tokenizer_is_scored_case_insensitively():
+    hypotheses, references = ["ein mann fährt rad .", "zwei hunde"], ["Ein Mann fährt Rad .", "Zwei Hunde"]
+    cased = translation_scores(hypotheses, references)
+    assert cased["exact_match"] == 0 and cased["bleu"] < 50 and "case:mixed" in cased["bleu_signature"]
+    lowered = translation_scores(hypotheses, references, lowercase=True)
+    assert lowered["bleu"] == pytest.approx(100) and lowered["chrf"] == pytest.approx(100)
+    assert lowered["exact_match"] == 100 and "case:lc" in lowered["bleu_signature"]
+
+    corpus = ["Ein Mann fährt Rad.", "Zwei Hunde spielen."] * 10
+    lowercasing = train_bpe_tokenizer(corpus, vocab_size=100, lowercase=True)
+    assert writes_lowercase(lowercasing) and not writes_lowercase(train_bpe_tokenizer(corpus, vocab_size=100))
+    ids = lowercasing(["Zwei Hunde spielen."], return_tensors="np")["input_ids"]
+    metrics = TranslationMetrics(lowercasing)
+    metrics.references = ["Zwei Hunde spielen."]  # raw, cased: the model's "zwei hunde spielen." matches it
+    assert metrics(EvalPrediction(predictions=ids, label_ids=ids))["exact_match"] == 100

@@ -41,3 +41,20 @@ def test_auto_tokenizer_loads_it_from_a_model_folder(tmp_path):
         "</s>",
         "<unk>",
     )
+
+
+def test_lowercase_and_split_punctuation():
+    tokenizer = train_bpe_tokenizer(SENTENCES, vocab_size=200, lowercase=True, split_punctuation=True)
+    assert tokenizer.decode(tokenizer("Ein Mann fährt Fahrrad.")["input_ids"], skip_special_tokens=True) == (
+        "ein mann fährt fahrrad."
+    )
+    assert tokenizer("EIN MANN")["input_ids"] == tokenizer("ein mann")["input_ids"]
+    # Punctuation is a token of its own, never merged into a word, and the spacing still comes back exactly.
+    tokens = tokenizer.tokenize("zwei hunde spielen im schnee.")
+    assert tokens[-1] == "." and all("." not in token for token in tokens[:-1])
+    for sentence in ["two dogs.play on 03.03.1987.", "zwei  hunde ...", ". ein mann"]:
+        assert tokenizer.decode(tokenizer(sentence)["input_ids"], skip_special_tokens=True) == sentence
+    # Without the option, BPE learns word+punctuation merges from these sentences (the default keeps its behaviour).
+    default = train_bpe_tokenizer(SENTENCES, vocab_size=200)
+    assert any("." in token and token != "." for token in default.get_vocab())
+    assert default.decode(default("Ein Mann")["input_ids"], skip_special_tokens=True) == "Ein Mann"

@@ -16,12 +16,20 @@ from sacrebleu.metrics import BLEU, CHRF
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
 
-def translation_scores(hypotheses: Sequence[str], references: Sequence[str]) -> dict[str, float | str]:
-    """Corpus BLEU and chrF of `hypotheses` against one reference each, exact-match rate, and the BLEU signature."""
+def translation_scores(
+    hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False
+) -> dict[str, float | str]:
+    """Corpus BLEU and chrF of `hypotheses` against one reference each, exact-match rate, and the BLEU signature.
+
+    `lowercase`: case-insensitive scores (sacreBLEU's `lowercase`; the signatures then say `case:lc`), for a model
+    that only writes lowercase (`writes_lowercase`).
+    """
     if len(hypotheses) != len(references):
         raise ValueError(f"{len(hypotheses)} hypotheses but {len(references)} references")
-    bleu, chrf = BLEU(), CHRF()
+    bleu, chrf = BLEU(lowercase=lowercase), CHRF(lowercase=lowercase)
     hypotheses, references = [h.strip() for h in hypotheses], [r.strip() for r in references]
+    if lowercase:  # exact match too
+        hypotheses, references = [h.lower() for h in hypotheses], [r.lower() for r in references]
     return {
         "bleu": bleu.corpus_score(hypotheses, [references]).score,
         "chrf": chrf.corpus_score(hypotheses, [references]).score,
@@ -31,6 +39,13 @@ def translation_scores(hypotheses: Sequence[str], references: Sequence[str]) -> 
         "bleu_signature": str(bleu.get_signature()),
         "chrf_signature": str(chrf.get_signature()),
     }
+
+
+def writes_lowercase(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the tokenizer lowercases all text (`attn train --lowercase`), so that its model writes only lowercase."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    normalizer = backend.normalizer if backend is not None else None
+    return normalizer is not None and normalizer.normalize_str("ÄB") == "äb"
 
 
 class TranslationMetrics:
@@ -61,6 +76,6 @@ class TranslationMetrics:
         # per process (2 CPU processes, accelerate 1.15). They always come after the real examples: cut them.
         hypotheses = hypotheses[: len(references)]
         self.last_hypotheses = hypotheses
-        scores = translation_scores(hypotheses, references)
+        scores = translation_scores(hypotheses, references, lowercase=writes_lowercase(self.tokenizer))
         # Trainer logs numbers only; the signatures are written with the final test results.
         return {name: value for name, value in scores.items() if isinstance(value, float)}

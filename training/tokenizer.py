@@ -19,13 +19,23 @@ SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>",
 
 
 def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 37000, min_frequency: int = 2,
-                        model_max_length: int = 1024) -> PreTrainedTokenizerFast:  # fmt: skip
-    """Learn a BPE vocabulary of at most `vocab_size` tokens on `texts` (source and target sentences together)."""
+                        model_max_length: int = 1024, lowercase: bool = False,
+                        split_punctuation: bool = False) -> PreTrainedTokenizerFast:  # fmt: skip
+    """Learn a BPE vocabulary of at most `vocab_size` tokens on `texts` (source and target sentences together).
+
+    `lowercase`: lowercase every text before BPE, at training and at use (source and target alike: the model then
+    reads and writes lowercased text, as the published Multi30k systems do). `split_punctuation`: punctuation is a
+    token of its own that BPE never merges with a word ("Mann." is "▁Mann" + "."), which spends the vocabulary on
+    words rather than on word+punctuation pairs; decoding still restores the original spacing exactly.
+    """
     tokenizer = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
-    tokenizer.normalizer = normalizers.NFKC()
-    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
-        [pre_tokenizers.Metaspace(), pre_tokenizers.Digits(individual_digits=True)]
+    tokenizer.normalizer = (
+        normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase()]) if lowercase else normalizers.NFKC()
     )
+    splits = [pre_tokenizers.Metaspace()]
+    if split_punctuation:
+        splits.append(pre_tokenizers.Punctuation("isolated"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence([*splits, pre_tokenizers.Digits(individual_digits=True)])
     tokenizer.decoder = decoders.Metaspace()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

@@ -50,7 +50,7 @@ from modeling_attn.presets import load_preset
 
 from .averaging import average_checkpoints, find_checkpoints, load_weights
 from .data import DataError, ParallelData, load_parallel_data, require_splits
-from .metrics import TranslationMetrics, translation_scores
+from .metrics import TranslationMetrics, translation_scores, writes_lowercase
 from .plot import plot_history
 from .tokenizer import train_bpe_tokenizer
 from .trainer import TranslationTrainer
@@ -120,6 +120,14 @@ class RecipeArguments:
                                                                         "training a BPE vocabulary."})  # fmt: skip
     vocab_size: int = field(
         default=37000, metadata={"help": "Size of the joint BPE vocabulary to train (paper: 37000)."}
+    )
+    lowercase: bool = field(
+        default=False,
+        metadata={"help": "New BPE vocabulary: lowercase all text (the model reads and writes lowercase)."},
+    )
+    split_punctuation: bool = field(
+        default=False,
+        metadata={"help": "New BPE vocabulary: punctuation marks are tokens of their own, never merged."},
     )
     max_source_length: int = field(default=256, metadata={"help": "Longer source sentences are truncated (counted)."})
     max_target_length: int = field(default=256, metadata={"help": "Longer target sentences are truncated (counted)."})
@@ -220,7 +228,10 @@ def build_tokenizer(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgum
         if training_args.process_index == 0:  # the other processes load what the first one trained
             train = parallel.splits["train"]
             tokenizer = train_bpe_tokenizer(
-                (text for column in ("source", "target") for text in train[column]), vocab_size=recipe.vocab_size
+                (text for column in ("source", "target") for text in train[column]),
+                vocab_size=recipe.vocab_size,
+                lowercase=recipe.lowercase,
+                split_punctuation=recipe.split_punctuation,
             )
             tokenizer.save_pretrained(saved)
             logger.info(f"trained a joint BPE vocabulary of {len(tokenizer)} tokens, saved in {saved}")
@@ -306,7 +317,9 @@ def _write_final_results(trainer: TranslationTrainer, test_dataset, parallel: Pa
     raw_test = parallel.splits["test"]
     output = trainer.predict(test_dataset, metric_key_prefix="test")
     hypotheses = metrics_fn.last_hypotheses
-    scores = translation_scores(hypotheses, list(raw_test["target"]))
+    scores = translation_scores(
+        hypotheses, list(raw_test["target"]), lowercase=writes_lowercase(trainer.processing_class)
+    )
     # What the model card (`attn push`) reports with the scores: data, languages, decoding.
     settings = trainer.args
     results = {**output.metrics, "test_bleu_signature": scores["bleu_signature"],
