@@ -6,7 +6,8 @@
 - the tokenizer;
 - `generation_config.json` with the paper's decoding (Sec. 6.1): beam size 4, length penalty 0.6, maximum output
   length = source length + 50 per sentence (`max_length_over_source`, see `generation.py`), stopping early when
-  every beam has ended;
+  every beam has ended; the beam size and length penalty the evaluation JSON records win over the paper's (the
+  card's scores were measured with them: the Multi30k recipe picks its length penalty on validation);
 - `README.md`, the model card: `hub_card.md` rendered with `huggingface_hub.ModelCard`, its metadata
   (`ModelCardData`: languages, license, datasets, metrics, tags, `model-index` with the BLEU / chrF of the
   evaluation JSON) and the attention picture of the training run (`attention.png`) when there is one.
@@ -41,11 +42,18 @@ ARCHITECTURES = {
 }
 
 
-def paper_generation_config(model: PreTrainedModel) -> GenerationConfig:
-    """The model's generation config with the paper's decoding settings and the model's special tokens."""
+def paper_generation_config(model: PreTrainedModel, measured: dict[str, Any] | None = None) -> GenerationConfig:
+    """The model's generation config with the paper's decoding settings and the model's special tokens.
+
+    `measured`: the decoding the model's reported scores were measured with (`num_beams`, `length_penalty` of the
+    results' `generation`); it wins over the paper's, so that the shared model translates as its card says.
+    """
+    decoding = {**PAPER_DECODING}
+    decoding.update({key: value for key, value in (measured or {}).items()
+                     if key in ("num_beams", "length_penalty") and value is not None})  # fmt: skip
     config = GenerationConfig.from_dict(model.generation_config.to_dict())
     unknown = config.update(
-        **PAPER_DECODING,
+        **decoding,
         pad_token_id=model.config.pad_token_id,
         eos_token_id=model.config.eos_token_id,
         decoder_start_token_id=model.config.decoder_start_token_id,
@@ -219,9 +227,9 @@ def save_for_hub(
     model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     check_tokenizer_fits(model, tokenizer, str(model_dir))
-    model.generation_config = paper_generation_config(model)
     results_file = results_file or (model_dir / RESULTS_FILE if (model_dir / RESULTS_FILE).is_file() else None)
     results = read_results(results_file) if results_file else None
+    model.generation_config = paper_generation_config(model, (results or {}).get("generation"))
     # Pipeline.save_pretrained writes config.custom_pipelines, copies pipeline_translation.py, and saves the
     # model (safetensors, config, code, generation config) and the tokenizer.
     TranslationPipeline(model=model, tokenizer=tokenizer).save_pretrained(folder)

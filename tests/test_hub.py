@@ -61,7 +61,8 @@ def hub(tmp_path_factory):
     for model_type, repo in REPOS.items():
         model_dir = save_tiny_model(root / model_type, model_type)
         results = root / f"{model_type}-results.json"
-        argv = ["evaluate", "--model", str(model_dir), "--data", str(data), "--source_lang", "en"]
+        argv = ["evaluate", "--model", str(model_dir), "--data", str(data), "--source_lang", "en", "--num_beams", "4",
+                "--length_penalty", "0.6"]  # fmt: skip
         assert attn([*argv, "--target_lang", "de", "--split", "test", "--output", str(results)]) == 0
         folder = save_for_hub(model_dir, root / f"{model_type}-hub", repo, results)
         info["main_commit_" + model_type] = commit_folder(mirrors / repo, folder)
@@ -160,6 +161,17 @@ def remote(hub, tmp_path_factory):
     (work / "main_commit.json").write_text(json.dumps(hub["main_commit_attn_transformer"]))
     env = {"HF_ENDPOINT": hub["url"], "HF_HUB_OFFLINE": "0", "HF_HUB_DISABLE_XET": "1", "HF_TOKEN": ""}
     return run_isolated(REMOTE_CODE, cwd=work, env=env, timeout=600)
+
+
+def test_pushed_decoding_is_the_one_the_scores_were_measured_with():
+    model = tiny_model()
+    paper = paper_generation_config(model)
+    assert (paper.num_beams, paper.length_penalty, paper.max_length_over_source) == (4, 0.6, 50)
+    measured = paper_generation_config(model, {"num_beams": 5, "length_penalty": 1.5, "max_length": 99})
+    assert (measured.num_beams, measured.length_penalty, measured.max_length_over_source) == (5, 1.5, 50)
+    assert measured.early_stopping is True and measured.max_new_tokens is None
+    unknown = paper_generation_config(model, {"num_beams": None, "length_penalty": None})
+    assert (unknown.num_beams, unknown.length_penalty) == (4, 0.6)
 
 
 @pytest.mark.slow
