@@ -26,7 +26,7 @@ no `generate()` and no key/value cache: it is run as a plain greedy loop that re
     python bench/speed.py --preset small                 # CPU, writes bench/results/small-cpu.{json,md,png}
     python bench/speed.py --quick                        # the tiny preset in ~30 s (CI)
     python bench/speed.py --render results/a.json results/a-memory.json   # redraw a report, merging a second run
-    python bench/speed.py --preset base big --device cuda   # GPU: bf16 autocast, adds MFU (not run yet)
+    python bench/speed.py --preset base big --device cuda   # GPU: bf16 autocast, adds MFU
 """
 
 from __future__ import annotations
