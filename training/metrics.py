@@ -45,7 +45,7 @@ def writes_lowercase(tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether the tokenizer lowercases all text (`attn train --lowercase`), so that its model writes only lowercase."""
     backend = getattr(tokenizer, "backend_tokenizer", None)
     normalizer = backend.normalizer if backend is not None else None
-    return normalizer is not None and normalizer.normalize_str("ÄB") == "äb"
+    return normalizer is not None and normalizer.normalize_str("AB") == "ab"
 
 
 class TranslationMetrics:
