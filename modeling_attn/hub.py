@@ -150,7 +150,9 @@ def model_card(
     results_table = None
     if results is not None:
         # (metric type, name, value, metric_config)
-        metrics = [("bleu", "BLEU", results["bleu"], None), ("chrf", "chrF", results.get("chrf"), None)]
+        # A lowercasing model is scored case-insensitively (sacreBLEU signature `case:lc`): the names say so.
+        case = " (case-insensitive)" if "case:lc" in (results.get("bleu_signature") or "") else ""
+        metrics = [("bleu", f"BLEU{case}", results["bleu"], None), ("chrf", f"chrF{case}", results.get("chrf"), None)]
         if results.get("bleu_lc_tok") is not None:
             name = "BLEU, lowercased and Moses-tokenized (multi-bleu)"
             metrics.append(("bleu", name, results["bleu_lc_tok"], "lowercased-tokenized"))

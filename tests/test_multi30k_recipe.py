@@ -194,3 +194,17 @@ def test_model_card_of_a_multi30k_run_reports_both_bleu_scores(tmp_path):
     assert "test2016 split of multi30k (1000 sentences, en -> de)" in card.text
     assert "num_beams 5, length_penalty 0.6" in card.text
     assert recipe_json["bleu_lc_tok_signature"] in card.text
+
+
+def test_model_card_names_case_insensitive_scores():
+    """A lowercasing model's sacreBLEU / chrF are case-insensitive (signature case:lc): the card's names say so."""
+    from tiny import tiny_model
+
+    from modeling_attn.hub import model_card
+
+    results = {"bleu": 38.5, "chrf": 60.1, "bleu_signature": "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0",
+               "data": "multi30k", "split": "test2016", "source_lang": "en", "target_lang": "de", "sentences": 1000}  # fmt: skip
+    card = model_card(tiny_model(), "user/m30k", results)
+    names = {r.metric_name: r.metric_value for r in card.data.eval_results}
+    assert names == {"BLEU (case-insensitive)": 38.5, "chrF (case-insensitive)": 60.1}
+    assert "| BLEU (case-insensitive) | 38.50 |" in card.text

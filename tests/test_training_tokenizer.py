@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from transformers import AutoTokenizer
 
 import modeling_attn  # noqa: F401
 from modeling_attn.presets import load_preset
-from training.tokenizer import train_bpe_tokenizer
+from training.tokenizer import splits_punctuation, train_bpe_tokenizer
 
 SENTENCES = ["A man rides a bike.", "Ein Mann fährt Fahrrad.", "Two dogs play in the snow on 03.03.1987.",
              "Zwei Hunde spielen im Schnee."] * 20  # fmt: skip
@@ -58,3 +59,23 @@ def test_lowercase_and_split_punctuation():
     default = train_bpe_tokenizer(SENTENCES, vocab_size=200)
     assert any("." in token and token != "." for token in default.get_vocab())
     assert default.decode(default("Ein Mann")["input_ids"], skip_special_tokens=True) == "Ein Mann"
+
+
+def test_reused_tokenizer_must_match_the_vocabulary_flags(tmp_path):
+    from training.train import build_tokenizer, parse_args
+
+    plain, lowercasing = tmp_path / "plain", tmp_path / "lowercasing"
+    train_bpe_tokenizer(SENTENCES, vocab_size=200).save_pretrained(plain)
+    train_bpe_tokenizer(SENTENCES, vocab_size=200, lowercase=True, split_punctuation=True).save_pretrained(lowercasing)
+    flags = ["--lowercase", "true", "--split_punctuation", "true"]
+
+    def build(tokenizer, *extra):
+        recipe, args = parse_args(["--output_dir", str(tmp_path / "out"), "--tokenizer_name_or_path", str(tokenizer),
+                                   *extra])  # fmt: skip
+        return build_tokenizer(recipe, args, parallel=None)
+
+    assert splits_punctuation(build(lowercasing, *flags)) and not splits_punctuation(build(plain))
+    with pytest.raises(ValueError, match=f"--lowercase and --split_punctuation: the reused tokenizer of {plain} "):
+        build(plain, *flags)
+    with pytest.raises(ValueError, match="^--split_punctuation: the reused"):
+        build(plain, "--split_punctuation", "true")

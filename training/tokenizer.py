@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
-from transformers import PreTrainedTokenizerFast
+from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 
@@ -50,3 +50,10 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 37000, min_frequ
         single=f"$A {eos}", pair=f"$A {eos} $B {eos}", special_tokens=[(eos, tokenizer.token_to_id(eos))]
     )
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=model_max_length, **SPECIAL_TOKENS)
+
+
+def splits_punctuation(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the tokenizer's pre-tokenizer keeps punctuation apart from words (`split_punctuation=True`)."""
+    backend = getattr(tokenizer, "backend_tokenizer", None)
+    pre_tokenizer = backend.pre_tokenizer if backend is not None else None
+    return pre_tokenizer is not None and len(pre_tokenizer.pre_tokenize_str("a.")) > 1

@@ -52,7 +52,7 @@ from .averaging import average_checkpoints, find_checkpoints, load_weights
 from .data import DataError, ParallelData, load_parallel_data, require_splits
 from .metrics import TranslationMetrics, translation_scores, writes_lowercase
 from .plot import plot_history
-from .tokenizer import train_bpe_tokenizer
+from .tokenizer import splits_punctuation, train_bpe_tokenizer
 from .trainer import TranslationTrainer
 
 logger = logging.getLogger("training")
@@ -222,7 +222,15 @@ def build_tokenizer(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgum
     if existing is None and resumed and (Path(resumed) / "tokenizer_config.json").is_file():
         existing = resumed
     if existing is not None:
-        return AutoTokenizer.from_pretrained(existing)
+        tokenizer = AutoTokenizer.from_pretrained(existing)
+        asked = {"--lowercase": (recipe.lowercase, writes_lowercase), "--split_punctuation":
+                 (recipe.split_punctuation, splits_punctuation)}  # fmt: skip
+        if unmet := [flag for flag, (wanted, has) in asked.items() if wanted and not has(tokenizer)]:
+            raise ValueError(
+                f"{' and '.join(unmet)}: the reused tokenizer of {existing} does not do that (these flags shape a "
+                "new BPE vocabulary); leave them out, or train a new vocabulary"
+            )
+        return tokenizer
     saved = Path(training_args.output_dir) / "tokenizer"
     with training_args.main_process_first(desc="training the BPE vocabulary"):
         if training_args.process_index == 0:  # the other processes load what the first one trained
