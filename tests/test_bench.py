@@ -111,3 +111,21 @@ def test_each_part_is_saved_as_it_is_measured(speed):
     assert "greedy_batch_tokens_per_s" in snapshots[1]["MarianMTModel (sdpa)"]
     assert "beam4_batch_tokens_per_s" not in snapshots[2]["attn_transformer"]
     assert "beam4_batch_tokens_per_s" in snapshots[3]["attn_transformer"]
+
+
+def test_mfu_counts_the_real_tokens_only(speed):
+    """Hand-computed FLOPs of one sentence; padding it (batching with a longer one) adds nothing."""
+    from types import SimpleNamespace
+
+    config = SimpleNamespace(d_model=4, d_ff=8, encoder_layers=1, decoder_layers=1, decoder_vocab_size=10)
+    generator = __import__("torch").Generator().manual_seed(0)
+    one = speed.make_batch([(2, 2)], 10, generator)  # source 2 tokens, target 2 tokens + EOS
+    # per token: q/k/v/out 4*4*4 + FFN 2*4*8 = 128; encoder 2*2*128 + scores 4*2*2*4 = 576;
+    # decoder 2*3*128 + cross-attention projections 2*(3*2*16 + 2*2*16) + scores 4*3*(3+2)*4 = 1328;
+    # output layer 2*3*4*10 = 240; training = 3 x forward
+    assert speed.training_flops(config, one) == 3 * (576 + 1328 + 240)
+    other = speed.make_batch([(5, 6)], 10, generator)
+    both = speed.make_batch([(2, 2), (5, 6)], 10, generator)
+    assert speed.training_flops(config, both) == speed.training_flops(config, one) + speed.training_flops(
+        config, other
+    )
