@@ -25,13 +25,16 @@ declare -A CFG=(
 )
 mkdir -p "$RUNS"
 start=$(date +%s)
+pids=()
 for name in "${!CFG[@]}"; do
   # shellcheck disable=SC2086  # the flags are meant to split
   HF_HOME="$RUNS/hf_$name" OMP_NUM_THREADS=2 python bench/multi30k/recipe.py --data "$DATA" --source_lang en \
     --target_lang de --output_dir "$RUNS/$name" ${CFG[$name]} > "$RUNS/$name.log" 2>&1 &
+  pids+=($!)
 done
-while [ $(( $(date +%s) - start )) -lt "$LIMIT" ] && pgrep -f bench/multi30k/recipe.py > /dev/null; do sleep 15; done
-pkill -f bench/multi30k/recipe.py
+running() { for pid in "${pids[@]}"; do kill -0 "$pid" 2> /dev/null && return 0; done; return 1; }
+while [ $(( $(date +%s) - start )) -lt "$LIMIT" ] && running; do sleep 15; done
+kill "${pids[@]}" 2> /dev/null
 for name in "${!CFG[@]}"; do
   echo "== $name: ${CFG[$name]}"
   echo "training loss every 1,000 steps: $(grep -oE "'loss': '?[0-9.]+" "$RUNS/$name.log" | awk 'NR%10==0' \
