@@ -334,7 +334,8 @@ def evaluate(
 ) -> tuple[dict[str, Any], list[str]]:
     """BLEU, chrF, exact match and the sacreBLEU signatures of the model's translations of `sources`, and the
     translations themselves. A model whose tokenizer lowercases is scored case-insensitively (signature `case:lc`)."""
-    from training.metrics import translation_scores, writes_lowercase
+    from training.metrics import translation_scores
+    from training.tokenizer import writes_lowercase
 
     batches = _batches(sources, batch_size)
     if progress:

@@ -7,8 +7,8 @@ import pytest
 from sacrebleu.metrics import BLEU
 from transformers import EvalPrediction
 
-from training.metrics import TranslationMetrics, translation_scores, writes_lowercase
-from training.tokenizer import train_bpe_tokenizer
+from training.metrics import TranslationMetrics, translation_scores
+from training.tokenizer import train_bpe_tokenizer, writes_lowercase
 
 
 def test_scores_and_signature():

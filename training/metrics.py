@@ -15,6 +15,8 @@ import numpy as np
 from sacrebleu.metrics import BLEU, CHRF
 from transformers import EvalPrediction, PreTrainedTokenizerBase
 
+from .tokenizer import writes_lowercase
+
 
 def translation_scores(
     hypotheses: Sequence[str], references: Sequence[str], lowercase: bool = False
@@ -41,13 +43,6 @@ def translation_scores(
     }
 
 
-def writes_lowercase(tokenizer: PreTrainedTokenizerBase) -> bool:
-    """Whether the tokenizer lowercases all text (`attn train --lowercase`), so that its model writes only lowercase."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    normalizer = backend.normalizer if backend is not None else None
-    return normalizer is not None and normalizer.normalize_str("AB") == "ab"
-
-
 class TranslationMetrics:
     """`compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`.
 
@@ -58,6 +53,7 @@ class TranslationMetrics:
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase):
         self.tokenizer = tokenizer
+        self.lowercase = writes_lowercase(tokenizer)  # a lowercasing model is scored case-insensitively
         self.references: list[str] | None = None
         self.last_hypotheses: list[str] = []
 
@@ -76,6 +72,6 @@ class TranslationMetrics:
         # per process (2 CPU processes, accelerate 1.15). They always come after the real examples: cut them.
         hypotheses = hypotheses[: len(references)]
         self.last_hypotheses = hypotheses
-        scores = translation_scores(hypotheses, references, lowercase=writes_lowercase(self.tokenizer))
+        scores = translation_scores(hypotheses, references, lowercase=self.lowercase)
         # Trainer logs numbers only; the signatures are written with the final test results.
         return {name: value for name, value in scores.items() if isinstance(value, float)}

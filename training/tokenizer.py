@@ -52,8 +52,13 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 37000, min_frequ
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=model_max_length, **SPECIAL_TOKENS)
 
 
+def writes_lowercase(tokenizer: PreTrainedTokenizerBase) -> bool:
+    """Whether the tokenizer lowercases all text (`lowercase=True`), so that its model writes only lowercase."""
+    normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)  # None: slow tokenizers
+    return normalizer is not None and normalizer.normalize_str("AB") == "ab"
+
+
 def splits_punctuation(tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether the tokenizer's pre-tokenizer keeps punctuation apart from words (`split_punctuation=True`)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None)
-    pre_tokenizer = backend.pre_tokenizer if backend is not None else None
+    pre_tokenizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "pre_tokenizer", None)
     return pre_tokenizer is not None and len(pre_tokenizer.pre_tokenize_str("a.")) > 1

@@ -50,9 +50,9 @@ from modeling_attn.presets import load_preset
 
 from .averaging import average_checkpoints, find_checkpoints, load_weights
 from .data import DataError, ParallelData, load_parallel_data, require_splits
-from .metrics import TranslationMetrics, translation_scores, writes_lowercase
+from .metrics import TranslationMetrics, translation_scores
 from .plot import plot_history
-from .tokenizer import splits_punctuation, train_bpe_tokenizer
+from .tokenizer import splits_punctuation, train_bpe_tokenizer, writes_lowercase
 from .trainer import TranslationTrainer
 
 logger = logging.getLogger("training")
@@ -325,9 +325,7 @@ def _write_final_results(trainer: TranslationTrainer, test_dataset, parallel: Pa
     raw_test = parallel.splits["test"]
     output = trainer.predict(test_dataset, metric_key_prefix="test")
     hypotheses = metrics_fn.last_hypotheses
-    scores = translation_scores(
-        hypotheses, list(raw_test["target"]), lowercase=writes_lowercase(trainer.processing_class)
-    )
+    scores = translation_scores(hypotheses, list(raw_test["target"]), lowercase=metrics_fn.lowercase)
     # What the model card (`attn push`) reports with the scores: data, languages, decoding.
     settings = trainer.args
     results = {**output.metrics, "test_bleu_signature": scores["bleu_signature"],
