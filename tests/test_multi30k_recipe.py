@@ -150,7 +150,7 @@ def test_recipe_runs_end_to_end_on_a_few_hundred_sentences(tmp_path, model_type,
     assert results["num_beams"] == 2 and results["direction"] == f"{source_lang}-{target_lang}"
     # The length penalty was chosen on validation (bleu.py's score of each), saved in the generation config.
     by_penalty = results["validation_bleu_lc_tok_by_length_penalty"]
-    assert list(by_penalty) == ["0.6", "1.0", "1.5"]
+    assert list(by_penalty) == ["0.6", "1.0", "1.5", "2.0"]
     assert results["length_penalty"] == float(max(by_penalty, key=by_penalty.get))
     assert (
         json.loads((output_dir / "generation_config.json").read_text())["length_penalty"] == results["length_penalty"]

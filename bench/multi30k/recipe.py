@@ -10,7 +10,7 @@
    with the average of the last checkpoints (the flags' `average_last_n`), saved in `--output_dir`.
 2. Test: the saved model translates test2016 with `--num_beams` (5, as the reference), via
    `modeling_attn.translate.evaluate`, with the length penalty of `--length_penalties` that scores best on the
-   validation split (lowercased tokenized BLEU; 0.6, 1.0, 1.5 by default; the choice is written into the model's
+   validation split (lowercased tokenized BLEU; 0.6, 1.0, 1.5, 2.0 by default; the choice is written into the model's
    generation_config.json). The test split plays no part in the choice.
 3. Scores: sacreBLEU (cased, 13a) and chrF on the raw text, with signatures, and BLEU on lowercased Moses-tokenized
    text (`bleu.py`: the reference numbers' way). Written to `--output_dir/multi30k_results.json`, the
@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
         "--length_penalties",
         type=float,
         nargs="+",
-        default=[0.6, 1.0, 1.5],
+        default=[0.6, 1.0, 1.5, 2.0],
         help="beam length penalties tried on the validation split; the best is used on test (one value: no search)",
     )
     parser.add_argument("--evaluate_only", action="store_true", help="skip training; score --output_dir's model")
