@@ -129,3 +129,21 @@ def test_mfu_counts_the_real_tokens_only(speed):
     assert speed.training_flops(config, both) == speed.training_flops(config, one) + speed.training_flops(
         config, other
     )
+
+
+def test_cpu_bf16_script_runs_on_tiny(capsys):
+    """bench/cpu_bf16.py measures the 8 combinations (2 models x training / beam search x float32 / bfloat16)."""
+    path = SCRIPT.parent / "cpu_bf16.py"
+    spec = importlib.util.spec_from_file_location("bench_cpu_bf16", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    module.main(["--preset", "tiny", "--reps", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("preset tiny, batch 32")
+    rows = {line[:50].strip(): float(line[50:].split()[0]) for line in lines[1:]}
+    assert sorted(rows) == sorted(
+        f"{model} {task}"
+        for model in ("attn_transformer", "MarianMTModel (sdpa)")
+        for task in ("train float32", "train bf16 autocast", "beam4 float32", "beam4 bfloat16 weights")
+    )
+    assert all(seconds > 0 for seconds in rows.values())
