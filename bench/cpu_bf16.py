@@ -3,11 +3,12 @@
     python bench/cpu_bf16.py --preset base --threads 1
 
 On CPUs with AMX-BF16 / AVX512-BF16 (Sapphire Rapids and later Xeons) oneDNN runs bfloat16 matmuls much faster than
-float32. Measured on one batch of 32 sentences of Multi30k lengths (`speed.make_batches`), CPU clock of this process,
-median of `--reps` interleaved rounds after one warm-up round:
+float32. Measured with bench/speed.py's peers, tasks and timing (`speed.interleaved`: one warm-up round, then `--reps`
+rounds in rotating order, CPU clock of this process) on one batch of 32 sentences of Multi30k lengths
+(`speed.make_batches`, seed 0):
 
 - training step (forward, backward, Adam): float32, and `torch.autocast("cpu", dtype=torch.bfloat16)` (what
-  Trainer's `--use_cpu --bf16` does; weights and optimizer stay float32);
+  Trainer's `--use_cpu --bf16` does through accelerate; weights and optimizer stay float32);
 - `generate()` beam 4, forced to the batch's longest target: float32 weights, and weights cast to bfloat16
   (`model.to(torch.bfloat16)`, what `from_pretrained(..., dtype=torch.bfloat16)` gives).
 
@@ -21,39 +22,15 @@ import argparse
 import platform
 import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 import torch
 import transformers
-from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402  (this folder's module)
 
-
-def training_step(model: nn.Module, loss: Callable, batch: speed.Batch, bf16: bool) -> Callable[[], None]:
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-5, betas=(0.9, 0.98), eps=1e-9)
-
-    def step() -> None:
-        model.train()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
-            value = loss(model, batch)
-        value.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
-
-
-def beam_search(model: nn.Module, batch: speed.Batch) -> Callable[[], None]:
-    def run() -> None:
-        model.eval()
-        with torch.inference_mode():
-            speed.hf_generate(model, batch, 4, max(batch.target_lengths))
-
-    return run
+PEERS = ["attn_transformer", "MarianMTModel (sdpa)"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,26 +40,19 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--reps", type=int, default=3, help="measured rounds after one warm-up round")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    speed.clock = speed.CLOCKS["cpu"]
     reference = speed.reference_model(args.preset, 256, seed=0)
-    batch = speed.make_batches(1, 32, reference.config.vocab_size, seed=0)[0]
+    batches = speed.make_batches(1, 32, reference.config.vocab_size, seed=0)
     tasks = {}
-    for name, build, loss in [
-        ("attn_transformer", lambda: speed.ours(reference, "sdpa"), speed.ours_loss),
-        ("MarianMTModel (sdpa)", lambda: speed.marian(reference, "sdpa"), speed.hf_loss),
-    ]:
-        tasks[f"{name} train float32"] = training_step(build(), loss, batch, bf16=False)
-        tasks[f"{name} train bf16 autocast"] = training_step(build(), loss, batch, bf16=True)
-        tasks[f"{name} beam4 float32"] = beam_search(build(), batch)
-        tasks[f"{name} beam4 bfloat16 weights"] = beam_search(build().to(torch.bfloat16), batch)
-    seconds: dict[str, list[float]] = {name: [] for name in tasks}
-    for round_ in range(args.reps + 1):
-        for name, task in tasks.items():
-            start = time.process_time()
-            task()
-            if round_:  # round 0 warms up
-                seconds[name].append(time.process_time() - start)
+    for peer in (speed.PEERS[name] for name in PEERS):
+        for label, bf16 in (("train float32", False), ("train bf16 autocast", True)):
+            tasks[f"{peer.name} {label}"] = speed.training_task(peer.build(reference), peer, batches, "cpu", bf16)
+        for label, dtype in (("beam4 float32", torch.float32), ("beam4 bfloat16 weights", torch.bfloat16)):
+            model = peer.build(reference).to(dtype)
+            tasks[f"{peer.name} {label}"] = speed.generation_task(model, peer, batches, 4, "cpu")
+    seconds = speed.interleaved(tasks, args.reps)
     print(
-        f"preset {args.preset}, batch 32 ({batch.target_tokens} target tokens), {args.threads} thread(s), "
+        f"preset {args.preset}, batch 32 ({batches[0].target_tokens} target tokens), {args.threads} thread(s), "
         f"{platform.machine()}, torch {torch.__version__}, transformers {transformers.__version__}"
     )
     for name, values in seconds.items():

@@ -404,18 +404,22 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def autocast(device: str):
-    return torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else torch.autocast("cpu", enabled=False)
+def autocast(device: str, bf16: bool | None = None):
+    """bfloat16 autocast: on CUDA unless `bf16=False`, on the CPU only with `bf16=True` (bench/cpu_bf16.py)."""
+    enabled = device == "cuda" if bf16 is None else bf16
+    return torch.autocast(device, dtype=torch.bfloat16, enabled=enabled)
 
 
-def training_task(model: nn.Module, peer: Peer, batches: list[Batch], device: str) -> Callable[[], None]:
-    """One call = a training step (forward, backward, Adam) on each of `batches`."""
+def training_task(
+    model: nn.Module, peer: Peer, batches: list[Batch], device: str, bf16: bool | None = None
+) -> Callable[[], None]:
+    """One call = a training step (forward, backward, Adam) on each of `batches`, under `autocast(device, bf16)`."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
     model.train()
 
     def task() -> None:
         for batch in batches:
-            with autocast(device):
+            with autocast(device, bf16):
                 loss = peer.loss(model, batch)
             loss.backward()
             optimizer.step()
