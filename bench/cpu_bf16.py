@@ -33,7 +33,8 @@ import speed  # noqa: E402  (this folder's module)
 PEERS = ["attn_transformer", "MarianMTModel (sdpa)"]
 
 
-def main(argv: list[str] | None = None) -> None:
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Measure, print the table, and return the median seconds of each measurement by name."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="base")
     parser.add_argument("--threads", type=int, default=1)
@@ -55,8 +56,10 @@ def main(argv: list[str] | None = None) -> None:
         f"preset {args.preset}, batch 32 ({batches[0].target_tokens} target tokens), {args.threads} thread(s), "
         f"{platform.machine()}, torch {torch.__version__}, transformers {transformers.__version__}"
     )
+    medians = {name: statistics.median(values) for name, values in seconds.items()}
     for name, values in seconds.items():
-        print(f"{name:50s} {statistics.median(values):7.3f} s  ({', '.join(f'{v:.2f}' for v in values)})")
+        print(f"{name:50s} {medians[name]:7.3f} s  ({', '.join(f'{v:.2f}' for v in values)})")
+    return medians
 
 
 if __name__ == "__main__":
