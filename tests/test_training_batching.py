@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from training.batching import TokenBatchSampler, pack_batches, padding_fraction
+from training.batching import TokenBatchSampler, pack_batches, pack_into, padding_fraction
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
 
@@ -69,3 +69,30 @@ def multi30k_lengths():
     tokenizer = train_bpe_tokenizer(list(train["source"]) + list(train["target"]), vocab_size=8000)
     encoded = tokenizer(list(train["source"]), text_target=list(train["target"]))
     return [len(ids) for ids in encoded["input_ids"]], [len(ids) for ids in encoded["labels"]]
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60)), min_size=1, max_size=300),
+    st.integers(60, 2000),
+    st.integers(1, 300),
+)
+def test_pack_into_makes_exactly_count_batches_of_every_pair_once(lengths, max_tokens, count):
+    source, target = [s for s, _ in lengths], [t for _, t in lengths]
+    count = min(count, len(lengths))
+    batches = pack_into(source, target, max_tokens, count)
+    assert len(batches) == count and all(batches)
+    assert sorted(i for batch in batches for i in batch) == list(range(len(lengths)))
+    if count >= len(pack_batches(source, target, max_tokens)):  # only halving: the budget still holds
+        for batch in batches:
+            assert len(batch) * max(max(source[i], target[i]) for i in batch) <= max_tokens
+
+
+def test_pack_into_grows_the_budget_by_steps_of_one_percent_when_count_is_smaller():
+    # Ten pairs of 10 tokens, budget 40: four pairs a batch, three batches. In two batches, five pairs each need a
+    # budget of 50, which 40 grown by steps of 1% (rounded up) reaches after ten steps.
+    batches = pack_into([10] * 10, [10] * 10, 40, 2)
+    assert sorted(len(batch) for batch in batches) == [5, 5]
+    assert pack_into([10] * 10, [10] * 10, 40, 3) == pack_batches([10] * 10, [10] * 10, 40)
+    with pytest.raises(ValueError, match="cannot pack 10 pairs into 11 batches"):
+        pack_into([10] * 10, [10] * 10, 40, 11)

@@ -11,6 +11,7 @@ with one batch each see the same global batch as one process accumulating N batc
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 
 import torch
@@ -43,6 +44,27 @@ def pack_batches(source_lengths: Sequence[int], target_lengths: Sequence[int], m
         longest_source, longest_target = new_source, new_target
     if batch:
         batches.append(batch)
+    return batches
+
+
+def pack_into(source_lengths: Sequence[int], target_lengths: Sequence[int], max_tokens: int, count: int,
+              seed: int = 0) -> list[list[int]]:  # fmt: skip
+    """`pack_batches`, made exactly `count` batches (for lengths that change between epochs, `count` stays).
+
+    Fewer batches: the batch of most pairs is halved until there are `count`. More: the budget grows in steps of 1%
+    until they fit in `count` (a batch may then hold up to that much more than `max_tokens`).
+    """
+    if not 0 < count <= len(source_lengths):
+        raise ValueError(f"cannot pack {len(source_lengths)} pairs into {count} batches")
+    budget = max_tokens
+    batches = pack_batches(source_lengths, target_lengths, budget, seed)
+    while len(batches) > count:
+        budget = math.ceil(budget * 1.01)
+        batches = pack_batches(source_lengths, target_lengths, budget, seed)
+    while len(batches) < count:
+        largest = max(range(len(batches)), key=lambda i: len(batches[i]))
+        half = len(batches[largest]) // 2
+        batches[largest : largest + 1] = [batches[largest][:half], batches[largest][half:]]
     return batches
 
 

@@ -49,6 +49,7 @@ from modeling_attn.hub import push_to_hub
 from modeling_attn.presets import load_preset
 
 from .averaging import average_checkpoints, find_checkpoints, load_weights
+from .bpe_dropout import BPEDropoutPairs, truncate
 from .data import DataError, ParallelData, load_parallel_data, require_splits
 from .metrics import TranslationMetrics, translation_scores
 from .plot import plot_history
@@ -131,6 +132,11 @@ class RecipeArguments:
     )
     max_source_length: int = field(default=256, metadata={"help": "Longer source sentences are truncated (counted)."})
     max_target_length: int = field(default=256, metadata={"help": "Longer target sentences are truncated (counted)."})
+    bpe_dropout: float = field(
+        default=0.0,
+        metadata={"help": "BPE-dropout (Provilkov et al., 2020): while training, skip each BPE merge with this "
+                  "probability, so sentences are segmented anew each time they are read (the paper: 0.1). 0: off."},
+    )  # fmt: skip
     max_tokens_per_batch: int = field(
         default=4096,
         metadata={"help": "Padded source (and target) tokens per batch and process; 0 batches by "
@@ -177,6 +183,11 @@ def parse_args(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqT
         parser.set_defaults(**embedded)
         given |= set(embedded)
     recipe, training_args = parser.parse_args_into_dataclasses(args=argv)
+    if not 0 <= recipe.bpe_dropout <= 1:
+        raise ValueError(f"--bpe_dropout is a probability in [0, 1] (0: off), got {recipe.bpe_dropout}")
+    if recipe.bpe_dropout and not recipe.max_tokens_per_batch:
+        raise ValueError("--bpe_dropout needs token batches (--max_tokens_per_batch > 0): they are packed anew "
+                         "for each epoch's segmentation")  # fmt: skip
     # Marks a --learning_rate given by the user; otherwise it is computed from d_model (paper_learning_rate).
     training_args.learning_rate_given = "learning_rate" in given
     if training_args.resume_from_checkpoint in ("True", "true", "last"):
@@ -281,8 +292,8 @@ def tokenize_splits(parallel: ParallelData, tokenizer: PreTrainedTokenizerBase, 
         truncated = [False] * len(batch["source"])
         for column, limit in limits.items():
             for row, ids in enumerate(encoded[column]):
-                if len(ids) > limit:  # keep the end-of-sentence token
-                    encoded[column][row] = ids[: limit - 1] + ids[-1:]
+                if len(ids) > limit:
+                    encoded[column][row] = truncate(ids, limit)
                     truncated[row] = True
         encoded["attention_mask"] = [[1] * len(ids) for ids in encoded["input_ids"]]
         return {**encoded, "truncated": truncated}
@@ -403,11 +414,23 @@ def main(argv: list[str] | None = None) -> int:
         f"peak learning rate {training_args.learning_rate:.3g} (warmup {training_args.warmup_steps})"
     )
 
+    train_dataset = tokenized["train"] if training_args.do_train else None
+    if training_args.do_train and recipe.bpe_dropout:
+        train_pairs = parallel.splits["train"]
+        train_dataset = BPEDropoutPairs(train_pairs["source"], train_pairs["target"], tokenizer, recipe.bpe_dropout,
+                                        recipe.max_source_length, recipe.max_target_length)  # fmt: skip
+        growth = [sum(new) / sum(len(ids) for ids in tokenized["train"][column])
+                  for new, column in zip(train_dataset.lengths(), ("input_ids", "labels"), strict=True)]  # fmt: skip
+        logger.info(
+            f"BPE-dropout {recipe.bpe_dropout}: the training set is segmented anew at each epoch; this segmentation "
+            f"has {100 * (growth[0] - 1):.1f}% (source) / {100 * (growth[1] - 1):.1f}% (target) more tokens"
+        )
+
     metrics = TranslationMetrics(tokenizer)
     trainer = TranslationTrainer(
         model=model,
         args=training_args,
-        train_dataset=tokenized["train"] if training_args.do_train else None,
+        train_dataset=train_dataset,
         eval_dataset=tokenized.get("validation"),
         processing_class=tokenizer,
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),

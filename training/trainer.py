@@ -2,7 +2,8 @@
 checkpoints that are never half-written.
 
 Five changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
-`max_tokens_per_batch` is set (Accelerate shards them over processes as it shards any batch sampler); BLEU is
+`max_tokens_per_batch` is set (Accelerate shards them over processes as it shards any batch sampler; a
+`training.bpe_dropout.BPEDropoutPairs` training set gets its `BPEDropoutBatchSampler`, one process only); BLEU is
 computed against the raw target sentences of the dataset being evaluated, not against decoded labels; and a
 checkpoint is written into a staging folder (`.checkpoint-staging/`) and renamed to `checkpoint-<step>` only once
 complete. Trainer 5.23 writes weights, optimizer, scheduler, RNG and trainer state straight into `checkpoint-<step>`
@@ -28,11 +29,13 @@ import shutil
 from functools import partial
 from pathlib import Path
 
+import datasets
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker, sort_checkpoints
 
 from .batching import TokenBatchSampler
+from .bpe_dropout import BPEDropoutBatchSampler, BPEDropoutPairs
 from .metrics import TranslationMetrics
 
 logger = logging.getLogger(__name__)
@@ -76,9 +79,21 @@ class TranslationTrainer(Seq2SeqTrainer):
     def get_train_dataloader(self) -> DataLoader:
         if not self.max_tokens_per_batch:
             return super().get_train_dataloader()
-        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
-        source_lengths = [len(ids) for ids in dataset["input_ids"]]
-        target_lengths = [len(ids) for ids in dataset["labels"]]
+        dataset = self.train_dataset
+        if isinstance(dataset, datasets.Dataset):  # not `BPEDropoutPairs`, whose rows hold model inputs only
+            dataset = self._remove_unused_columns(dataset, description="Training")
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        if isinstance(dataset, BPEDropoutPairs):
+            if self.args.world_size > 1 or self.args.dataloader_num_workers > 0:
+                raise ValueError(
+                    "--bpe_dropout segments the training set anew in this process at each epoch: it needs one "
+                    f"training process and --dataloader_num_workers 0 (got {self.args.world_size} processes and "
+                    f"{self.args.dataloader_num_workers} workers)"
+                )
+            source_lengths, target_lengths = dataset.lengths()
+        else:
+            source_lengths = [len(ids) for ids in dataset["input_ids"]]
+            target_lengths = [len(ids) for ids in dataset["labels"]]
         longest = max(range(len(source_lengths)), key=lambda i: max(source_lengths[i], target_lengths[i]), default=0)
         if source_lengths and max(source_lengths[longest], target_lengths[longest]) > self.max_tokens_per_batch:
             raise ValueError(
@@ -86,12 +101,12 @@ class TranslationTrainer(Seq2SeqTrainer):
                 f"({source_lengths[longest]} source / {target_lengths[longest]} target tokens); raise it, or lower "
                 "--max_source_length / --max_target_length"
             )
-        self.token_sampler = TokenBatchSampler(
-            source_lengths,
-            target_lengths,
-            self.max_tokens_per_batch,
-            seed=self.args.data_seed if self.args.data_seed is not None else self.args.seed,
-        )
+        if isinstance(dataset, BPEDropoutPairs):
+            self.token_sampler = BPEDropoutBatchSampler(dataset, self.max_tokens_per_batch, seed=seed)
+        else:
+            self.token_sampler = TokenBatchSampler(
+                source_lengths, target_lengths, self.max_tokens_per_batch, seed=seed
+            )
         logger.info(
             f"token batches: {len(self.token_sampler)} batches of at most {self.max_tokens_per_batch} padded tokens "
             f"per side, padding {100 * self.token_sampler.padding_fraction:.1f}% of positions"
