@@ -53,6 +53,15 @@ def test_dropout_one_cuts_every_word_into_characters(tokenizer):
     assert segmenter.encode(text).tokens == [*characters, tokenizer.eos_token]
 
 
+def test_longest_lengths_are_the_character_segmentation_cut_to_the_limits(tokenizer):
+    pairs = BPEDropoutPairs(SOURCES, TARGETS, tokenizer, 0.1, max_source_length=64, max_target_length=8)
+    characters = dropout_segmenter(tokenizer, 1.0)
+    source_lengths, target_lengths = pairs.longest_lengths()
+    assert source_lengths == [min(len(characters.encode(text).ids), 64) for text in SOURCES]
+    assert target_lengths == [min(len(characters.encode(text).ids), 8) for text in TARGETS]
+    assert max(source_lengths) > 8 and pairs.segmenter.model.dropout == pytest.approx(0.1)  # restored
+
+
 def test_bad_dropout_and_non_bpe_tokenizers_are_refused(tokenizer):
     for dropout in (0, -0.1, 1.5):
         with pytest.raises(ValueError, match=rf"--bpe_dropout must be in \(0, 1\], got {dropout}"):
@@ -111,6 +120,10 @@ def test_attn_train_segments_anew_each_epoch_and_saves_the_ordinary_tokenizer(tm
         (["--bpe_dropout", "0.1", "--max_tokens_per_batch", "0"], "--bpe_dropout needs token batches"),
         (["--bpe_dropout", "0.1", "--dataloader_num_workers", "1"], "needs one training process and "
                                                                    "--dataloader_num_workers 0"),
+        # a batch must hold any segmentation a pair can get, down to its characters
+        (["--bpe_dropout", "0.1", "--max_tokens_per_batch", "20"], r"--max_tokens_per_batch 20 cannot hold training "
+                                                                   r"pair \d+ \(\d+ source / \d+ target tokens, with "
+                                                                   "every BPE merge skipped\\)"),
     ],
 )  # fmt: skip
 def test_bad_bpe_dropout_use_names_the_flag(tmp_path: Path, flags, message):

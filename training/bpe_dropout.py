@@ -2,8 +2,7 @@
 
 A BPE vocabulary cuts a word the same way every time. BPE-dropout skips each merge with probability `p` while a
 training sentence is segmented, so the model reads and writes the same words cut into varied, smaller pieces ("near"
-as "▁near", "▁n ear" or "▁ne ar"): a regulariser that helps most on small data (the paper uses p = 0.1 on both
-sides). Only training sees it: validation, test and translation use the tokenizer's ordinary segmentation, and the
+as "▁near", "▁n ear" or "▁ne ar"): a regulariser (the paper uses p = 0.1 on both sides). Only training sees it: validation, test and translation use the tokenizer's ordinary segmentation, and the
 saved tokenizer is that ordinary one.
 
 `BPEDropoutPairs` is the training set in one random segmentation; `BPEDropoutBatchSampler` draws a new one at each
@@ -78,6 +77,16 @@ class BPEDropoutPairs(Dataset):
         """Source and target lengths in tokens, in the current segmentation."""
         return [len(ids) for ids in self.input_ids], [len(ids) for ids in self.labels]
 
+    def longest_lengths(self) -> tuple[list[int], list[int]]:
+        """The longest each source and target can be: every merge skipped (characters), cut to the limits."""
+        dropout, self.segmenter.model.dropout = self.segmenter.model.dropout, 1.0
+        try:
+            return [len(ids) for ids in self._segment(self.sources, self.max_source_length)], [
+                len(ids) for ids in self._segment(self.targets, self.max_target_length)
+            ]
+        finally:
+            self.segmenter.model.dropout = dropout
+
     def __len__(self) -> int:
         return len(self.sources)
 
@@ -105,5 +114,9 @@ class BPEDropoutBatchSampler(TokenBatchSampler):
             self.batches = pack_into(*lengths, self.max_tokens, len(self.batches), self.seed + self.epoch)
             self.padding_fraction = padding_fraction(self.batches, *lengths)
             self.segmented_for = self.epoch
-            logger.debug(f"epoch {self.epoch}: a new BPE-dropout segmentation, padding {self.padding_fraction:.1%}")
+            largest = max(len(batch) * max(max(lengths[0][i], lengths[1][i]) for i in batch) for batch in self.batches)
+            logger.debug(
+                f"epoch {self.epoch}: a new BPE-dropout segmentation, padding {self.padding_fraction:.1%}, "
+                f"largest batch {largest} padded tokens"
+            )
         yield from super().__iter__()

@@ -135,7 +135,7 @@ class RecipeArguments:
     bpe_dropout: float = field(
         default=0.0,
         metadata={"help": "BPE-dropout (Provilkov et al., 2020): while training, skip each BPE merge with this "
-                  "probability, so sentences are segmented anew each time they are read (the paper: 0.1). 0: off."},
+                  "probability, so the training sentences are segmented anew each epoch (the paper: 0.1). 0: off."},
     )  # fmt: skip
     max_tokens_per_batch: int = field(
         default=4096,

@@ -90,7 +90,7 @@ class TranslationTrainer(Seq2SeqTrainer):
                     f"training process and --dataloader_num_workers 0 (got {self.args.world_size} processes and "
                     f"{self.args.dataloader_num_workers} workers)"
                 )
-            source_lengths, target_lengths = dataset.lengths()
+            source_lengths, target_lengths = dataset.longest_lengths()  # what any epoch's segmentation may reach
         else:
             source_lengths = [len(ids) for ids in dataset["input_ids"]]
             target_lengths = [len(ids) for ids in dataset["labels"]]
@@ -98,7 +98,8 @@ class TranslationTrainer(Seq2SeqTrainer):
         if source_lengths and max(source_lengths[longest], target_lengths[longest]) > self.max_tokens_per_batch:
             raise ValueError(
                 f"--max_tokens_per_batch {self.max_tokens_per_batch} cannot hold training pair {longest} "
-                f"({source_lengths[longest]} source / {target_lengths[longest]} target tokens); raise it, or lower "
+                f"({source_lengths[longest]} source / {target_lengths[longest]} target tokens"
+                f"{', with every BPE merge skipped' if isinstance(dataset, BPEDropoutPairs) else ''}); raise it, or lower "
                 "--max_source_length / --max_target_length"
             )
         if isinstance(dataset, BPEDropoutPairs):
