@@ -59,7 +59,7 @@ def test_longest_lengths_are_the_character_segmentation_cut_to_the_limits(tokeni
     source_lengths, target_lengths = pairs.longest_lengths()
     assert source_lengths == [min(len(characters.encode(text).ids), 64) for text in SOURCES]
     assert target_lengths == [min(len(characters.encode(text).ids), 8) for text in TARGETS]
-    assert max(source_lengths) > 8 and pairs.segmenter.model.dropout == pytest.approx(0.1)  # restored
+    assert max(source_lengths) > 8 and pairs.segmenter.model.dropout == pytest.approx(0.1)  # untouched
 
 
 def test_bad_dropout_and_non_bpe_tokenizers_are_refused(tokenizer):

@@ -2,7 +2,7 @@
 
 A BPE vocabulary cuts a word the same way every time. BPE-dropout skips each merge with probability `p` while a
 training sentence is segmented, so the model reads and writes the same words cut into varied, smaller pieces ("near"
-as "▁near", "▁n ear" or "▁ne ar"): a regulariser (the paper uses p = 0.1 on both sides). Only training sees it: validation, test and translation use the tokenizer's ordinary segmentation, and the
+as "▁near", "▁n ear" or "▁ne ar"), on source and target alike: a regulariser. Only training sees it: validation, test and translation use the tokenizer's ordinary segmentation, and the
 saved tokenizer is that ordinary one.
 
 `BPEDropoutPairs` is the training set in one random segmentation; `BPEDropoutBatchSampler` draws a new one at each
@@ -22,13 +22,9 @@ from torch.utils.data import Dataset
 from transformers import PreTrainedTokenizerBase
 
 from .batching import TokenBatchSampler, pack_into, padding_fraction
+from .tokenizer import truncate
 
 logger = logging.getLogger(__name__)
-
-
-def truncate(ids: list[int], limit: int) -> list[int]:
-    """`ids` cut to `limit` tokens, keeping the last one (the end-of-sentence token)."""
-    return ids if len(ids) <= limit else ids[: limit - 1] + ids[-1:]
 
 
 def dropout_segmenter(tokenizer: PreTrainedTokenizerBase, dropout: float) -> Tokenizer:
@@ -62,16 +58,16 @@ class BPEDropoutPairs(Dataset):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         self.sources, self.targets = list(sources), list(targets)
         self.segmenter = dropout_segmenter(tokenizer, dropout)
-        self.dropout, self.max_source_length, self.max_target_length = dropout, max_source_length, max_target_length
+        self.max_source_length, self.max_target_length = max_source_length, max_target_length
         self.resegment()
 
-    def _segment(self, texts: list[str], limit: int) -> list[list[int]]:
-        return [truncate(encoding.ids, limit) for encoding in self.segmenter.encode_batch(texts)]
+    def _segment(self, segmenter: Tokenizer, texts: list[str], limit: int) -> list[list[int]]:
+        return [truncate(encoding.ids, limit) for encoding in segmenter.encode_batch(texts)]
 
     def resegment(self) -> None:
         """Draw a new segmentation of every pair."""
-        self.input_ids = self._segment(self.sources, self.max_source_length)
-        self.labels = self._segment(self.targets, self.max_target_length)
+        self.input_ids = self._segment(self.segmenter, self.sources, self.max_source_length)
+        self.labels = self._segment(self.segmenter, self.targets, self.max_target_length)
 
     def lengths(self) -> tuple[list[int], list[int]]:
         """Source and target lengths in tokens, in the current segmentation."""
@@ -79,13 +75,11 @@ class BPEDropoutPairs(Dataset):
 
     def longest_lengths(self) -> tuple[list[int], list[int]]:
         """The longest each source and target can be: every merge skipped (characters), cut to the limits."""
-        dropout, self.segmenter.model.dropout = self.segmenter.model.dropout, 1.0
-        try:
-            return [len(ids) for ids in self._segment(self.sources, self.max_source_length)], [
-                len(ids) for ids in self._segment(self.targets, self.max_target_length)
-            ]
-        finally:
-            self.segmenter.model.dropout = dropout
+        characters = Tokenizer.from_str(self.segmenter.to_str())
+        characters.model.dropout = 1.0
+        sources = self._segment(characters, self.sources, self.max_source_length)
+        targets = self._segment(characters, self.targets, self.max_target_length)
+        return [len(ids) for ids in sources], [len(ids) for ids in targets]
 
     def __len__(self) -> int:
         return len(self.sources)
@@ -114,9 +108,10 @@ class BPEDropoutBatchSampler(TokenBatchSampler):
             self.batches = pack_into(*lengths, self.max_tokens, len(self.batches), self.seed + self.epoch)
             self.padding_fraction = padding_fraction(self.batches, *lengths)
             self.segmented_for = self.epoch
-            largest = max(len(batch) * max(max(lengths[0][i], lengths[1][i]) for i in batch) for batch in self.batches)
-            logger.debug(
-                f"epoch {self.epoch}: a new BPE-dropout segmentation, padding {self.padding_fraction:.1%}, "
-                f"largest batch {largest} padded tokens"
-            )
+            if logger.isEnabledFor(logging.DEBUG):
+                largest = max(len(b) * max(max(lengths[0][i], lengths[1][i]) for i in b) for b in self.batches)
+                logger.debug(
+                    f"epoch {self.epoch}: a new BPE-dropout segmentation, padding {self.padding_fraction:.1%}, "
+                    f"largest batch {largest} padded tokens"
+                )
         yield from super().__iter__()

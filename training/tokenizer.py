@@ -52,6 +52,11 @@ def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 37000, min_frequ
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, model_max_length=model_max_length, **SPECIAL_TOKENS)
 
 
+def truncate(ids: list[int], limit: int) -> list[int]:
+    """`ids` cut to `limit` tokens, keeping the last one (the end-of-sentence token)."""
+    return ids if len(ids) <= limit else ids[: limit - 1] + ids[-1:]
+
+
 def writes_lowercase(tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether the tokenizer lowercases all text (`lowercase=True`), so that its model writes only lowercase."""
     normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)  # None: slow tokenizers

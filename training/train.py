@@ -49,11 +49,11 @@ from modeling_attn.hub import push_to_hub
 from modeling_attn.presets import load_preset
 
 from .averaging import average_checkpoints, find_checkpoints, load_weights
-from .bpe_dropout import BPEDropoutPairs, truncate
+from .bpe_dropout import BPEDropoutPairs
 from .data import DataError, ParallelData, load_parallel_data, require_splits
 from .metrics import TranslationMetrics, translation_scores
 from .plot import plot_history
-from .tokenizer import splits_punctuation, train_bpe_tokenizer, writes_lowercase
+from .tokenizer import splits_punctuation, train_bpe_tokenizer, truncate, writes_lowercase
 from .trainer import TranslationTrainer
 
 logger = logging.getLogger("training")
@@ -135,7 +135,7 @@ class RecipeArguments:
     bpe_dropout: float = field(
         default=0.0,
         metadata={"help": "BPE-dropout (Provilkov et al., 2020): while training, skip each BPE merge with this "
-                  "probability, so the training sentences are segmented anew each epoch (the paper: 0.1). 0: off."},
+                  "probability, so the training sentences are segmented anew each epoch (e.g. 0.1). 0: off."},
     )  # fmt: skip
     max_tokens_per_batch: int = field(
         default=4096,
