@@ -1,4 +1,4 @@
-"""Input checks, decoder inputs and the loss, shared by both model types.
+"""Input checks, decoder inputs, dropout and the loss, shared by both model types.
 
 Bad input raises with a message naming the argument, the offending value and the expected range or
 shape; nothing is clipped or ignored silently.
@@ -112,13 +112,141 @@ def token_loss(
         reduction="sum",
         label_smoothing=label_smoothing,
     )
+    return total / _token_count(labels, num_items_in_batch, total.device)
+
+
+# Rows of the output projection handled at once by `linear_token_loss`: about 2M logits (8 MB in float32) per chunk.
+LOSS_CHUNK_LOGITS = 1 << 21
+
+
+def linear_token_loss(
+    hidden_states: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
+    """`token_loss` of the logits `hidden_states @ weight.T + bias`, computed without holding the logits.
+
+    `hidden_states` (N, E) and `labels` (N,) are rows (-100 ignored), `weight` (V, E). The rows go through the
+    output projection, the log-softmax and the loss a chunk at a time (`LOSS_CHUNK_LOGITS` logits), and when a
+    gradient is wanted it is computed in the same pass: d loss / d logits = softmax - (1 - eps) one-hot - eps / V,
+    turned at once into the gradients of `hidden_states`, `weight` and `bias`; backward only scales them. The loss
+    and the gradients are those of `token_loss` on the full logits (tests/test_padding_free.py). Why: a (N, V)
+    float tensor of a 4,096-token batch is 100 MB, and each of the half dozen the unfused loss allocates costs
+    page faults on the CPU (no caching allocator there); a chunk is reused from the heap. Under autocast or
+    torch.compile, and for half-precision weights, the unfused `token_loss` runs instead (their own dtype and graph
+    rules; accumulating a half-precision weight gradient chunk by chunk would round more than autograd does).
+    """
+    if hidden_states.dim() != 2 or labels.shape != hidden_states.shape[:1]:
+        raise ValueError(
+            f"linear_token_loss takes hidden_states (rows, width) and labels (rows,), got shapes "
+            f"{tuple(hidden_states.shape)} and {tuple(labels.shape)}"
+        )
+    if (
+        is_torchdynamo_compiling()
+        or torch.is_autocast_enabled(hidden_states.device.type)
+        or weight.dtype not in (torch.float32, torch.float64)
+    ):
+        logits = torch.nn.functional.linear(hidden_states, weight, bias)
+        return token_loss(logits[None], labels[None], num_items_in_batch, label_smoothing)
+    wants_grad = torch.is_grad_enabled() and any(
+        tensor is not None and tensor.requires_grad for tensor in (hidden_states, weight, bias)
+    )
+    chunk = max(1, LOSS_CHUNK_LOGITS // weight.shape[0])
+    if wants_grad:
+        total = _LinearTokenLoss.apply(hidden_states, weight, bias, labels, label_smoothing, chunk)
+    else:
+        total = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk)[0]
+    return total / _token_count(labels, num_items_in_batch, total.device)
+
+
+def _token_count(
+    labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None, device: torch.device
+) -> int | torch.Tensor:
+    """The loss's divisor: `num_items_in_batch` (Trainer's count over accumulated batches) or the labelled tokens."""
     if num_items_in_batch is None:
         num_items_in_batch = (labels != -100).sum()
         if not is_torchdynamo_compiling() and num_items_in_batch.item() == 0:
             raise ValueError("labels hold no target token (all positions are -100): the loss is undefined")
     if isinstance(num_items_in_batch, torch.Tensor):
-        num_items_in_batch = num_items_in_batch.to(total.device)
-    return total / num_items_in_batch
+        num_items_in_batch = num_items_in_batch.to(device)
+    return num_items_in_batch
+
+
+def _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk, grads=None):
+    """The summed label-smoothed cross-entropy, chunk by chunk; with `grads` = (hidden, weight, bias) buffers
+    (None where no gradient is wanted), also d sum / d each of them."""
+    vocab = weight.shape[0]
+    total = torch.zeros((), dtype=weight.dtype, device=hidden_states.device)  # float32 or float64
+    labels = labels.to(hidden_states.device)
+    for start in range(0, hidden_states.shape[0], chunk):
+        rows = hidden_states[start : start + chunk]
+        targets = labels[start : start + chunk]
+        kept = targets != -100
+        safe_targets = torch.where(kept, targets, 0)[:, None]
+        log_probs = torch.log_softmax(torch.nn.functional.linear(rows, weight, bias), dim=-1)
+        losses = -(1.0 - label_smoothing) * log_probs.gather(1, safe_targets).squeeze(1)
+        if label_smoothing:
+            losses = losses - (label_smoothing / vocab) * log_probs.sum(dim=1)
+        total += losses.masked_fill(~kept, 0.0).sum()
+        if grads is None:
+            continue
+        grad_logits = log_probs.exp_()  # softmax, in place of the log-probabilities
+        if label_smoothing:
+            grad_logits.sub_(label_smoothing / vocab)
+        grad_logits.scatter_add_(1, safe_targets, grad_logits.new_full(safe_targets.shape, label_smoothing - 1.0))
+        grad_logits.mul_(kept[:, None])
+        grad_hidden, grad_weight, grad_bias = grads
+        if grad_hidden is not None:
+            torch.mm(grad_logits, weight, out=grad_hidden[start : start + chunk])
+        if grad_weight is not None:
+            grad_weight.addmm_(grad_logits.T, rows)
+        if grad_bias is not None:
+            grad_bias += grad_logits.sum(dim=0)
+    return total, grads
+
+
+class _LinearTokenLoss(torch.autograd.Function):
+    """`linear_token_loss`'s summed loss, its gradients computed in the forward pass (once differentiable)."""
+
+    @staticmethod
+    def forward(ctx, hidden_states, weight, bias, labels, label_smoothing, chunk):
+        wants = ctx.needs_input_grad
+        grads = (
+            torch.empty_like(hidden_states) if wants[0] else None,
+            torch.zeros_like(weight) if wants[1] else None,
+            torch.zeros_like(bias) if bias is not None and wants[2] else None,
+        )
+        total, grads = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk, grads)
+        ctx.save_for_backward(*(grad if grad is not None else torch.empty(0) for grad in grads))
+        ctx.has_grad = [grad is not None for grad in grads]
+        return total
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_total):
+        scaled = [
+            grad * grad_total.to(grad.dtype) if has else None
+            for grad, has in zip(ctx.saved_tensors, ctx.has_grad, strict=True)
+        ]
+        return (*scaled, None, None, None)
+
+
+def dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """`torch.nn.functional.dropout`, with the mask drawn by `torch.rand` on the CPU.
+
+    Each element is zeroed with probability p and the others scaled by 1 / (1 - p), as PyTorch's dropout; on the
+    CPU its Bernoulli sampling costs about twice a uniform draw and a comparison (a 4,096 x 128 tensor: 4.9 ms
+    against 2.3 ms), a tenth of a Multi30k training step (bench/README.md). Elsewhere (other devices, other
+    dtypes: a bfloat16 uniform draw is too coarse for an exact p) PyTorch's own kernel.
+    """
+    if not training or p == 0.0:
+        return hidden_states
+    if hidden_states.device.type != "cpu" or hidden_states.dtype != torch.float32 or p == 1.0:
+        return torch.nn.functional.dropout(hidden_states, p=p, training=True)
+    return hidden_states * torch.rand_like(hidden_states).ge_(p).mul_(1.0 / (1.0 - p))
 
 
 def lookup_embeddings(

@@ -62,6 +62,7 @@ from .generation import SourceRelativeLengthMixin
 from .inputs import (
     check_attention_mask,
     decoder_inputs_for_labels,
+    dropout,
     lookup_embeddings,
     shift_tokens_right,
     token_loss,
@@ -150,7 +151,7 @@ class AttnRNNCache(Cache):
 def _embed(module: nn.Module, input_ids, inputs_embeds, vocab_size: int, name: str) -> torch.Tensor:
     """Word embeddings E y (Bahdanau A.2), then dropout."""
     inputs_embeds = lookup_embeddings(module.embed_tokens, input_ids, inputs_embeds, vocab_size, name)
-    return nn.functional.dropout(inputs_embeds, p=module.config.dropout, training=module.training)
+    return dropout(inputs_embeds, module.config.dropout, module.training)
 
 
 def _source_lengths(attention_mask: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
@@ -353,7 +354,7 @@ class AttnRNNDecoder(nn.Module):
 
         if cache is not None:
             cache.store(keys, state, feed, embeds.shape[1])
-        outputs = nn.functional.dropout(outputs, p=self.config.dropout, training=self.training)
+        outputs = dropout(outputs, self.config.dropout, self.training)
         return BaseModelOutputWithPastAndCrossAttentions(
             last_hidden_state=outputs,
             past_key_values=cache if use_cache else None,

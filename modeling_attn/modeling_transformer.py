@@ -46,7 +46,9 @@ from .inputs import (
     check_encoder_states,
     check_labels_shape,
     decoder_inputs_for_labels,
+    dropout,
     labelled_prefix,
+    linear_token_loss,
     lookup_embeddings,
     shift_tokens_right,
     token_loss,
@@ -128,15 +130,15 @@ class AttnTransformerEncoderLayer(GradientCheckpointingLayer):
 
     def _sa_block(self, hidden_states, attention_mask, **kwargs):
         hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
-        return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        return dropout(hidden_states, self.dropout, self.training)
 
     def _ff_block(self, hidden_states, token_rows=None):
         return on_rows(self._feed_forward, hidden_states, token_rows)
 
     def _feed_forward(self, hidden_states):  # Eq. 2
         hidden_states = self.activation_fn(self.fc1(hidden_states))
-        hidden_states = nn.functional.dropout(hidden_states, p=self.activation_dropout, training=self.training)
-        return nn.functional.dropout(self.fc2(hidden_states), p=self.dropout, training=self.training)
+        hidden_states = dropout(hidden_states, self.activation_dropout, self.training)
+        return dropout(self.fc2(hidden_states), self.dropout, self.training)
 
 
 class AttnTransformerDecoderLayer(AttnTransformerEncoderLayer):
@@ -177,7 +179,7 @@ class AttnTransformerDecoderLayer(AttnTransformerEncoderLayer):
 
     def _mha_block(self, hidden_states, **kwargs):
         hidden_states, _ = self.encoder_attn(hidden_states, **kwargs)
-        return nn.functional.dropout(hidden_states, p=self.dropout, training=self.training)
+        return dropout(hidden_states, self.dropout, self.training)
 
 
 class AttnTransformerPreTrainedModel(SafetensorsOnly, PreTrainedModel):
@@ -219,7 +221,7 @@ def _embed(stack, input_ids, inputs_embeds, vocab_size: int, offset: int, name: 
     inputs_embeds = lookup_embeddings(stack.embed_tokens, input_ids, inputs_embeds, vocab_size, name)
     inputs_embeds = inputs_embeds * stack.embed_scale
     hidden_states = inputs_embeds + stack.embed_positions(inputs_embeds.shape[1], offset).to(inputs_embeds.dtype)
-    return nn.functional.dropout(hidden_states, p=stack.config.dropout, training=stack.training)
+    return dropout(hidden_states, stack.config.dropout, stack.training)
 
 
 class AttnTransformerEncoder(AttnTransformerPreTrainedModel):
@@ -524,9 +526,15 @@ class AttnTransformerForConditionalGeneration(
         if skip_logits:  # only the labelled positions need the output projection
             check_labels_shape(labels, hidden_states.shape[:2])
             rows = (labels != -100).reshape(-1).nonzero().squeeze(1)
-            picked = self._logits(hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows))
-            picked_labels = labels.reshape(-1).index_select(0, rows)
-            loss = token_loss(picked[None], picked_labels[None], num_items_in_batch, self.config.label_smoothing)
+            bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
+            loss = linear_token_loss(
+                hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows),
+                self.lm_head.weight,
+                labels.reshape(-1).index_select(0, rows),
+                bias,
+                num_items_in_batch,
+                self.config.label_smoothing,
+            )
         else:
             logits = self._logits(hidden_states)  # (B, T, V)
             if labels is not None:
