@@ -119,6 +119,24 @@ def token_loss(
 LOSS_CHUNK_LOGITS = 1 << 21
 
 
+def fuses_output_loss(output_layer: torch.nn.Module, hidden_states: torch.Tensor) -> bool:
+    """Whether `linear_token_loss(hidden_states, output_layer.weight, ...)` may stand in for `token_loss` of
+    `output_layer(hidden_states)`: where it was measured faster (the CPU, float32 or float64, outside autocast and
+    torch.compile) and only for a plain bias-free `nn.Linear` with no hooks, so that nothing a wrapper, an adapter
+    or a sharding library (DeepSpeed ZeRO-3, FSDP: they gather the weight in hooks) put on the layer is bypassed."""
+    return (
+        type(output_layer) is torch.nn.Linear
+        and output_layer.bias is None
+        and type(output_layer.weight) is torch.nn.Parameter
+        and output_layer.weight.dtype in (torch.float32, torch.float64)
+        and not (output_layer._forward_hooks or output_layer._forward_pre_hooks)
+        and not (torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks)
+        and hidden_states.device.type == "cpu"
+        and not torch.is_autocast_enabled("cpu")
+        and not is_torchdynamo_compiling()
+    )
+
+
 def linear_token_loss(
     hidden_states: torch.Tensor,
     weight: torch.Tensor,
@@ -129,36 +147,33 @@ def linear_token_loss(
 ) -> torch.Tensor:
     """`token_loss` of the logits `hidden_states @ weight.T + bias`, computed without holding the logits.
 
-    `hidden_states` (N, E) and `labels` (N,) are rows (-100 ignored), `weight` (V, E). The rows go through the
-    output projection, the log-softmax and the loss a chunk at a time (`LOSS_CHUNK_LOGITS` logits), and when a
-    gradient is wanted it is computed in the same pass: d loss / d logits = softmax - (1 - eps) one-hot - eps / V,
-    turned at once into the gradients of `hidden_states`, `weight` and `bias`; backward only scales them. The loss
-    and the gradients are those of `token_loss` on the full logits (tests/test_padding_free.py). Why: a (N, V)
-    float tensor of a 4,096-token batch is 100 MB, and each of the half dozen the unfused loss allocates costs
-    page faults on the CPU (no caching allocator there); a chunk is reused from the heap. Under autocast or
-    torch.compile, and for half-precision weights, the unfused `token_loss` runs instead (their own dtype and graph
-    rules; accumulating a half-precision weight gradient chunk by chunk would round more than autograd does).
+    `hidden_states` (N, E) and `labels` (N,) are rows (-100 ignored), `weight` (V, E) float32 or float64 (the
+    loss is computed in its precision, autocast off). The rows go through the output projection, the log-softmax
+    and the loss a chunk at a time (`LOSS_CHUNK_LOGITS` logits), and when a gradient is wanted it is computed in
+    the same pass: d loss / d logits = softmax - (1 - eps) one-hot - eps / V, turned at once into the gradients of
+    `hidden_states`, `weight` and `bias`; backward only scales them (once differentiable: no `create_graph`
+    double backward, no `torch.func` transforms). So the gradient work is done whenever grad mode is on and an
+    input requires grad, even if backward never runs. The loss and the gradients are `token_loss`'s on the full
+    logits (tests/test_fast_paths.py). Why: a (N, V) float tensor of a 4,096-token batch is 100 MB, and each of
+    the half dozen the unfused loss allocates costs page faults on the CPU (no caching allocator there), where a
+    chunk is reused from the heap (bench/README.md). `fuses_output_loss` says where the models use it.
     """
     if hidden_states.dim() != 2 or labels.shape != hidden_states.shape[:1]:
         raise ValueError(
             f"linear_token_loss takes hidden_states (rows, width) and labels (rows,), got shapes "
             f"{tuple(hidden_states.shape)} and {tuple(labels.shape)}"
         )
-    if (
-        is_torchdynamo_compiling()
-        or torch.is_autocast_enabled(hidden_states.device.type)
-        or weight.dtype not in (torch.float32, torch.float64)
-    ):
-        logits = torch.nn.functional.linear(hidden_states, weight, bias)
-        return token_loss(logits[None], labels[None], num_items_in_batch, label_smoothing)
+    if weight.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"linear_token_loss takes float32 or float64 weights, got {weight.dtype}; use token_loss")
     wants_grad = torch.is_grad_enabled() and any(
         tensor is not None and tensor.requires_grad for tensor in (hidden_states, weight, bias)
     )
     chunk = max(1, LOSS_CHUNK_LOGITS // weight.shape[0])
-    if wants_grad:
-        total = _LinearTokenLoss.apply(hidden_states, weight, bias, labels, label_smoothing, chunk)
-    else:
-        total = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk)[0]
+    with torch.autocast(hidden_states.device.type, enabled=False):
+        if wants_grad:
+            total = _LinearTokenLoss.apply(hidden_states, weight, bias, labels, label_smoothing, chunk)
+        else:
+            total = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk)[0]
     return total / _token_count(labels, num_items_in_batch, total.device)
 
 
@@ -238,10 +253,12 @@ def dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torch.Tens
     """`torch.nn.functional.dropout`, with the mask drawn by `torch.rand` on the CPU.
 
     Each element is zeroed with probability p and the others scaled by 1 / (1 - p), as PyTorch's dropout; on the
-    CPU its Bernoulli sampling costs about twice a uniform draw and a comparison (a 4,096 x 128 tensor: 4.9 ms
-    against 2.3 ms), a tenth of a Multi30k training step (bench/README.md). Elsewhere (other devices, other
-    dtypes: a bfloat16 uniform draw is too coarse for an exact p) PyTorch's own kernel.
+    CPU its Bernoulli sampling costs about twice a uniform draw and a comparison, a tenth of a Multi30k training
+    step (bench/README.md). Elsewhere PyTorch's own kernel: on other devices, and for other dtypes (a bfloat16
+    uniform draw is too coarse for an exact p).
     """
+    if not 0.0 <= p <= 1.0:
+        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
     if not training or p == 0.0:
         return hidden_states
     if hidden_states.device.type != "cpu" or hidden_states.dtype != torch.float32 or p == 1.0:

@@ -47,6 +47,7 @@ from .inputs import (
     check_labels_shape,
     decoder_inputs_for_labels,
     dropout,
+    fuses_output_loss,
     labelled_prefix,
     linear_token_loss,
     lookup_embeddings,
@@ -526,15 +527,16 @@ class AttnTransformerForConditionalGeneration(
         if skip_logits:  # only the labelled positions need the output projection
             check_labels_shape(labels, hidden_states.shape[:2])
             rows = (labels != -100).reshape(-1).nonzero().squeeze(1)
-            bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
-            loss = linear_token_loss(
-                hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows),
-                self.lm_head.weight,
-                labels.reshape(-1).index_select(0, rows),
-                bias,
-                num_items_in_batch,
-                self.config.label_smoothing,
-            )
+            picked = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows)
+            picked_labels = labels.reshape(-1).index_select(0, rows)
+            if fuses_output_loss(self.lm_head, picked):  # the CPU: no (tokens, vocabulary) tensor
+                bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
+                loss = linear_token_loss(
+                    picked, self.lm_head.weight, picked_labels, bias, num_items_in_batch, self.config.label_smoothing
+                )
+            else:
+                picked_logits = self._logits(picked)[None]
+                loss = token_loss(picked_logits, picked_labels[None], num_items_in_batch, self.config.label_smoothing)
         else:
             logits = self._logits(hidden_states)  # (B, T, V)
             if labels is not None:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from modeling_attn import inputs
-from modeling_attn.inputs import dropout, linear_token_loss, token_loss
+from modeling_attn.inputs import dropout, fuses_output_loss, linear_token_loss, token_loss
 
 
 def _problem(rows=37, width=8, vocab=23, bias=True, dtype=torch.float32, seed=0):
@@ -71,6 +71,7 @@ def test_only_the_wanted_gradients_and_the_no_grad_value():
     hidden, weight, bias, labels = _problem()
     frozen_weight = weight.detach()
     loss = linear_token_loss(hidden, frozen_weight, labels, bias.detach(), label_smoothing=0.1)
+    assert loss.grad_fn.next_functions[0][0].has_grad == [True, False, False]  # no weight or bias gradient made
     (grad,) = torch.autograd.grad(loss, hidden)
     expected = _reference(hidden, frozen_weight, bias.detach(), labels, None, 0.1)
     torch.testing.assert_close(grad, torch.autograd.grad(expected, hidden)[0], rtol=1e-5, atol=1e-6)
@@ -78,17 +79,34 @@ def test_only_the_wanted_gradients_and_the_no_grad_value():
         torch.testing.assert_close(linear_token_loss(hidden, weight, labels, bias, label_smoothing=0.1), expected)
 
 
-def test_under_autocast_or_in_half_precision_it_is_the_unfused_loss():
+def test_autocast_is_off_inside_and_half_precision_is_refused():
     hidden, weight, bias, labels = _problem()
+    expected = _reference(hidden, weight, bias, labels, None, 0.1)
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        expected = _reference(hidden, weight, bias, labels, None, 0.1)
         got = linear_token_loss(hidden, weight, labels, bias, label_smoothing=0.1)
-    torch.testing.assert_close(got, expected, rtol=0, atol=0)
-    half = [tensor.detach().to(torch.bfloat16) for tensor in (hidden, weight, bias)]  # half-precision weights: unfused
-    expected = _reference(*half, labels, None, 0.1)
-    torch.testing.assert_close(
-        linear_token_loss(half[0], half[1], labels, half[2], None, 0.1), expected, rtol=0, atol=0
-    )
+    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)  # float32, not bfloat16 matmuls
+    with pytest.raises(TypeError, match="float32 or float64 weights, got torch.bfloat16"):
+        linear_token_loss(hidden, weight.to(torch.bfloat16), labels)
+
+
+def test_where_the_models_fuse_the_output_layer_loss():
+    hidden = torch.randn(3, 8)
+    plain = torch.nn.Linear(8, 5, bias=False)
+    assert fuses_output_loss(plain, hidden)
+    assert not fuses_output_loss(torch.nn.Linear(8, 5), hidden)  # its bias would be dropped
+    assert not fuses_output_loss(torch.nn.Linear(8, 5, bias=False).to(torch.bfloat16), hidden)
+    assert not fuses_output_loss(type("Adapter", (torch.nn.Linear,), {})(8, 5, bias=False), hidden)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert not fuses_output_loss(plain, hidden)
+    handle = plain.register_forward_pre_hook(lambda module, args: None)
+    assert not fuses_output_loss(plain, hidden)
+    handle.remove()
+    handle = torch.nn.modules.module.register_module_forward_hook(lambda module, args, output: None)
+    try:
+        assert not fuses_output_loss(plain, hidden)
+    finally:
+        handle.remove()
+    assert fuses_output_loss(plain, hidden)
 
 
 def test_bad_input_is_named():
@@ -114,6 +132,9 @@ def test_dropout_zeroes_with_probability_p_and_scales_the_rest():
 
 def test_dropout_off_and_extremes():
     hidden = torch.randn(4, 5)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=f"between 0 and 1, but got {bad}"):
+            dropout(hidden, bad, training=True)
     assert dropout(hidden, 0.3, training=False) is hidden
     assert dropout(hidden, 0.0, training=True) is hidden
     assert torch.count_nonzero(dropout(hidden, 1.0, training=True)) == 0

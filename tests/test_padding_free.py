@@ -10,6 +10,7 @@ from huggingface_hub.errors import StrictDataclassError
 from tiny import padded_batch, tiny_model
 from transformers.trainer_pt_utils import LabelSmoother
 
+from modeling_attn import modeling_transformer
 from modeling_attn.inputs import labelled_prefix
 from modeling_attn.masks import kept_rows, on_rows
 
@@ -75,14 +76,43 @@ def test_loss_on_labelled_positions_equals_trainers_label_smoother(epsilon):
     torch.testing.assert_close(skipped.loss, expected)
 
 
-def test_gradients_of_the_padding_free_loss_equal_the_dense_ones():
+@pytest.mark.parametrize("final_logits_bias", [False, True])
+def test_gradients_of_the_padding_free_loss_equal_the_dense_ones(monkeypatch, final_logits_bias):
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = ragged_labels(decoder_input_ids)
-    dense, sparse = tiny_model(label_smoothing=0.1).train(), tiny_model(label_smoothing=0.1).train()
+    dense, sparse = (tiny_model(label_smoothing=0.1, final_logits_bias=final_logits_bias).train() for _ in range(2))
+    if final_logits_bias:  # Marian's fixed bias, made non-zero
+        for model in (dense, sparse):
+            model.final_logits_bias.copy_(torch.linspace(-1, 1, model.final_logits_bias.shape[-1]))
     dense_loss(dense, input_ids, attention_mask, labels, 0.1).backward()
+    fused = []  # on the CPU the loss-only call goes through the fused output-layer loss
+    monkeypatch.setattr(modeling_transformer, "linear_token_loss", spy(modeling_transformer.linear_token_loss, fused))
     sparse(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True).loss.backward()
+    assert len(fused) == 1
     for (name, a), b in zip(dense.named_parameters(), sparse.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, msg=name)
+
+
+def test_an_output_layer_with_hooks_is_called_not_bypassed(monkeypatch):
+    """Adapters, DeepSpeed ZeRO-3 and FSDP work through hooks on the layer: the loss then runs the layer itself."""
+    model = tiny_model(label_smoothing=0.1)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    labels = ragged_labels(decoder_input_ids)
+    expected = dense_loss(model, input_ids, attention_mask, labels, 0.1)
+    fused, hooked = [], []
+    monkeypatch.setattr(modeling_transformer, "linear_token_loss", spy(modeling_transformer.linear_token_loss, fused))
+    model.lm_head.register_forward_hook(lambda module, args, output: hooked.append(output.shape))
+    loss = model(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True).loss
+    torch.testing.assert_close(loss, expected)
+    assert fused == [] and hooked == [(int((labels != -100).sum()), model.config.vocab_size)]
+
+
+def spy(function, calls: list):
+    def wrapped(*args, **kwargs):
+        calls.append(args)
+        return function(*args, **kwargs)
+
+    return wrapped
 
 
 def test_skip_logits_checks_its_labels():
