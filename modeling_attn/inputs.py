@@ -173,7 +173,7 @@ def linear_token_loss(
         if wants_grad:
             total = _LinearTokenLoss.apply(hidden_states, weight, bias, labels, label_smoothing, chunk)
         else:
-            total = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk)[0]
+            total = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk)
     return total / _token_count(labels, num_items_in_batch, total.device)
 
 
@@ -192,7 +192,7 @@ def _token_count(
 
 def _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk, grads=None):
     """The summed label-smoothed cross-entropy, chunk by chunk; with `grads` = (hidden, weight, bias) buffers
-    (None where no gradient is wanted), also d sum / d each of them."""
+    (None where no gradient is wanted), also d sum / d each of them, written into those buffers."""
     vocab = weight.shape[0]
     total = torch.zeros((), dtype=weight.dtype, device=hidden_states.device)  # float32 or float64
     labels = labels.to(hidden_states.device)
@@ -220,7 +220,7 @@ def _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing,
             grad_weight.addmm_(grad_logits.T, rows)
         if grad_bias is not None:
             grad_bias += grad_logits.sum(dim=0)
-    return total, grads
+    return total
 
 
 class _LinearTokenLoss(torch.autograd.Function):
@@ -234,18 +234,14 @@ class _LinearTokenLoss(torch.autograd.Function):
             torch.zeros_like(weight) if wants[1] else None,
             torch.zeros_like(bias) if bias is not None and wants[2] else None,
         )
-        total, grads = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk, grads)
-        ctx.save_for_backward(*(grad if grad is not None else torch.empty(0) for grad in grads))
-        ctx.has_grad = [grad is not None for grad in grads]
+        total = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk, grads)
+        ctx.save_for_backward(*grads)
         return total
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_total):
-        scaled = [
-            grad * grad_total.to(grad.dtype) if has else None
-            for grad, has in zip(ctx.saved_tensors, ctx.has_grad, strict=True)
-        ]
+        scaled = [grad * grad_total.to(grad.dtype) if grad is not None else None for grad in ctx.saved_tensors]
         return (*scaled, None, None, None)
 
 

@@ -2,8 +2,8 @@
 
 A BPE vocabulary cuts a word the same way every time. BPE-dropout skips each merge with probability `p` while a
 training sentence is segmented, so the model reads and writes the same words cut into varied, smaller pieces ("near"
-as "▁near", "▁n ear" or "▁ne ar"), on source and target alike: a regulariser. Only training sees it: validation, test and translation use the tokenizer's ordinary segmentation, and the
-saved tokenizer is that ordinary one.
+as "▁near", "▁n ear" or "▁ne ar"), on source and target alike: a regulariser. Only training sees it: validation,
+test and translation use the tokenizer's ordinary segmentation, and the saved tokenizer is that ordinary one.
 
 `BPEDropoutPairs` is the training set in one random segmentation; `BPEDropoutBatchSampler` draws a new one at each
 epoch and packs it into token batches again, so batches stay within `--max_tokens_per_batch` (a dropped-out
