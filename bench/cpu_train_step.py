@@ -4,8 +4,8 @@
 
 The fast paths (modeling_attn/inputs.py): `linear_token_loss`, the output projection and the label-smoothed loss
 computed in chunks with their gradients, without a (tokens x vocabulary) tensor; and `dropout`, masks from a uniform
-draw instead of Bernoulli sampling. Each variant switches them on or off in `modeling_attn.modeling_transformer`
-(where the model looks them up) and runs the same training step (forward with `skip_logits=True` as `attn train`
+draw instead of Bernoulli sampling. Each variant switches them on or off where they are looked up (`dropout` in
+`modeling_attn.modeling_transformer`, the loss's `fuses_output_loss` in `modeling_attn.inputs`) and runs the same training step (forward with `skip_logits=True` as `attn train`
 does, backward, Adam; label smoothing 0.1, dropout from the preset) on the same batch of Multi30k-like lengths
 (`speed.make_batches`, seed 0); timing is `speed.interleaved` (one warm-up round, then `--reps` rounds in rotating
 order, the CPU clock of this process), the median is reported. Each variant trains its own copy of the same weights.
@@ -28,7 +28,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402  (this folder's module)
 
-from modeling_attn import modeling_transformer  # noqa: E402
+from modeling_attn import inputs, modeling_transformer  # noqa: E402
 
 
 def torch_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -43,16 +43,20 @@ VARIANTS: dict[str, dict[str, Callable]] = {
 }
 
 
+# where each switch is looked up when the model runs
+HOMES = {"dropout": modeling_transformer, "fuses_output_loss": inputs}
+
+
 @contextlib.contextmanager
 def patched(replacements: dict[str, Callable]) -> Iterator[None]:
-    saved = {name: getattr(modeling_transformer, name) for name in replacements}
+    saved = {name: getattr(HOMES[name], name) for name in replacements}
     for name, value in replacements.items():
-        setattr(modeling_transformer, name, value)
+        setattr(HOMES[name], name, value)
     try:
         yield
     finally:
         for name, value in saved.items():
-            setattr(modeling_transformer, name, value)
+            setattr(HOMES[name], name, value)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:

@@ -32,6 +32,9 @@ class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
         dropout: residual dropout P_drop on each sub-layer output and on the embedding sums (Sec. 5.4, 0.1).
         attention_dropout: dropout on the attention weights (not in the paper; 0).
         activation_dropout: dropout after the feed-forward activation (not in the paper; 0).
+        word_dropout: in training, each source and target input token is dropped with this probability: its
+            embedding zeroed before the positions are added, the others scaled by 1 / (1 - p) (not in the paper;
+            0; word dropout as in Sennrich et al. 2016's Edinburgh systems, a regularizer for small data).
         activation_function: feed-forward activation; the paper uses ReLU (Eq. 2). Any name in
             `transformers.activations.ACT2FN` (e.g. "gelu", "swish" as in OPUS-MT Marian models).
         norm_first: pre-LayerNorm (LN before each sub-layer plus a final LN per stack; Xiong et al.
@@ -72,6 +75,7 @@ class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
     dropout: float | int = 0.1
     attention_dropout: float | int = 0.0
     activation_dropout: float | int = 0.0
+    word_dropout: float | int = 0.0
     activation_function: str = "relu"
     norm_first: bool = False
     layer_norm_eps: float = 1e-5
@@ -120,7 +124,9 @@ class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
             raise ValueError(f"{type(self).__name__}.layer_norm_eps must be positive, got {self.layer_norm_eps}")
 
     def validate_dropout(self):
-        check_probability(self, ("dropout", "attention_dropout", "activation_dropout", "label_smoothing"))
+        check_probability(
+            self, ("dropout", "attention_dropout", "activation_dropout", "word_dropout", "label_smoothing")
+        )
 
     def validate_choices(self):
         check_choice(self, "activation_function", ACT2FN.keys())

@@ -177,6 +177,33 @@ def linear_token_loss(
     return total / _token_count(labels, num_items_in_batch, total.device)
 
 
+def labelled_token_loss(
+    hidden_states: torch.Tensor,
+    labels: torch.Tensor,
+    output_layer: torch.nn.Module,
+    bias: torch.Tensor | None = None,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
+    """`token_loss` of the logits `output_layer(hidden_states) + bias`, computed at the labelled positions only.
+
+    What a training step of either model needs (`skip_logits=True`): `hidden_states` (B, T, E) are the decoder's
+    outputs, `labels` (B, T) with -100 at padding; the (B, T, V) logits of the padding are never made. Where
+    `fuses_output_loss` allows it (the CPU) the projection and the loss go through `linear_token_loss` without
+    any (tokens, V) tensor; elsewhere `output_layer` itself runs, hooks, adapters and sharding included.
+    """
+    check_labels_shape(labels, hidden_states.shape[:2])
+    rows = (labels != -100).reshape(-1).nonzero().squeeze(1)
+    picked = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows)
+    picked_labels = labels.reshape(-1).index_select(0, rows)
+    if fuses_output_loss(output_layer, picked):
+        return linear_token_loss(picked, output_layer.weight, picked_labels, bias, num_items_in_batch, label_smoothing)
+    logits = output_layer(picked)
+    if bias is not None:
+        logits = logits + bias
+    return token_loss(logits[None], picked_labels[None], num_items_in_batch, label_smoothing)
+
+
 def _token_count(
     labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None, device: torch.device
 ) -> int | torch.Tensor:
@@ -260,6 +287,14 @@ def dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torch.Tens
     if hidden_states.device.type != "cpu" or hidden_states.dtype != torch.float32 or p == 1.0:
         return torch.nn.functional.dropout(hidden_states, p=p, training=True)
     return hidden_states * torch.rand_like(hidden_states).ge_(p).mul_(1.0 / (1.0 - p))
+
+
+def word_dropout(embeddings: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Dropout over whole tokens: each (B, L) position's embedding vector is zeroed with probability p and the
+    others scaled by 1 / (1 - p) (`dropout` of one mask value per position)."""
+    if not training or p == 0.0:
+        return embeddings
+    return embeddings * dropout(embeddings.new_ones(*embeddings.shape[:-1], 1), p, training)
 
 
 def lookup_embeddings(

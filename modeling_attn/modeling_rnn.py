@@ -63,6 +63,7 @@ from .inputs import (
     check_attention_mask,
     decoder_inputs_for_labels,
     dropout,
+    labelled_token_loss,
     lookup_embeddings,
     shift_tokens_right,
     token_loss,
@@ -451,7 +452,9 @@ class AttnRNNForConditionalGeneration(SourceRelativeLengthMixin, AttnRNNPreTrain
 
     `labels` (B, T) give the loss: token-level cross-entropy summed over non -100 positions and divided by
     their count, or by `num_items_in_batch` when Trainer passes it (gradient accumulation). The decoder input
-    is `labels` shifted right behind `decoder_start_token_id` unless given.
+    is `labels` shifted right behind `decoder_start_token_id` unless given. `skip_logits=True` (with labels)
+    computes the output projection and the loss on the labelled positions only and returns `logits=None`, as
+    the Transformer does (what `TranslationTrainer` passes in training steps).
 
     With `output_attentions=True`, `cross_attentions` is a one-tuple (there is one attention per decoder, not
     one per layer) holding the alignments alpha, (B, T, S): row t is the distribution over source positions
@@ -502,8 +505,11 @@ class AttnRNNForConditionalGeneration(SourceRelativeLengthMixin, AttnRNNPreTrain
         use_cache: bool | None = None,
         output_attentions: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
+        skip_logits: bool = False,
         **kwargs,
     ) -> Seq2SeqLMOutput:
+        if skip_logits and labels is None:
+            raise ValueError("skip_logits=True computes only the loss, from labels; pass labels or drop skip_logits")
         if labels is not None:
             use_cache = False
             decoder_input_ids = decoder_inputs_for_labels(
@@ -521,10 +527,15 @@ class AttnRNNForConditionalGeneration(SourceRelativeLengthMixin, AttnRNNPreTrain
             use_cache=use_cache,
             output_attentions=output_attentions,
         )
-        logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
-        loss = (
-            token_loss(logits, labels, num_items_in_batch, self.config.label_smoothing) if labels is not None else None
-        )
+        logits = loss = None
+        if skip_logits:  # only the labelled positions need the output projection
+            loss = labelled_token_loss(
+                outputs.last_hidden_state, labels, self.lm_head, None, num_items_in_batch, self.config.label_smoothing
+            )
+        else:
+            logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
+            if labels is not None:
+                loss = token_loss(logits, labels, num_items_in_batch, self.config.label_smoothing)
         return Seq2SeqLMOutput(
             loss=loss,
             logits=logits,

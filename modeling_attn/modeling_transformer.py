@@ -44,15 +44,14 @@ from .generation import SourceRelativeLengthMixin
 from .inputs import (
     check_attention_mask,
     check_encoder_states,
-    check_labels_shape,
     decoder_inputs_for_labels,
     dropout,
-    fuses_output_loss,
     labelled_prefix,
-    linear_token_loss,
+    labelled_token_loss,
     lookup_embeddings,
     shift_tokens_right,
     token_loss,
+    word_dropout,
 )
 from .loading import SafetensorsOnly
 from .masks import kept_rows, on_rows
@@ -218,9 +217,10 @@ class AttnTransformerPreTrainedModel(SafetensorsOnly, PreTrainedModel):
 
 
 def _embed(stack, input_ids, inputs_embeds, vocab_size: int, offset: int, name: str) -> torch.Tensor:
-    """Token embeddings * sqrt(d_model) (Sec. 3.4) + positions (Sec. 3.5), then dropout (Sec. 5.4)."""
+    """Token embeddings * sqrt(d_model) (Sec. 3.4) + positions (Sec. 3.5), then dropout (Sec. 5.4); in training
+    whole tokens are dropped first with probability `config.word_dropout` (0 in the paper)."""
     inputs_embeds = lookup_embeddings(stack.embed_tokens, input_ids, inputs_embeds, vocab_size, name)
-    inputs_embeds = inputs_embeds * stack.embed_scale
+    inputs_embeds = word_dropout(inputs_embeds * stack.embed_scale, stack.config.word_dropout, stack.training)
     hidden_states = inputs_embeds + stack.embed_positions(inputs_embeds.shape[1], offset).to(inputs_embeds.dtype)
     return dropout(hidden_states, stack.config.dropout, stack.training)
 
@@ -525,18 +525,10 @@ class AttnTransformerForConditionalGeneration(
         hidden_states = outputs.last_hidden_state  # (B, T, E)
         logits = loss = None
         if skip_logits:  # only the labelled positions need the output projection
-            check_labels_shape(labels, hidden_states.shape[:2])
-            rows = (labels != -100).reshape(-1).nonzero().squeeze(1)
-            picked = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows)
-            picked_labels = labels.reshape(-1).index_select(0, rows)
-            if fuses_output_loss(self.lm_head, picked):  # the CPU: no (tokens, vocabulary) tensor
-                bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
-                loss = linear_token_loss(
-                    picked, self.lm_head.weight, picked_labels, bias, num_items_in_batch, self.config.label_smoothing
-                )
-            else:
-                picked_logits = self._logits(picked)[None]
-                loss = token_loss(picked_logits, picked_labels[None], num_items_in_batch, self.config.label_smoothing)
+            bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
+            loss = labelled_token_loss(
+                hidden_states, labels, self.lm_head, bias, num_items_in_batch, self.config.label_smoothing
+            )
         else:
             logits = self._logits(hidden_states)  # (B, T, V)
             if labels is not None:

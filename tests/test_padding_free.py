@@ -1,16 +1,16 @@
 """Padding-free position-wise work: the feed-forward network skips padded positions, and with
-`skip_logits=True` the output projection and loss run on labelled positions only. Reference checks: the
-same loss, the same gradients and the same outputs at real positions as the dense computation."""
+`skip_logits=True` (both model types) the output projection and loss run on labelled positions only. Reference
+checks: the same loss, the same gradients and the same outputs at real positions as the dense computation."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
-from tiny import padded_batch, tiny_model
+from tiny import padded_batch, spread_tiny_rnn, tiny_model
 from transformers.trainer_pt_utils import LabelSmoother
 
-from modeling_attn import modeling_transformer
+from modeling_attn import inputs
 from modeling_attn.inputs import labelled_prefix
 from modeling_attn.masks import kept_rows, on_rows
 
@@ -22,6 +22,9 @@ def ragged_labels(decoder_input_ids: torch.Tensor) -> torch.Tensor:
         labels[row, labels.shape[1] - row :] = -100
     labels[-1, 1] = -100
     return labels
+
+
+MODELS = {"transformer": tiny_model, "rnn": spread_tiny_rnn}  # both take the vocabulary of padded_batch (99)
 
 
 def dense_loss(model, input_ids, attention_mask, labels, epsilon: float) -> torch.Tensor:
@@ -62,9 +65,10 @@ def test_feed_forward_on_real_tokens_only_gives_the_same_outputs(norm_first):
         torch.testing.assert_close(out.logits[row, :length], single.logits[0])
 
 
+@pytest.mark.parametrize("kind", MODELS)
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
-def test_loss_on_labelled_positions_equals_trainers_label_smoother(epsilon):
-    model = tiny_model(label_smoothing=epsilon)
+def test_loss_on_labelled_positions_equals_trainers_label_smoother(kind, epsilon):
+    model = MODELS[kind](label_smoothing=epsilon)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = ragged_labels(decoder_input_ids)
     expected = dense_loss(model, input_ids, attention_mask, labels, epsilon)
@@ -76,31 +80,33 @@ def test_loss_on_labelled_positions_equals_trainers_label_smoother(epsilon):
     torch.testing.assert_close(skipped.loss, expected)
 
 
-@pytest.mark.parametrize("final_logits_bias", [False, True])
-def test_gradients_of_the_padding_free_loss_equal_the_dense_ones(monkeypatch, final_logits_bias):
+@pytest.mark.parametrize(("kind", "final_logits_bias"), [("transformer", False), ("transformer", True), ("rnn", None)])
+def test_gradients_of_the_padding_free_loss_equal_the_dense_ones(monkeypatch, kind, final_logits_bias):
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = ragged_labels(decoder_input_ids)
-    dense, sparse = (tiny_model(label_smoothing=0.1, final_logits_bias=final_logits_bias).train() for _ in range(2))
+    options = {} if final_logits_bias is None else {"final_logits_bias": final_logits_bias}
+    dense, sparse = (MODELS[kind](label_smoothing=0.1, **options).train() for _ in range(2))
     if final_logits_bias:  # Marian's fixed bias, made non-zero
         for model in (dense, sparse):
             model.final_logits_bias.copy_(torch.linspace(-1, 1, model.final_logits_bias.shape[-1]))
     dense_loss(dense, input_ids, attention_mask, labels, 0.1).backward()
     fused = []  # on the CPU the loss-only call goes through the fused output-layer loss
-    monkeypatch.setattr(modeling_transformer, "linear_token_loss", spy(modeling_transformer.linear_token_loss, fused))
+    monkeypatch.setattr(inputs, "linear_token_loss", spy(inputs.linear_token_loss, fused))
     sparse(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True).loss.backward()
     assert len(fused) == 1
     for (name, a), b in zip(dense.named_parameters(), sparse.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, msg=name)
 
 
-def test_an_output_layer_with_hooks_is_called_not_bypassed(monkeypatch):
+@pytest.mark.parametrize("kind", MODELS)
+def test_an_output_layer_with_hooks_is_called_not_bypassed(monkeypatch, kind):
     """Adapters, DeepSpeed ZeRO-3 and FSDP work through hooks on the layer: the loss then runs the layer itself."""
-    model = tiny_model(label_smoothing=0.1)
+    model = MODELS[kind](label_smoothing=0.1)
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = ragged_labels(decoder_input_ids)
     expected = dense_loss(model, input_ids, attention_mask, labels, 0.1)
     fused, hooked = [], []
-    monkeypatch.setattr(modeling_transformer, "linear_token_loss", spy(modeling_transformer.linear_token_loss, fused))
+    monkeypatch.setattr(inputs, "linear_token_loss", spy(inputs.linear_token_loss, fused))
     model.lm_head.register_forward_hook(lambda module, args, output: hooked.append(output.shape))
     loss = model(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True).loss
     torch.testing.assert_close(loss, expected)
@@ -115,8 +121,9 @@ def spy(function, calls: list):
     return wrapped
 
 
-def test_skip_logits_checks_its_labels():
-    model = tiny_model()
+@pytest.mark.parametrize("kind", MODELS)
+def test_skip_logits_checks_its_labels(kind):
+    model = MODELS[kind]()
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     batch = dict(input_ids=input_ids, attention_mask=attention_mask, skip_logits=True)
     with pytest.raises(ValueError, match="labels have shape"):
