@@ -170,3 +170,18 @@ def test_cpu_train_step_script_runs_on_tiny_and_restores_the_fast_paths(capsys):
         assert modeling_transformer.dropout is module.torch_dropout
         assert not inputs.fuses_output_loss(torch.nn.Linear(2, 2, bias=False), torch.zeros(1, 2))
     assert (modeling_transformer.dropout, inputs.fuses_output_loss) == shipped
+
+
+def test_rnn_train_step_script_runs_on_tiny(capsys):
+    """bench/rnn_train_step.py times full logits against skip_logits on an attn_rnn preset, and refuses others."""
+    path = SCRIPT.parent / "rnn_train_step.py"
+    spec = importlib.util.spec_from_file_location("bench_rnn_train_step", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    medians = module.main(["--preset", "rnn-tiny", "--batch_size", "8", "--reps", "1", "--threads", "1"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("preset rnn-tiny, 8 sentences")
+    assert list(medians) == list(module.VARIANTS) and all(seconds > 0 for seconds in medians.values())
+    assert [line.split(" | ")[0].lstrip("| ") for line in lines[3:]] == list(medians)
+    with pytest.raises(ValueError, match="has model_type attn_transformer"):
+        module.main(["--preset", "tiny", "--reps", "1"])
