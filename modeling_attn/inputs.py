@@ -130,6 +130,7 @@ def fuses_output_loss(output_layer: torch.nn.Module, hidden_states: torch.Tensor
         and type(output_layer.weight) is torch.nn.Parameter
         and output_layer.weight.dtype in (torch.float32, torch.float64)
         and not (output_layer._forward_hooks or output_layer._forward_pre_hooks)
+        and not hasattr(output_layer, "_hf_hook")  # accelerate's hooks (offloading, device_map) replace forward
         and not (torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks)
         and hidden_states.device.type == "cpu"
         and not torch.is_autocast_enabled("cpu")
@@ -193,6 +194,7 @@ def labelled_token_loss(
     any (tokens, V) tensor; elsewhere `output_layer` itself runs, hooks, adapters and sharding included.
     """
     check_labels_shape(labels, hidden_states.shape[:2])
+    labels = labels.to(hidden_states.device)
     rows = (labels != -100).reshape(-1).nonzero().squeeze(1)
     picked = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows)
     picked_labels = labels.reshape(-1).index_select(0, rows)
