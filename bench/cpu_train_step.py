@@ -5,8 +5,8 @@
 The fast paths (modeling_attn/inputs.py): `linear_token_loss`, the output projection and the label-smoothed loss
 computed in chunks with their gradients, without a (tokens x vocabulary) tensor; and `dropout`, masks from a uniform
 draw instead of Bernoulli sampling. Each variant switches them on or off where they are looked up (`dropout` in
-`modeling_attn.modeling_transformer`, the loss's `fuses_output_loss` in `modeling_attn.inputs`) and runs the same training step (forward with `skip_logits=True` as `attn train`
-does, backward, Adam; label smoothing 0.1, dropout from the preset) on the same batch of Multi30k-like lengths
+`modeling_attn.modeling_transformer`, the loss's `fuses_output_loss` in `modeling_attn.inputs`) and runs the same
+training step (forward with `skip_logits=True` as `attn train` does, backward, Adam; label smoothing 0.1, dropout from the preset) on the same batch of Multi30k-like lengths
 (`speed.make_batches`, seed 0); timing is `speed.interleaved` (one warm-up round, then `--reps` rounds in rotating
 order, the CPU clock of this process), the median is reported. Each variant trains its own copy of the same weights.
 """
@@ -59,14 +59,35 @@ def patched(replacements: dict[str, Callable]) -> Iterator[None]:
             setattr(HOMES[name], name, value)
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    """Measure, print the table, and return the median seconds per step of each variant."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", default="multi30k-transformer")
-    parser.add_argument("--batch_size", type=int, default=256, help="sentences in the batch")
+def step_parser(description: str, preset: str, batch_size: int) -> argparse.ArgumentParser:
+    """The flags of this folder's training-step scripts (this one and rnn_train_step.py)."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--preset", default=preset)
+    parser.add_argument("--batch_size", type=int, default=batch_size, help="sentences in the batch")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--reps", type=int, default=5, help="measured rounds after one warm-up round")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def report(args: argparse.Namespace, batch: speed.Batch, seconds: dict[str, list[float]]) -> dict[str, float]:
+    """Print the set-up line and the table of `seconds` (the first variant is the baseline); return the medians."""
+    print(
+        f"preset {args.preset}, {args.batch_size} sentences ({batch.input_ids.numel()} source / "
+        f"{batch.labels.numel()} target positions, {batch.target_tokens} target tokens), {args.threads} thread(s), "
+        f"{platform.machine()}, torch {torch.__version__}, transformers {transformers.__version__}"
+    )
+    medians = {name: statistics.median(values) for name, values in seconds.items()}
+    baseline = next(iter(medians.values()))
+    print("| variant | s/step (median) | speed-up | rounds |\n| --- | ---: | ---: | --- |")
+    for name, values in seconds.items():
+        rounds = " ".join(f"{value:.3f}" for value in values)
+        print(f"| {name} | {medians[name]:.3f} | {baseline / medians[name]:.2f}x | {rounds} |")
+    return medians
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    """Measure, print the table, and return the median seconds per step of each variant."""
+    args = step_parser(__doc__.split("\n")[0], "multi30k-transformer", 256).parse_args(argv)
     torch.set_num_threads(args.threads)
     speed.clock = speed.CLOCKS["cpu"]
     reference = speed.reference_model(args.preset, 256, seed=0)
@@ -82,20 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 step()
 
         tasks[name] = task
-    seconds = speed.interleaved(tasks, args.reps)
-    batch = batches[0]
-    print(
-        f"preset {args.preset}, {args.batch_size} sentences ({batch.input_ids.numel()} source / "
-        f"{batch.labels.numel()} target positions, {batch.target_tokens} target tokens), {args.threads} thread(s), "
-        f"{platform.machine()}, torch {torch.__version__}, transformers {transformers.__version__}"
-    )
-    medians = {name: statistics.median(values) for name, values in seconds.items()}
-    baseline = medians[next(iter(VARIANTS))]
-    print("| variant | s/step (median) | speed-up | rounds |\n| --- | ---: | ---: | --- |")
-    for name, values in seconds.items():
-        rounds = " ".join(f"{value:.3f}" for value in values)
-        print(f"| {name} | {medians[name]:.3f} | {baseline / medians[name]:.2f}x | {rounds} |")
-    return medians
+    return report(args, batches[0], speed.interleaved(tasks, args.reps))
 
 
 if __name__ == "__main__":

@@ -34,7 +34,8 @@ class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
         activation_dropout: dropout after the feed-forward activation (not in the paper; 0).
         word_dropout: in training, each source and target input token is dropped with this probability: its
             embedding zeroed before the positions are added, the others scaled by 1 / (1 - p) (not in the paper;
-            0; word dropout as in Sennrich et al. 2016's Edinburgh systems, a regularizer for small data).
+            0; the word dropout of Sennrich et al. 2016's RNN systems, a regularizer for small data). Any position
+            may be dropped, the decoder's start token included.
         activation_function: feed-forward activation; the paper uses ReLU (Eq. 2). Any name in
             `transformers.activations.ACT2FN` (e.g. "gelu", "swish" as in OPUS-MT Marian models).
         norm_first: pre-LayerNorm (LN before each sub-layer plus a final LN per stack; Xiong et al.

@@ -178,6 +178,12 @@ def linear_token_loss(
     return total / _token_count(labels, num_items_in_batch, total.device)
 
 
+def check_skip_logits(skip_logits: bool, labels: torch.Tensor | None) -> None:
+    """`forward(..., skip_logits=True)` computes only the loss, so it needs `labels`."""
+    if skip_logits and labels is None:
+        raise ValueError("skip_logits=True computes only the loss, from labels; pass labels or drop skip_logits")
+
+
 def labelled_token_loss(
     hidden_states: torch.Tensor,
     labels: torch.Tensor,

@@ -61,6 +61,7 @@ from .configuration_rnn import AttnRNNConfig
 from .generation import SourceRelativeLengthMixin
 from .inputs import (
     check_attention_mask,
+    check_skip_logits,
     decoder_inputs_for_labels,
     dropout,
     labelled_token_loss,
@@ -508,8 +509,7 @@ class AttnRNNForConditionalGeneration(SourceRelativeLengthMixin, AttnRNNPreTrain
         skip_logits: bool = False,
         **kwargs,
     ) -> Seq2SeqLMOutput:
-        if skip_logits and labels is None:
-            raise ValueError("skip_logits=True computes only the loss, from labels; pass labels or drop skip_logits")
+        check_skip_logits(skip_logits, labels)
         if labels is not None:
             use_cache = False
             decoder_input_ids = decoder_inputs_for_labels(
@@ -530,7 +530,11 @@ class AttnRNNForConditionalGeneration(SourceRelativeLengthMixin, AttnRNNPreTrain
         logits = loss = None
         if skip_logits:  # only the labelled positions need the output projection
             loss = labelled_token_loss(
-                outputs.last_hidden_state, labels, self.lm_head, None, num_items_in_batch, self.config.label_smoothing
+                outputs.last_hidden_state,
+                labels,
+                self.lm_head,
+                num_items_in_batch=num_items_in_batch,
+                label_smoothing=self.config.label_smoothing,
             )
         else:
             logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)

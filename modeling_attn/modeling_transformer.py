@@ -44,6 +44,7 @@ from .generation import SourceRelativeLengthMixin
 from .inputs import (
     check_attention_mask,
     check_encoder_states,
+    check_skip_logits,
     decoder_inputs_for_labels,
     dropout,
     labelled_prefix,
@@ -500,8 +501,7 @@ class AttnTransformerForConditionalGeneration(
         skip_logits: bool = False,
         **kwargs,
     ) -> Seq2SeqLMOutput:
-        if skip_logits and labels is None:
-            raise ValueError("skip_logits=True computes only the loss, from labels; pass labels or drop skip_logits")
+        check_skip_logits(skip_logits, labels)
         if labels is not None:
             use_cache = False
             decoder_input_ids = decoder_inputs_for_labels(

@@ -98,10 +98,14 @@ def test_gradients_of_the_padding_free_loss_equal_the_dense_ones(monkeypatch, ki
         torch.testing.assert_close(b.grad, a.grad, msg=name)
 
 
-@pytest.mark.parametrize("kind", MODELS)
-def test_an_output_layer_with_hooks_is_called_not_bypassed(monkeypatch, kind):
-    """Adapters, DeepSpeed ZeRO-3 and FSDP work through hooks on the layer: the loss then runs the layer itself."""
-    model = MODELS[kind](label_smoothing=0.1)
+@pytest.mark.parametrize(("kind", "final_logits_bias"), [("transformer", False), ("transformer", True), ("rnn", None)])
+def test_an_output_layer_with_hooks_is_called_not_bypassed(monkeypatch, kind, final_logits_bias):
+    """Adapters, DeepSpeed ZeRO-3 and FSDP work through hooks on the layer: the loss then runs the layer itself
+    (and adds Marian's fixed bias to its output, as the fused path does)."""
+    options = {} if final_logits_bias is None else {"final_logits_bias": final_logits_bias}
+    model = MODELS[kind](label_smoothing=0.1, **options)
+    if final_logits_bias:
+        model.final_logits_bias.copy_(torch.linspace(-1, 1, model.final_logits_bias.shape[-1]))
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = ragged_labels(decoder_input_ids)
     expected = dense_loss(model, input_ids, attention_mask, labels, 0.1)
@@ -140,13 +144,14 @@ def test_label_smoothing_must_be_a_probability(value):
         tiny_model(label_smoothing=value)
 
 
-def test_translation_trainer_moves_label_smoothing_into_the_model_and_skips_logits(tmp_path):
+@pytest.mark.parametrize("kind", MODELS)
+def test_translation_trainer_moves_label_smoothing_into_the_model_and_skips_logits(tmp_path, kind):
     """A real Trainer training step: the same loss as Trainer's LabelSmoother, computed with skip_logits=True."""
     from transformers import Seq2SeqTrainingArguments
 
     from training.trainer import TranslationTrainer
 
-    model = tiny_model()
+    model = MODELS[kind]()
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = ragged_labels(decoder_input_ids)
     expected = dense_loss(model, input_ids, attention_mask, labels, 0.1)
