@@ -58,7 +58,7 @@ from transformers.utils import can_return_tuple
 
 from .attention import attend
 from .configuration_rnn import AttnRNNConfig
-from .generation import SourceRelativeLengthMixin
+from .generation import CompactBeamSearchMixin, SourceRelativeLengthMixin
 from .inputs import (
     check_attention_mask,
     check_skip_logits,
@@ -448,7 +448,9 @@ class AttnRNNModel(AttnRNNPreTrainedModel):
         )
 
 
-class AttnRNNForConditionalGeneration(SourceRelativeLengthMixin, AttnRNNPreTrainedModel, GenerationMixin):
+class AttnRNNForConditionalGeneration(
+    SourceRelativeLengthMixin, CompactBeamSearchMixin, AttnRNNPreTrainedModel, GenerationMixin
+):
     """The RNN encoder-decoder with its output projection (W_o, Bahdanau A.2.2; W_s, Luong Eq. 6): a translation model.
 
     `labels` (B, T) give the loss: token-level cross-entropy summed over non -100 positions and divided by

@@ -40,7 +40,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention import MultiHeadAttention
 from .configuration_transformer import AttnTransformerConfig
-from .generation import SourceRelativeLengthMixin
+from .generation import CompactBeamSearchMixin, SourceRelativeLengthMixin
 from .inputs import (
     check_attention_mask,
     check_encoder_states,
@@ -436,7 +436,7 @@ class AttnTransformerModel(AttnTransformerPreTrainedModel):
 
 
 class AttnTransformerForConditionalGeneration(
-    SourceRelativeLengthMixin, AttnTransformerPreTrainedModel, GenerationMixin
+    SourceRelativeLengthMixin, CompactBeamSearchMixin, AttnTransformerPreTrainedModel, GenerationMixin
 ):
     """The Transformer with its pre-softmax projection (tied to the target embeddings, Sec. 3.4): a translation model.
 

@@ -19,6 +19,14 @@ HEADER = (
 )
 
 
+def bench_script(name: str):
+    """Import bench/NAME.py as a module (bench/ is a folder of scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", SCRIPT.parent / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 @pytest.fixture(scope="module")
 def speed():
     spec = importlib.util.spec_from_file_location("bench_speed", SCRIPT)
@@ -133,10 +141,7 @@ def test_mfu_counts_the_real_tokens_only(speed):
 
 def test_cpu_bf16_script_runs_on_tiny(capsys):
     """bench/cpu_bf16.py measures the 8 combinations (2 models x training / beam search x float32 / bfloat16)."""
-    path = SCRIPT.parent / "cpu_bf16.py"
-    spec = importlib.util.spec_from_file_location("bench_cpu_bf16", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = bench_script("cpu_bf16")
     medians = module.main(["--preset", "tiny", "--reps", "1"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("preset tiny, batch 32")
@@ -155,10 +160,7 @@ def test_cpu_train_step_script_runs_on_tiny_and_restores_the_fast_paths(capsys):
 
     from modeling_attn import inputs, modeling_transformer
 
-    path = SCRIPT.parent / "cpu_train_step.py"
-    spec = importlib.util.spec_from_file_location("bench_cpu_train_step", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = bench_script("cpu_train_step")
     shipped = (modeling_transformer.dropout, inputs.fuses_output_loss)
     medians = module.main(["--preset", "tiny", "--batch_size", "8", "--reps", "1", "--threads", "1"])
     lines = capsys.readouterr().out.splitlines()
@@ -174,10 +176,7 @@ def test_cpu_train_step_script_runs_on_tiny_and_restores_the_fast_paths(capsys):
 
 def test_rnn_train_step_script_runs_on_tiny(capsys):
     """bench/rnn_train_step.py times full logits against skip_logits on an attn_rnn preset, and refuses others."""
-    path = SCRIPT.parent / "rnn_train_step.py"
-    spec = importlib.util.spec_from_file_location("bench_rnn_train_step", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = bench_script("rnn_train_step")
     medians = module.main(["--preset", "rnn-tiny", "--batch_size", "8", "--reps", "1", "--threads", "1"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("preset rnn-tiny, 8 sentences")
@@ -185,3 +184,32 @@ def test_rnn_train_step_script_runs_on_tiny(capsys):
     assert [line.split(" | ")[0].lstrip("| ") for line in lines[3:]] == list(medians)
     with pytest.raises(ValueError, match="has model_type attn_transformer"):
         module.main(["--preset", "tiny", "--reps", "1"])
+
+
+@pytest.mark.parametrize("model_type", ["attn_transformer", "attn_rnn"])
+def test_beam_search_script_runs_on_a_tiny_saved_model(model_type, tmp_path, capsys):
+    """bench/beam_search.py times ours against transformers' beam search (and Marian for a post-LN Transformer) on
+    a saved model, after checking that ours and transformers' translate alike."""
+    from test_translate import SENTENCES, save_tiny_model
+
+    module = bench_script("beam_search")
+    folder = save_tiny_model(tmp_path / "model", model_type)
+    source = tmp_path / "source.txt"
+    source.write_text("\n".join(SENTENCES * 3) + "\n")
+    argv = ["--model", str(folder), "--source", str(source), "--batch_size", "4", "--reps", "1", "--threads", "1"]
+    medians = module.main([*argv, "--num_beams", "3"])
+    out = capsys.readouterr().out
+    expected = ["ours", "transformers' beam search"] + (["MarianMTModel"] if model_type == "attn_transformer" else [])
+    assert list(medians) == expected and all(seconds > 0 for seconds in medians.values())
+    assert f"{len(SENTENCES) * 3} sentences" in out
+    assert "| transformers' beam search |" in out and out.count("| yes |") >= 2
+    if model_type == "attn_rnn":
+        assert "MarianMTModel not measured" in out
+
+
+def test_translated_tokens_stop_at_the_first_end_token():
+    import torch
+
+    module = bench_script("beam_search")
+    sequences = torch.tensor([[1, 5, 6, 2, 2, 2], [1, 7, 2, 0, 0, 0], [1, 3, 4, 5, 6, 8]])
+    assert module.translated_tokens(sequences, eos_token_id=2) == 3 + 2 + 5

@@ -1,0 +1,115 @@
+"""modeling_attn.generation: the beam search that drops closed sentences gives transformers' beam search's result."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from tiny import padded_batch, spread_tiny_rnn, tiny_model
+from transformers import GenerationMixin, LogitsProcessor, LogitsProcessorList
+
+from modeling_attn import generation
+from modeling_attn.generation import SourceLengthLimit
+
+
+def eos_prone_transformer(seed: int):
+    """A tiny Transformer whose translations end at different lengths (weights scaled up, the end token favoured)."""
+    model = tiny_model("sdpa", seed=seed, bos_token_id=1, eos_token_id=2, pad_token_id=0, decoder_start_token_id=1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(4)
+        model.lm_head.weight[2] += 0.5
+    return model
+
+
+MODELS = {"attn_transformer": eos_prone_transformer, "attn_rnn": lambda seed: spread_tiny_rnn(seed=seed)}
+
+
+def transformers_generate(model, monkeypatch, **settings) -> torch.Tensor:
+    with monkeypatch.context() as patch:
+        patch.setattr(type(model), "_beam_search", GenerationMixin._beam_search)
+        return model.generate(**settings)
+
+
+SETTINGS = (
+    (2, 4),  # num_beams
+    (1.0, 0.0, 2.0),  # length_penalty
+    (False, True, "never"),  # early_stopping
+    ({"max_new_tokens": 10}, {"max_length_over_source": 2}, {"max_new_tokens": 10, "min_new_tokens": 3}),
+)
+
+
+@pytest.mark.parametrize("model_type", MODELS)
+def test_compact_beam_search_equals_transformers_beam_search(model_type, monkeypatch):
+    """Token for token, over the settings that decide when a sentence is done and what it returns, while closed
+    sentences do leave the batch (the decoder sees fewer rows)."""
+    decoder_rows, drops = [], []
+    select_rows = generation.select_rows
+    monkeypatch.setattr(
+        generation, "select_rows", lambda kwargs, rows: (drops.append(1), select_rows(kwargs, rows))[1]
+    )
+    compared = 0
+    for seed in range(2):
+        model = MODELS[model_type](seed)
+        input_ids, attention_mask, _ = padded_batch(seed=seed, batch=6, source_length=9)
+        for num_beams, length_penalty, early_stopping, limit in itertools.product(*SETTINGS):
+            settings = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams,
+                            length_penalty=length_penalty, early_stopping=early_stopping,
+                            num_return_sequences=min(2, num_beams), **limit)  # fmt: skip
+            handle = model.register_forward_pre_hook(
+                lambda module, args, kwargs: decoder_rows.append(kwargs["decoder_input_ids"].shape[0]),
+                with_kwargs=True,
+            )
+            with torch.no_grad():
+                ours = model.generate(**settings)
+            handle.remove()
+            with torch.no_grad():
+                theirs = transformers_generate(model, monkeypatch, **settings)
+            assert ours.shape == theirs.shape and torch.equal(ours, theirs), settings
+            compared += 1
+    assert compared == 2 * 2 * 3 * 3 * 3
+    assert drops, "no sentence ever left the batch: the test does not exercise the compaction"
+    assert min(decoder_rows) < 6 * 2  # fewer rows than sentences times beams at some step
+
+
+def test_batch_dependent_settings_go_to_transformers_beam_search(monkeypatch):
+    """Scores and beam indices (return_dict_in_generate) and processors not known to be per-row are laid out over
+    the whole batch: those calls run transformers' beam search, and say why."""
+    model = eos_prone_transformer(0)
+    input_ids, attention_mask, _ = padded_batch(batch=4)
+
+    class ByBatchRow(LogitsProcessor):  # a processor whose effect on a row depends on the row's batch position
+        def __call__(self, input_ids, scores):
+            return scores - torch.arange(scores.shape[0], dtype=scores.dtype)[:, None] * 0.01
+
+    refusals = []
+    refusal = generation.CompactBeamSearchMixin._compact_beam_search_refusal
+    monkeypatch.setattr(
+        generation.CompactBeamSearchMixin,
+        "_compact_beam_search_refusal",
+        lambda *args: (refusals.append(refusal(*args)), refusals[-1])[1],
+    )
+    settings = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=3, max_new_tokens=8)
+    with torch.no_grad():
+        scored = model.generate(**settings, return_dict_in_generate=True, output_scores=True)
+        processed = model.generate(**settings, logits_processor=LogitsProcessorList([ByBatchRow()]))
+        plain = model.generate(**settings)
+    assert "return_dict_in_generate" in refusals[0]
+    assert "logits processor" in refusals[1]
+    assert refusals[2] is None
+    with torch.no_grad():
+        assert torch.equal(scored.sequences, transformers_generate(model, monkeypatch, **settings))
+        assert torch.equal(plain, scored.sequences)
+        theirs = transformers_generate(model, monkeypatch, **settings, logits_processor=[ByBatchRow()])
+    assert torch.equal(processed, theirs)
+
+
+def test_source_length_limit_selects_the_open_sentences():
+    limit = SourceLengthLimit(torch.tensor([5, 7, 9, 11]), eos_token_id=2)
+    selected = limit.select(torch.tensor([1, 3]))
+    assert selected.limits.tolist() == [7, 11] and selected.eos_token_ids.tolist() == [2]
+    # rows of a selected processor: sentence 1's beams hit their limit of 7 after 6 generated tokens, sentence 3's not
+    scores = torch.zeros(4, 5)
+    forced = selected(torch.ones(4, 7, dtype=torch.long), scores)
+    assert torch.equal(forced[:2].argmax(-1), torch.tensor([2, 2])) and torch.equal(forced[2:], scores[2:])
