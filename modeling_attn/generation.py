@@ -27,7 +27,7 @@ import copy
 import torch
 from torch import nn
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList, StoppingCriteriaList
-from transformers.cache_utils import Cache
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
 from transformers.generation import logits_process
 from transformers.generation import stopping_criteria as criteria
 from transformers.generation.utils import ALL_CACHE_NAMES
@@ -150,6 +150,16 @@ BEAM_HELPERS = (
 KNOWN_MODEL_KWARGS = {"attention_mask", "decoder_attention_mask", "encoder_outputs", "use_cache", *ALL_CACHE_NAMES}
 
 
+def rows_can_leave(cache: Cache) -> bool:
+    """Whether `reorder_cache` with fewer rows than the cache has shrinks it and keeps it working: caches of
+    transformers' dynamic layers, and caches that say so (`AttnRNNCache`); not static or quantized layers."""
+    if isinstance(cache, EncoderDecoderCache):
+        return rows_can_leave(cache.self_attention_cache) and rows_can_leave(cache.cross_attention_cache)
+    if getattr(cache, "rows_can_leave", False):
+        return True
+    return isinstance(cache, DynamicCache) and all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
 def select_rows(model_kwargs: dict, rows: torch.Tensor) -> dict:
     """Keep (and reorder) these decoder rows in everything generate() carries from step to step."""
     selected = dict(model_kwargs)
@@ -187,8 +197,10 @@ class CompactBeamSearchMixin:
             return "return_dict_in_generate: scores and beam indices are laid out over the whole batch"
         if generation_config.do_sample or synced_gpus or generation_config.low_memory:
             return "beam sampling, synced_gpus or low_memory"
-        if not generation_config.use_cache or set(model_kwargs) - KNOWN_MODEL_KWARGS:
+        if not model_kwargs.get("use_cache") or set(model_kwargs) - KNOWN_MODEL_KWARGS:
             return "no cache, or model inputs this search does not know how to select rows of"
+        if any(isinstance(value, Cache) and not rows_can_leave(value) for value in model_kwargs.values()):
+            return "a cache that cannot drop rows (static or quantized layers)"
         if any(not isinstance(p, (*ROW_LOCAL_PROCESSORS, SourceLengthLimit)) for p in logits_processor):
             return "a logits processor not known to be per-row"
         if any(not isinstance(c, ROW_LOCAL_CRITERIA) for c in stopping_criteria):
@@ -360,6 +372,7 @@ __all__ = [
     "CompactBeamSearchMixin",
     "SourceLengthLimit",
     "SourceRelativeLengthMixin",
+    "rows_can_leave",
     "select_rows",
     "source_lengths",
 ]

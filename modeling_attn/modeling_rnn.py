@@ -87,10 +87,12 @@ class AttnRNNCache(Cache):
     - `steps`: target positions consumed so far (`get_seq_length`).
 
     The model's forward creates one when `use_cache` is true and updates it in place; generate() passes it
-    back through `past_key_values` and, in beam search, calls `reorder_cache` with the surviving beams.
+    back through `past_key_values` and, in beam search, calls `reorder_cache` with the surviving beams (fewer
+    rows than it has when sentences leave the batch: `rows_can_leave`, see generation.py).
     """
 
     batch_dims = {"keys": 0, "hidden": 1, "cell": 1, "feed": 0}
+    rows_can_leave = True
 
     def __init__(self):
         super().__init__(layers=[])

@@ -7,7 +7,7 @@ import itertools
 import pytest
 import torch
 from tiny import padded_batch, spread_tiny_rnn, tiny_model
-from transformers import GenerationMixin, LogitsProcessor, LogitsProcessorList
+from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList, StoppingCriteriaList
 
 from modeling_attn import generation
 from modeling_attn.generation import SourceLengthLimit
@@ -113,3 +113,22 @@ def test_source_length_limit_selects_the_open_sentences():
     scores = torch.zeros(4, 5)
     forced = selected(torch.ones(4, 7, dtype=torch.long), scores)
     assert torch.equal(forced[:2].argmax(-1), torch.tensor([2, 2])) and torch.equal(forced[2:], scores[2:])
+
+
+def test_only_caches_whose_rows_can_leave_are_shrunk():
+    """Dynamic layers (and the RNN's cache) drop rows by `reorder_cache`; static layers keep their batch size, so a
+    static cache sends the call to transformers' beam search."""
+    from tiny import tiny_config
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
+
+    from modeling_attn.generation import rows_can_leave
+    from modeling_attn.modeling_rnn import AttnRNNCache
+
+    static = StaticCache(config=tiny_config(), max_cache_len=8)
+    assert rows_can_leave(EncoderDecoderCache(DynamicCache(), DynamicCache())) and rows_can_leave(AttnRNNCache())
+    assert not rows_can_leave(static) and not rows_can_leave(EncoderDecoderCache(DynamicCache(), static))
+    refusal = eos_prone_transformer(0)._compact_beam_search_refusal(
+        LogitsProcessorList(), StoppingCriteriaList(), GenerationConfig(num_beams=2), False,
+        {"past_key_values": EncoderDecoderCache(static, DynamicCache()), "use_cache": True},
+    )  # fmt: skip
+    assert refusal == "a cache that cannot drop rows (static or quantized layers)"
