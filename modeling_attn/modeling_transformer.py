@@ -23,7 +23,7 @@ import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, StaticLayer
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
@@ -314,6 +314,15 @@ class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
             raise TypeError(
                 f"past_key_values must be an EncoderDecoderCache (self- and cross-attention caches), got "
                 f"{type(past_key_values).__name__}"
+            )
+        if past_key_values is not None and any(
+            isinstance(layer, StaticLayer)
+            for cache in (past_key_values.self_attention_cache, past_key_values.cross_attention_cache)
+            for layer in getattr(cache, "layers", ())
+        ):
+            raise NotImplementedError(
+                "attn_transformer decodes with dynamic caches only: past_key_values holds a static cache "
+                "(generate(cache_implementation='static') or a StaticCache); leave cache_implementation unset"
             )
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
         hidden_states = _embed(self, input_ids, inputs_embeds, self.config.decoder_vocab_size, past_length, "decoder_")
