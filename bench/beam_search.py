@@ -61,13 +61,26 @@ def read_lines(path: str, count: int) -> list[str]:
     return lines
 
 
-def translated_tokens(sequences: torch.Tensor, eos_token_id: int) -> int:
+def translated_tokens(sequences: torch.Tensor, eos_token_id: int | list[int]) -> int:
     """Target tokens up to and including each row's first end token (the decoder start token and the filling after
     the end, pad or end tokens, not counted)."""
     generated = sequences[:, 1:]
-    is_eos = generated == eos_token_id
+    is_eos = torch.isin(generated, torch.tensor(eos_token_id).reshape(-1))
     before_end = (is_eos.cumsum(dim=1) - is_eos.long()) == 0
     return int(before_end.sum())
+
+
+def decoder_rows(model, task: Callable[[], None]) -> int:
+    """Decoder rows (sentences x beams, summed over the steps) that one run of `task` feeds through `model`."""
+    rows = []
+    handle = model.register_forward_pre_hook(
+        lambda module, args, kwargs: rows.append(kwargs["decoder_input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        task()
+    finally:
+        handle.remove()
+    return sum(rows)
 
 
 def translator(model, batches: list[dict], num_beams: int, outputs: list) -> Callable[[], None]:
@@ -87,7 +100,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sentences", type=int, default=256)
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--num_beams", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (the CPU clock counts them all)")
     parser.add_argument("--reps", type=int, default=5, help="measured rounds after one warm-up round")
     return parser.parse_args(argv)
 
@@ -124,6 +137,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         outputs["MarianMTModel"] = []
         tasks["MarianMTModel"] = translator(marian, batches, args.num_beams, outputs["MarianMTModel"])
     seconds = speed.interleaved(tasks, args.reps)
+    rows = {name: decoder_rows(marian if name == "MarianMTModel" else model, task) for name, task in tasks.items()}
 
     pairs = zip(outputs["ours"], outputs["transformers' beam search"], strict=True)
     mismatched = [i for i, (a, b) in enumerate(pairs) if a.shape != b.shape or not torch.equal(a, b)]
@@ -132,21 +146,28 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     tokens = sum(translated_tokens(ids, model.generation_config.eos_token_id) for ids in outputs["ours"])
     print(
         f"{args.model}: {len(lines)} sentences of {args.source} in batches of {args.batch_size}, beam "
-        f"{args.num_beams}, {tokens} target tokens (ours), {args.threads} thread(s), {platform.machine()}, "
-        f"torch {torch.__version__}, transformers {transformers.__version__}"
+        f"{args.num_beams}, {tokens} target tokens (ours), {args.threads} thread(s), CPU clock of this process, "
+        f"{platform.machine()}, torch {torch.__version__}, transformers {transformers.__version__}"
     )
     medians = {name: statistics.median(values) for name, values in seconds.items()}
-    print("| variant | s (median) | sentences/s | ours' speed-up | same ids as ours | rounds |")
-    print("| --- | ---: | ---: | ---: | --- | --- |")
+    print("| variant | s (median) | sentences/s | ours' speed-up | decoder rows | same ids as ours | rounds |")
+    print("| --- | ---: | ---: | ---: | ---: | --- | --- |")
     for name, values in seconds.items():
-        same = all(
-            a.shape == b.shape and torch.equal(a, b) for a, b in zip(outputs["ours"], outputs[name], strict=True)
+        pairs = zip(outputs["ours"], outputs[name], strict=True)
+        same = (
+            "-"
+            if name == "ours"
+            else "yes"
+            if all(a.shape == b.shape and torch.equal(a, b) for a, b in pairs)
+            else "no"
         )
         rounds = " ".join(f"{value:.3f}" for value in values)
         print(
             f"| {name} | {medians[name]:.3f} | {len(lines) / medians[name]:.1f} | "
-            f"{medians[name] / medians['ours']:.2f}x | {'yes' if same else 'no'} | {rounds} |"
+            f"{medians[name] / medians['ours']:.2f}x | {rows[name]:,} | {same} | {rounds} |"
         )
+    theirs_rows = rows["transformers' beam search"]
+    print(f"rows of closed sentences in transformers' beam search: {1 - rows['ours'] / theirs_rows:.0%}")
     return medians
 
 

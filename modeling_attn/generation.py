@@ -11,13 +11,13 @@ token included; the source length counts the source's own tokens, padding exclud
 generation config, takes precedence over it.
 
 transformers' beam search keeps every sentence of a batch in the decoder until the last one is done: a sentence
-whose best translations are final still has its beams run through the model at every step (on Multi30k test2016
-in batches of 32, beam 5, half of the decoder's rows are such dead weight). `CompactBeamSearchMixin._beam_search`
-is transformers' algorithm step for step (its own helper functions do the scoring, selection and the early-stop
-test) on the sentences still open only: once a sentence's search is over, its finished beams are written out and
-its rows leave the decoder input, the cache and the encoder outputs. The result is transformers' result; settings
-whose outputs or processors depend on the batch layout (`return_dict_in_generate`, sampling, `synced_gpus`, logits
-processors or stopping criteria it does not know to be per-row) go to transformers' own beam search.
+whose best translations are final still has its beams run through the model at every step.
+`CompactBeamSearchMixin._beam_search` is transformers' algorithm step for step (its own helper functions do the
+scoring, selection and the early-stop test) on the sentences still open only: once no finished beam of a sentence
+can change, they are written out and its rows leave the decoder input, the cache and the encoder outputs. It
+returns transformers' token ids for the settings it accepts; settings whose outputs, processors, criteria or cache
+depend on the batch layout or on time (`return_dict_in_generate`, sampling, `synced_gpus`, `max_time`, logits
+processors or stopping criteria it does not know to be per-row, static caches) go to transformers' own beam search.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ class SourceLengthLimit(LogitsProcessor):
         self.eos_token_ids = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
 
     def select(self, sentences: torch.Tensor) -> SourceLengthLimit:
-        """The limits of these sentences (positions in `limits`) only: the beam search that drops closed sentences."""
+        """This processor for a batch of fewer sentences: the limits at positions `sentences` of `limits`."""
         return SourceLengthLimit(self.limits[sentences.to(self.limits.device)], self.eos_token_id)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
@@ -133,11 +133,10 @@ ROW_LOCAL_PROCESSORS = tuple(
     )
     if hasattr(logits_process, name)
 )
-# MaxLength and MaxTime stop every row at once; EosToken looks at a row's last token.
+# MaxLength stops every row at once; EosToken looks at a row's last token. (MaxTime is left out: a faster search
+# reaches its deadline at a later step.)
 ROW_LOCAL_CRITERIA = tuple(
-    getattr(criteria, name)
-    for name in ("MaxLengthCriteria", "MaxTimeCriteria", "EosTokenCriteria")
-    if hasattr(criteria, name)
+    getattr(criteria, name) for name in ("MaxLengthCriteria", "EosTokenCriteria") if hasattr(criteria, name)
 )
 # transformers' beam-search helpers this implementation runs (private API: a version without them falls back).
 BEAM_HELPERS = (
@@ -147,6 +146,7 @@ BEAM_HELPERS = (
     "_update_finished_beams",
     "_check_early_stop_heuristic",
 )
+# The step-to-step inputs `select_rows` knows: per-row masks, encoder outputs and caches (and the use_cache flag).
 KNOWN_MODEL_KWARGS = {"attention_mask", "decoder_attention_mask", "encoder_outputs", "use_cache", *ALL_CACHE_NAMES}
 
 
@@ -201,10 +201,13 @@ class CompactBeamSearchMixin:
             return "no cache, or model inputs this search does not know how to select rows of"
         if any(isinstance(value, Cache) and not rows_can_leave(value) for value in model_kwargs.values()):
             return "a cache that cannot drop rows (static or quantized layers)"
-        if any(not isinstance(p, (*ROW_LOCAL_PROCESSORS, SourceLengthLimit)) for p in logits_processor):
+        # exact types: a subclass may override __call__ with per-batch logic
+        if any(type(p) not in (*ROW_LOCAL_PROCESSORS, SourceLengthLimit) for p in logits_processor):
             return "a logits processor not known to be per-row"
-        if any(not isinstance(c, ROW_LOCAL_CRITERIA) for c in stopping_criteria):
-            return "a stopping criterion not known to be per-row"
+        if any(isinstance(getattr(p, "prompt_ignore_length", None), torch.Tensor) for p in logits_processor):
+            return "a repetition penalty with one prompt length per row"
+        if any(type(c) not in ROW_LOCAL_CRITERIA for c in stopping_criteria):
+            return "a stopping criterion not known to be per-row (or max_time)"
         return None
 
     def _beam_search(
@@ -242,9 +245,9 @@ class CompactBeamSearchMixin:
         running = torch.full((batch_size, num_beams, max_length), fill, dtype=torch.long, device=device)
         running[:, :, :prompt_length] = input_ids.view(batch_size, num_beams, prompt_length)
         finished = running.clone()
-        running_scores = torch.zeros(batch_size, num_beams, device=device)
+        running_scores = torch.zeros(batch_size, num_beams, dtype=torch.float, device=device)
         running_scores[:, 1:] = -1e9  # the beams of a sentence start identical: only the first one expands
-        finished_scores = torch.full((batch_size, num_beams), -1e9, device=device)
+        finished_scores = torch.full((batch_size, num_beams), -1e9, dtype=torch.float, device=device)
         is_finished = torch.zeros(batch_size, num_beams, dtype=torch.bool, device=device)
         may_improve = torch.ones(batch_size, 1, dtype=torch.bool, device=device)
         running_origins = torch.full((batch_size, num_beams, max_length - prompt_length), -1, dtype=torch.int32,
@@ -323,8 +326,8 @@ class CompactBeamSearchMixin:
             full = is_finished.all(dim=-1)
             all_may_improve[sentences], all_full[sentences] = may_improve[:, 0], full
             # transformers' stopping test over the whole batch (closed sentences keep the flags they closed with);
-            # its "every candidate hit a stopping criterion" can only come from max_length or max_time here, which
-            # stop the rows of closed sentences too.
+            # its "every candidate hit a stopping criterion" can only come from max_length here (end tokens are
+            # fewer than the candidates), which stops the rows of closed sentences too.
             if not (all_may_improve.any() and not (all_full.all() and early_stopping is True) and not stops.all()):
                 break
             # A sentence is closed when no finished beam can change any more: no improvement possible, or (with
@@ -337,14 +340,10 @@ class CompactBeamSearchMixin:
                 out_origins[sentences[closed]] = finished_origins[closed]
                 keep = (~closed).nonzero().squeeze(1)
                 rows = rows.view(open_count, num_beams)[keep].flatten()
-                running, running_scores, running_origins = running[keep], running_scores[keep], running_origins[keep]
-                finished, finished_scores = finished[keep], finished_scores[keep]
-                finished_origins, is_finished, may_improve = (
-                    finished_origins[keep],
-                    is_finished[keep],
-                    may_improve[keep],
-                )
-                sentences = sentences[keep]
+                state = (running, running_scores, running_origins, finished, finished_scores, finished_origins,
+                         is_finished, may_improve, sentences)  # fmt: skip
+                (running, running_scores, running_origins, finished, finished_scores, finished_origins,
+                 is_finished, may_improve, sentences) = (tensor[keep] for tensor in state)  # fmt: skip
                 model_kwargs = select_rows(model_kwargs, rows)
                 logits_processor = LogitsProcessorList(
                     p.select(keep) if isinstance(p, SourceLengthLimit) else p for p in logits_processor
@@ -372,7 +371,5 @@ __all__ = [
     "CompactBeamSearchMixin",
     "SourceLengthLimit",
     "SourceRelativeLengthMixin",
-    "rows_can_leave",
-    "select_rows",
     "source_lengths",
 ]

@@ -32,50 +32,82 @@ def transformers_generate(model, monkeypatch, **settings) -> torch.Tensor:
         return model.generate(**settings)
 
 
-SETTINGS = (
+SEARCH = (
     (2, 4),  # num_beams
     (1.0, 0.0, 2.0),  # length_penalty
     (False, True, "never"),  # early_stopping
-    ({"max_new_tokens": 10}, {"max_length_over_source": 2}, {"max_new_tokens": 10, "min_new_tokens": 3}),
 )
+END_FAVOURED = [[[2], 5.0]]  # sequence_bias on the end token: sentences end early and close by the heuristic
+LENGTHS = {  # name: (settings, whether sentences must leave the batch in some of its searches)
+    "max_new_tokens": ({"max_new_tokens": 10}, False),
+    "max_length_over_source": ({"max_length_over_source": 2}, True),
+    "min_new_tokens": ({"max_new_tokens": 10, "min_new_tokens": 3}, False),
+    "end favoured": ({"max_new_tokens": 10, "sequence_bias": END_FAVOURED}, True),
+    "two end tokens": (
+        {"max_new_tokens": 10, "eos_token_id": [2, 5], "sequence_bias": [[[2], 5.0], [[5], 3.0]]},
+        True,
+    ),
+    "processors": (
+        {
+            "max_new_tokens": 10,
+            "sequence_bias": END_FAVOURED,
+            "repetition_penalty": 1.5,
+            "no_repeat_ngram_size": 2,
+            "bad_words_ids": [[7]],
+        },
+        True,
+    ),
+}
 
 
+@pytest.mark.parametrize("lengths", LENGTHS)
 @pytest.mark.parametrize("model_type", MODELS)
-def test_compact_beam_search_equals_transformers_beam_search(model_type, monkeypatch):
+def test_compact_beam_search_equals_transformers_beam_search(model_type, lengths, monkeypatch):
     """Token for token, over the settings that decide when a sentence is done and what it returns, while closed
-    sentences do leave the batch (the decoder sees fewer rows)."""
+    sentences do leave the batch (the decoder sees fewer rows) wherever sentences end before the length limit."""
+    limit, must_drop = LENGTHS[lengths]
     decoder_rows, drops = [], []
     select_rows = generation.select_rows
     monkeypatch.setattr(
         generation, "select_rows", lambda kwargs, rows: (drops.append(1), select_rows(kwargs, rows))[1]
     )
-    compared = 0
     for seed in range(2):
         model = MODELS[model_type](seed)
         input_ids, attention_mask, _ = padded_batch(seed=seed, batch=6, source_length=9)
-        for num_beams, length_penalty, early_stopping, limit in itertools.product(*SETTINGS):
+        handle = model.register_forward_pre_hook(
+            lambda module, args, kwargs: decoder_rows.append(kwargs["decoder_input_ids"].shape[0]), with_kwargs=True
+        )
+        for num_beams, length_penalty, early_stopping in itertools.product(*SEARCH):
             settings = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams,
                             length_penalty=length_penalty, early_stopping=early_stopping,
                             num_return_sequences=min(2, num_beams), **limit)  # fmt: skip
-            handle = model.register_forward_pre_hook(
-                lambda module, args, kwargs: decoder_rows.append(kwargs["decoder_input_ids"].shape[0]),
-                with_kwargs=True,
-            )
             with torch.no_grad():
                 ours = model.generate(**settings)
-            handle.remove()
-            with torch.no_grad():
+                ours_calls = len(decoder_rows)
                 theirs = transformers_generate(model, monkeypatch, **settings)
+                del decoder_rows[ours_calls:]  # count ours' rows only
             assert ours.shape == theirs.shape and torch.equal(ours, theirs), settings
-            compared += 1
-    assert compared == 2 * 2 * 3 * 3 * 3
-    assert drops, "no sentence ever left the batch: the test does not exercise the compaction"
-    assert min(decoder_rows) < 6 * 2  # fewer rows than sentences times beams at some step
+        handle.remove()
+    if must_drop:
+        assert drops, "no sentence left the batch: this group does not exercise the compaction"
+        assert min(decoder_rows) < 6 * 2  # fewer rows than sentences times beams at some step
+
+
+def test_repetition_penalty_with_a_prompt_length_per_row_goes_to_transformers(monkeypatch):
+    """With a decoder_attention_mask, transformers gives the repetition penalty one prompt length per row; such a
+    processor cannot follow rows that leave, so the call runs transformers' beam search (it used to fail)."""
+    model = eos_prone_transformer(0)
+    input_ids, attention_mask, _ = padded_batch(batch=6, source_length=9)
+    settings = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_attention_mask=torch.ones(6, 1),
+                    num_beams=2, max_length_over_source=2, repetition_penalty=1.3)  # fmt: skip
+    with torch.no_grad():
+        ours = model.generate(**settings)
+        assert torch.equal(ours, transformers_generate(model, monkeypatch, **settings))
 
 
 def test_batch_dependent_settings_go_to_transformers_beam_search(monkeypatch):
     """Scores and beam indices (return_dict_in_generate) and processors not known to be per-row are laid out over
-    the whole batch: those calls run transformers' beam search, and say why."""
+    the whole batch, and max_time depends on speed: those calls run transformers' beam search, and say why."""
     model = eos_prone_transformer(0)
     input_ids, attention_mask, _ = padded_batch(batch=4)
 
@@ -95,9 +127,11 @@ def test_batch_dependent_settings_go_to_transformers_beam_search(monkeypatch):
         scored = model.generate(**settings, return_dict_in_generate=True, output_scores=True)
         processed = model.generate(**settings, logits_processor=LogitsProcessorList([ByBatchRow()]))
         plain = model.generate(**settings)
+        timed = model.generate(**settings, max_time=600.0)
     assert "return_dict_in_generate" in refusals[0]
     assert "logits processor" in refusals[1]
     assert refusals[2] is None
+    assert "max_time" in refusals[3] and torch.equal(timed, plain)
     with torch.no_grad():
         assert torch.equal(scored.sequences, transformers_generate(model, monkeypatch, **settings))
         assert torch.equal(plain, scored.sequences)
