@@ -13,8 +13,8 @@ generation config, takes precedence over it.
 transformers' beam search keeps every sentence of a batch in the decoder until the last one is done: a sentence
 whose best translations are final still has its beams run through the model at every step.
 `CompactBeamSearchMixin._beam_search` is transformers' algorithm step for step (its own helper functions do the
-scoring, selection and the early-stop test) on the sentences still open only: once no finished beam of a sentence
-can change, they are written out and its rows leave the decoder input, the cache and the encoder outputs. It
+scoring, selection and the early-stop test) on the sentences still open only: once none of a sentence's finished
+beams can change, they are written out and its rows leave the decoder input, the cache and the encoder outputs. It
 returns transformers' token ids for the settings it accepts; settings whose outputs, processors, criteria or cache
 depend on the batch layout or on time (`return_dict_in_generate`, sampling, `synced_gpus`, `max_time`, logits
 processors or stopping criteria it does not know to be per-row, static caches) go to transformers' own beam search.
