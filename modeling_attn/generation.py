@@ -267,9 +267,11 @@ class CompactBeamSearchMixin:
             model_kwargs = self._update_model_kwargs_for_generation(
                 outputs, model_kwargs, is_encoder_decoder=self.config.is_encoder_decoder
             )
-            logits = outputs.logits[:, -1, :].to(copy=True, dtype=torch.float32, device=device)
+            # transformers copies the logits to float32 first; log_softmax can cast them itself (same values), which
+            # saves a copy of a (rows, vocabulary) tensor per step
+            log_probs = nn.functional.log_softmax(outputs.logits[:, -1, :].to(device), dim=-1, dtype=torch.float32)
             del outputs
-            log_probs = logits_processor(flat_running, nn.functional.log_softmax(logits, dim=-1))
+            log_probs = logits_processor(flat_running, log_probs)
             open_count = running.shape[0]
             log_probs = (log_probs.view(open_count, num_beams, -1) + running_scores[:, :, None]).view(open_count, -1)
             top_scores, top_sequences, top_origins = self._get_top_k_continuations(
