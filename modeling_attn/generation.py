@@ -42,13 +42,13 @@ class SourceLengthLimit(LogitsProcessor):
     Hypotheses of one sentence (beams, samples) are consecutive rows of the decoder input, as in `generate()`.
     """
 
-    def __init__(self, limits: torch.Tensor, eos_token_id: int | list[int]):
+    def __init__(self, limits: torch.Tensor, eos_token_id: int | list[int] | torch.Tensor):
         self.limits = limits  # (B,)
-        self.eos_token_ids = torch.tensor([eos_token_id] if isinstance(eos_token_id, int) else list(eos_token_id))
+        self.eos_token_ids = torch.as_tensor(eos_token_id).reshape(-1)
 
     def select(self, sentences: torch.Tensor) -> SourceLengthLimit:
         """This processor for a batch of fewer sentences: the limits at positions `sentences` of `limits`."""
-        return SourceLengthLimit(self.limits[sentences.to(self.limits.device)], self.eos_token_ids.tolist())
+        return SourceLengthLimit(self.limits[sentences.to(self.limits.device)], self.eos_token_ids)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         per_row = self.limits.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.limits.shape[0])
