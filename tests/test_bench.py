@@ -186,6 +186,32 @@ def test_rnn_train_step_script_runs_on_tiny(capsys):
         module.main(["--preset", "tiny", "--reps", "1"])
 
 
+@pytest.mark.parametrize("preset", ["tiny", "multi30k-transformer"])  # post-LN and pre-LN
+def test_decode_step_script_matches_the_models_decoder(preset, capsys, monkeypatch):
+    """bench/decode_step.py's static-buffer step computes what the model's decoder does (its run fails otherwise),
+    for both layer-norm placements, and the check does fail on a step that differs."""
+    module = bench_script("decode_step")
+    flags = ["--preset", preset, "--rows", "6", "--steps", "4", "--max_length", "5", "--reps", "1", "--threads", "1"]
+    medians = module.main([*flags, "--no_compile"])
+    assert list(medians) == ["dynamic cache (generate's)", "static buffers"]
+    assert all(seconds > 0 for seconds in medians.values())
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith(f"preset {preset}, 6 rows") and len(lines) == 5
+
+    exact = module.static_step
+    monkeypatch.setattr(module, "static_step", lambda model, rows: lambda *a: exact(model, rows)(*a) * 1.001)
+    with pytest.raises(RuntimeError, match="static buffers: log-probabilities differ"):
+        module.main([*flags, "--no_compile"])
+
+
+def test_decode_step_script_refuses_what_it_cannot_measure():
+    module = bench_script("decode_step")
+    with pytest.raises(ValueError, match="--steps 9 exceeds --max_length 8"):
+        module.main(["--preset", "tiny", "--steps", "9", "--max_length", "8"])
+    with pytest.raises(ValueError, match="has model_type attn_rnn"):
+        module.main(["--preset", "rnn-tiny", "--steps", "2", "--max_length", "2", "--reps", "1"])
+
+
 @pytest.mark.parametrize("model_type", ["attn_transformer", "attn_rnn"])
 def test_beam_search_script_runs_on_a_tiny_saved_model(model_type, tmp_path, capsys):
     """bench/beam_search.py times ours against transformers' beam search (and Marian for a post-LN Transformer) on
