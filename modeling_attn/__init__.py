@@ -34,7 +34,8 @@ AttnRNNConfig.register_for_auto_class()
 AttnRNNModel.register_for_auto_class("AutoModel")
 AttnRNNForConditionalGeneration.register_for_auto_class("AutoModelForSeq2SeqLM")
 
-# transformers 5 has no translation pipeline; ours is saved into config.custom_pipelines by modeling_attn.hub.
+# transformers 5 has no translation pipeline; ours goes into config.custom_pipelines of every saved model
+# (remote_code.save_with_remote_code) and of save_for_hub folders, which need this registration.
 PIPELINE_REGISTRY.register_pipeline(
     "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
 )

@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     average.add_argument("--output_dir", required=True, help="where to save the averaged model")
     average.add_argument("--last", type=int, default=5, help="from a training folder, its last N checkpoints (5)")
     args = parser.parse_args(argv)
+    if args.command == "average" and args.last < 1:
+        average.error(f"argument --last: must be a positive integer, got {args.last}")
 
     if args.command == "preset":
         if args.name is None:

@@ -9,6 +9,8 @@ makes `generate()` force the end-of-sentence token once a translation has `sourc
 token included; the source length counts the source's own tokens, padding excluded). It replaces the config's
 `max_length`; an explicit `max_length` or `max_new_tokens` given to `generate()`, or `max_new_tokens` set in the
 generation config, takes precedence over it.
+A model with a position table (`config.max_position_embeddings`, the Transformer) caps the limit at the table's
+size: the decoder has no position for a longer translation.
 
 transformers' beam search keeps every sentence of a batch in the decoder until the last one is done: a sentence
 whose best translations are final still has its beams run through the model at every step.
@@ -102,6 +104,9 @@ class SourceRelativeLengthMixin:
             )
             + offset
         )
+        positions = getattr(self.config, "max_position_embeddings", None)
+        if positions is not None:  # the decoder has no position for a longer translation (start token at 0)
+            limits = limits.clamp(max=positions)
         processors = LogitsProcessorList(logits_processor or [])
         processors.append(SourceLengthLimit(limits, eos_token_id))
         max_length = int(limits.max()) + 1  # one more position than the longest limit: the decoder start token

@@ -71,7 +71,7 @@ from .inputs import (
 )
 from .loading import SafetensorsOnly
 from .masks import padding_mask
-from .remote_code import list_heads_in_auto_map
+from .remote_code import save_with_remote_code
 from .scores import build_score
 
 RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -373,9 +373,11 @@ class AttnRNNPreTrainedModel(SafetensorsOnly, PreTrainedModel):
     _no_split_modules = ["AttnRNNEncoder", "AttnRNNDecoder"]
 
     def save_pretrained(self, save_directory, **kwargs) -> None:
-        """Save weights (safetensors), config and code, with both heads in `auto_map`."""
-        list_heads_in_auto_map(self.config, AttnRNNModel, AttnRNNForConditionalGeneration)
-        super().save_pretrained(save_directory, **kwargs)
+        """Save weights (safetensors), config and code, with both heads in `auto_map` and the translation pipeline
+        (`remote_code.save_with_remote_code`)."""
+        save_with_remote_code(
+            self, save_directory, super().save_pretrained, AttnRNNModel, AttnRNNForConditionalGeneration, **kwargs
+        )
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:

@@ -56,7 +56,7 @@ from .inputs import (
 )
 from .loading import SafetensorsOnly
 from .masks import kept_rows, on_rows
-from .remote_code import list_heads_in_auto_map
+from .remote_code import save_with_remote_code
 
 
 def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
@@ -192,9 +192,16 @@ class AttnTransformerPreTrainedModel(SafetensorsOnly, PreTrainedModel):
     _supports_sdpa = True
 
     def save_pretrained(self, save_directory, **kwargs) -> None:
-        """Save weights (safetensors), config and code, with both heads in `auto_map`."""
-        list_heads_in_auto_map(self.config, AttnTransformerModel, AttnTransformerForConditionalGeneration)
-        super().save_pretrained(save_directory, **kwargs)
+        """Save weights (safetensors), config and code, with both heads in `auto_map` and the translation pipeline
+        (`remote_code.save_with_remote_code`)."""
+        save_with_remote_code(
+            self,
+            save_directory,
+            super().save_pretrained,
+            AttnTransformerModel,
+            AttnTransformerForConditionalGeneration,
+            **kwargs,
+        )
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:

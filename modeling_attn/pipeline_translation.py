@@ -1,9 +1,11 @@
 """`pipeline("translation", model=..., trust_remote_code=True)` for both model types.
 
-transformers 5 removed its translation pipeline. This one is registered with `PIPELINE_REGISTRY` when
-`modeling_attn` is imported, and travels with a checkpoint: `modeling_attn.hub.save_for_hub` saves it with the
-model, which writes `config.custom_pipelines["translation"]` and copies this file beside the model code, so a
-machine without this package builds it from the checkpoint (`trust_remote_code=True`).
+transformers 5 removed its translation pipeline and refuses the task name unless the model's config lists a
+pipeline for it. So this one travels with every checkpoint: the models' `save_pretrained`
+(`remote_code.save_with_remote_code`; `hub.save_for_hub` and `attn train` use it) writes
+`config.custom_pipelines["translation"]` and copies this file beside the model code, and
+`pipeline("translation", model=FOLDER_OR_REPO, trust_remote_code=True)` builds it from there, with or without this
+package installed. It is also registered with `PIPELINE_REGISTRY` when `modeling_attn` is imported.
 
 Input: a sentence, a list of sentences, or any iterable or dataset of sentences, as for every pipeline. Output, as
 transformers 4's pipeline: `[{"translation_text": ...}]` for a sentence (one dict per returned sequence with

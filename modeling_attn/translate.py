@@ -43,11 +43,13 @@ class TranslateError(ValueError):
 
 
 class SentenceTooLong(TranslateError):
-    """A sentence has more tokens than the model's position table; `row` is its index in the batch."""
+    """A sentence has more tokens than the model's position table. `row` is its index among the sentences given
+    (`translate_batch`'s batch, `evaluate`'s sources); `detail` is the message without that position."""
 
-    def __init__(self, message: str, row: int):
-        super().__init__(message)
+    def __init__(self, detail: str, row: int):
+        super().__init__(f"sentence {row} of the batch {detail}")
         self.row = row
+        self.detail = detail
 
 
 def _looks_local(name: str) -> bool:
@@ -134,9 +136,15 @@ def translate_batch(
         index = max(range(len(rows)), key=lambda i: lengths[i])
         sentence = sentences[rows[index]]
         raise SentenceTooLong(
-            f"sentence {rows[index]} of the batch ({sentence[:40]!r}{'...' if len(sentence) > 40 else ''}) has "
-            f"{lengths[index]} tokens, more than the model's max_position_embeddings={limit}; split it",
+            f"({sentence[:40]!r}{'...' if len(sentence) > 40 else ''}) has {lengths[index]} tokens, more than the "
+            f"model's max_position_embeddings={limit}; split it",
             rows[index],
+        )
+    new_tokens = generate_kwargs.get("max_new_tokens")  # asked for (--max_new_tokens); the config's is the model's
+    if limit is not None and new_tokens is not None and new_tokens > limit:
+        raise TranslateError(
+            f"max_new_tokens={new_tokens} is more than the model's max_position_embeddings={limit}: the decoder has "
+            f"no position for a longer translation; use at most {limit}"
         )
     if output_attentions:
         generate_kwargs.update(output_attentions=True, return_dict_in_generate=True)
@@ -252,7 +260,9 @@ def _input_lines(args: argparse.Namespace, files: contextlib.ExitStack) -> tuple
         total = sum(1 for _ in handle)
         handle.seek(0)
         return _decoded_lines(handle, args.input), total
-    return (line.rstrip("\r\n") for line in sys.stdin), None
+    if (stream := getattr(sys.stdin, "buffer", None)) is None:  # a text stream put in sys.stdin's place
+        return (line.rstrip("\r\n") for line in sys.stdin), None
+    return _decoded_lines(stream, "stdin"), None
 
 
 def _decoded_lines(handle, path: str) -> Iterator[str]:
@@ -264,7 +274,7 @@ def _decoded_lines(handle, path: str) -> Iterator[str]:
         except UnicodeDecodeError as error:
             raise TranslateError(
                 f"{path}:{number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
-                "re-encode the file as UTF-8"
+                "re-encode it as UTF-8"
             ) from None
         yield line.rstrip("\r\n")
 
@@ -308,8 +318,10 @@ def _translate(args: argparse.Namespace) -> int:
                     model, tokenizer, batch, output_attentions=any(wanted), **overrides
                 )
             except SentenceTooLong as error:
-                where = f"{args.input}:{number + error.row + 1}" if args.input and args.input != "-" else "input"
-                raise TranslateError(f"{where}: {error}") from None
+                line = number + error.row + 1
+                from_file = args.input and args.input != "-"
+                where = f"{args.input}:{line}" if from_file else f"argument {line}" if args.text else f"stdin:{line}"
+                raise TranslateError(f"{where}: the sentence {error.detail}") from None
             for offset, translation in enumerate(translations):
                 print(translation, flush=True)
                 if attentions is not None:
@@ -344,7 +356,12 @@ def evaluate(
         batches = tqdm(
             batches, total=-(-len(sources) // batch_size), unit="batch", desc="translating", file=sys.stderr
         )
-    hypotheses = [text for batch in batches for text in translate_batch(model, tokenizer, batch, **generate_kwargs)[0]]
+    hypotheses: list[str] = []
+    for batch in batches:
+        try:
+            hypotheses += translate_batch(model, tokenizer, batch, **generate_kwargs)[0]
+        except SentenceTooLong as error:  # its index among all the sources, not in the batch
+            raise SentenceTooLong(error.detail, len(hypotheses) + error.row) from None
     return translation_scores(hypotheses, references, lowercase=writes_lowercase(tokenizer)), hypotheses
 
 
@@ -363,7 +380,7 @@ def evaluate_parser() -> argparse.ArgumentParser:
     parser.add_argument("--source_lang", help="source language code (file suffix / JSON key)")
     parser.add_argument("--target_lang", help="target language code")
     parser.add_argument("--split", default="test", choices=["train", "validation", "test"], help="split (test)")
-    parser.add_argument("--max_samples", type=int, help="score only the first N pairs")
+    parser.add_argument("--max_samples", type=_positive_int, help="score only the first N pairs")
     parser.add_argument("--output", help="also write the JSON to this file")
     parser.add_argument("--hypotheses", help="write the translations to this file, one per line")
     return parser
@@ -390,9 +407,17 @@ def evaluate_main(argv: list[str] | None = None) -> int:
         return 2
     overrides = generation_overrides(args)
     start = time.perf_counter()
-    scores, hypotheses = evaluate(
-        model, tokenizer, list(table["source"]), list(table["target"]), args.batch_size, progress=True, **overrides
-    )
+    try:
+        scores, hypotheses = evaluate(
+            model, tokenizer, list(table["source"]), list(table["target"]), args.batch_size, progress=True, **overrides
+        )
+    except SentenceTooLong as error:
+        where = f"the {args.split} split of {args.data or 'the embedded dates task'}, pair {error.row + 1}"
+        print(f"attn evaluate: error: {where}: the source sentence {error.detail}", file=sys.stderr)
+        return 2
+    except TranslateError as error:
+        print(f"attn evaluate: error: {error}", file=sys.stderr)
+        return 2
     settings = {
         key: overrides.get(key, getattr(model.generation_config, key, None))
         for key in ("num_beams", "length_penalty", "max_length", "max_new_tokens")

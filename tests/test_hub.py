@@ -280,6 +280,22 @@ def test_translation_pipeline_locally_batched(hub):
         translator(SENTENCES[0], return_dict_in_generate=True)
 
 
+@pytest.mark.parametrize("model_type", ["attn_transformer", "attn_rnn"])
+def test_translation_pipeline_on_any_saved_folder(model_type, tmp_path):
+    """`save_pretrained` alone (what `attn train` writes) carries the pipeline: transformers 5 refuses the task
+    name "translation" unless the folder's config lists a pipeline for it."""
+    folder = save_tiny_model(tmp_path / model_type, model_type)
+    config = json.loads((folder / "config.json").read_text())
+    assert config["custom_pipelines"]["translation"]["impl"] == "pipeline_translation.TranslationPipeline"
+    assert (folder / "pipeline_translation.py").is_file()
+    translator = pipeline("translation", model=str(folder), trust_remote_code=True)
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    expected = translate_batch(model, tokenizer, SENTENCES)[0]
+    assert [r["translation_text"] for r in translator(SENTENCES, batch_size=2)] == expected
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        pipeline("translation", model=str(folder))
+
+
 def test_translations_stop_at_source_length_plus_offset():
     limit = SourceLengthLimit(torch.tensor([3, 5]), eos_token_id=2)
     scores = torch.zeros(4, 6)  # 2 sentences x 2 beams, vocabulary of 6
@@ -310,6 +326,23 @@ def test_generate_limits_each_sentence_to_its_source_length_plus_offset(num_beam
     # An explicit max_new_tokens takes precedence over the per-sentence limit.
     with torch.no_grad():
         assert model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=2).shape[1] <= 3
+
+
+@pytest.mark.parametrize("num_beams", [1, 3])
+def test_the_source_relative_limit_stops_at_the_end_of_the_position_table(num_beams):
+    """Source length + 50 would run the decoder past a 12-position table (a ValueError mid-generation); the limit is
+    capped at the table instead, and an untrained model that never ends on its own is stopped there."""
+    model = tiny_model(max_position_embeddings=12)
+    model.generation_config.update(num_beams=num_beams, eos_token_id=2, pad_token_id=0)
+    model.generation_config.max_length_over_source = 50
+    input_ids, attention_mask, _ = padded_batch(batch=3, source_length=7)
+    with torch.no_grad():
+        output = model.generate(input_ids=input_ids, attention_mask=attention_mask)
+    assert output.shape[1] <= 12 + 1  # the decoder start token and at most 12 tokens
+    lengths = [row[1:].tolist().index(2) + 1 for row in output]  # every translation ends with the end token
+    assert max(lengths) == 12  # ... and the cap, not the model, ended at least one
+    with torch.no_grad(), pytest.raises(ValueError, match="exceeds max_position_embeddings=12"):
+        model.generate(input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=13, min_new_tokens=13)
 
 
 def test_a_missing_shard_is_not_reported_as_missing_safetensors(tmp_path):

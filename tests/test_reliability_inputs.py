@@ -42,6 +42,7 @@ from modeling_attn.cli import main as cli_main
 from training.averaging import load_weights
 from training.data import DataError, load_parallel_data
 from training.tokenizer import train_bpe_tokenizer
+from training.train import build_model, parse_args
 
 CORPUS = ["the cat sat on the mat", "a dog ran in the park", "1987-03-03", "the 4th of July 1776"] * 5
 SPECIAL = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
@@ -193,6 +194,20 @@ def run_cli(argv: list[str]) -> tuple[int, str]:
     return status, stderr.getvalue()
 
 
+LONG = "the cat sat on the mat " * 4  # more tokens than the world's models' 16 positions
+
+
+def long_pair_folder(root: Path) -> Path:
+    """Data whose validation split has a source sentence too long for the world's models as its third pair."""
+    folder = root / "long_pair"
+    folder.mkdir()
+    (folder / "train.en").write_text("the cat\n")
+    (folder / "train.de").write_text("die Katze\n")
+    (folder / "valid.en").write_text(f"the cat\na dog\n{LONG}\n")
+    (folder / "valid.de").write_text("die Katze\nein Hund\nx\n")
+    return folder
+
+
 def tsv_folder(root: Path, pairs: int = 20) -> Path:
     folder = root / "tsv"
     folder.mkdir(exist_ok=True)
@@ -213,8 +228,19 @@ CLI_CASES = [
     (lambda w, t: ["translate", "--model", str(w.model), "--input", str(w.root / "latin1.txt")],
      r"latin1\.txt:2: not valid UTF-8 \(byte 0xe9 at column 8\)"),
     (lambda w, t: ["translate", "--model", str(w.model), "--input", str(w.root / "long.txt")],
-     r"long\.txt:2: sentence 1 of the batch \('the cat sat on the mat the cat sat on th'\.\.\.\) has \d+ tokens, "
+     r"long\.txt:2: the sentence \('the cat sat on the mat the cat sat on th'\.\.\.\) has \d+ tokens, "
      r"more than the model's max_position_embeddings=16"),
+    (lambda w, t: ["translate", "--model", str(w.model), "--batch_size", "2", "a", "b", "c", LONG],
+     r"argument 4: the sentence \('the cat sat on the mat the cat sat on th'\.\.\.\) has \d+ tokens"),
+    (lambda w, t: ["translate", "--model", str(w.model), "--max_new_tokens", "17", "x"],
+     r"max_new_tokens=17 is more than the model's max_position_embeddings=16: the decoder has no position"),
+    (lambda w, t: ["evaluate", "--model", str(w.model), "--data", str(long_pair_folder(t)), "--source_lang", "en",
+                   "--target_lang", "de", "--split", "validation", "--batch_size", "2"],
+     r"the validation split of .*long_pair, pair 3: the source sentence \('the cat sat on the mat the cat sat on th'"),
+    (lambda w, t: ["evaluate", "--model", str(w.model), "--max_samples", "0"],
+     "argument --max_samples: must be a positive integer, got 0"),
+    (lambda w, t: ["average", str(t), "--last", "0", "--output_dir", str(t / "avg")],
+     "argument --last: must be a positive integer, got 0"),
     (lambda w, t: ["translate", "--model", str(w.model), "--batch_size", "0", "x"],
      "argument --batch_size: must be a positive integer, got 0"),
     (lambda w, t: ["translate", "--model", str(w.model), "--num_beams", "0", "x"],
@@ -241,6 +267,21 @@ def test_command_line(argv, pattern, world, tmp_path):
     assert re.search(rf"attn \w+: error: .*{pattern}", stderr), stderr
 
 
+@pytest.mark.parametrize(
+    ("stdin", "pattern"),
+    [
+        (b"the cat\nthe caf\xe9\n", r"stdin:2: not valid UTF-8 \(byte 0xe9 at column 8\)"),
+        (f"a\n\n{LONG}\n".encode(), r"stdin:3: the sentence \('the cat sat on the mat the cat sat on th'"),
+    ],
+)
+def test_stdin_errors_name_the_line(stdin, pattern, world, monkeypatch):
+    """Lines on stdin are read as bytes and decoded like a file's: bad bytes and long sentences name stdin:LINE."""
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    status, stderr = run_cli(["translate", "--model", str(world.model), "--batch_size", "2"])
+    assert status == 2 and "Traceback" not in stderr, stderr
+    assert re.search(rf"attn translate: error: {pattern}", stderr), stderr
+
+
 TRAIN_CASES = [
     # (extra argv, error type, pattern): these stop with an exception before any training step
     (["--preset", "huge"], ValueError, r"unknown preset 'huge'; available presets: \[.*'tiny'"),
@@ -248,7 +289,38 @@ TRAIN_CASES = [
     (["--max_tokens_per_batch", "4"], ValueError,
      r"--max_tokens_per_batch 4 cannot hold training pair \d+ \(\d+ source / \d+ target tokens\)"),
     (["--resume_from_checkpoint", "last"], ValueError, r"--resume_from_checkpoint: no checkpoint in .*out"),
+    (["--max_train_samples", "0"], ValueError, r"--max_train_samples must be a positive integer, got 0"),
+    (["--max_predict_samples", "-2"], ValueError, r"--max_predict_samples must be a positive integer, got -2"),
 ]  # fmt: skip
+
+
+FINE_TUNE_CASES = [
+    # (extra argv after --model_name_or_path WORLD_MODEL, pattern of the ValueError)
+    (["--preset", "big"], r"--preset big builds a new model, --model_name_or_path fine-tunes .*model with its own"),
+    (["--model_type", "attn_rnn"], r"--model_type is attn_rnn, but --model_name_or_path .*model is attn_transformer"),
+    (["--config_overrides", "dropout=0.2,colour=1"], r"--config_overrides: \['colour'\] are not fields of the config"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("extra", "pattern"), FINE_TUNE_CASES)
+def test_fine_tuning_refuses_what_describes_a_new_model(extra, pattern, world, tmp_path):
+    argv = ["--data", str(tsv_folder(tmp_path)), "--output_dir", str(tmp_path / "out"), *TRAIN[2:]]
+    recipe, _ = parse_args([*argv, "--model_name_or_path", str(world.model), *extra])
+    with pytest.raises(ValueError, match=pattern):
+        build_model(recipe, world.tokenizer)
+
+
+def test_fine_tuning_applies_config_overrides_to_the_loaded_model(world, tmp_path):
+    argv = ["--data", str(tsv_folder(tmp_path)), "--output_dir", str(tmp_path / "out"), *TRAIN[2:]]
+    recipe, _ = parse_args([*argv, "--model_name_or_path", str(world.model), "--config_overrides", "dropout=0.25"])
+    model = build_model(recipe, world.tokenizer)
+    saved = AutoModelForSeq2SeqLM.from_pretrained(world.model)
+    assert (model.config.dropout, saved.config.dropout) == (0.25, tiny_config().dropout)
+    assert all(
+        torch.equal(a, b) for a, b in zip(model.state_dict().values(), saved.state_dict().values(), strict=True)
+    )
+    recipe, _ = parse_args([*argv, "--model_name_or_path", str(world.model), "--model_type", "attn_transformer"])
+    assert build_model(recipe, world.tokenizer).config.model_type == "attn_transformer"
 
 
 @pytest.mark.parametrize(("extra", "error", "pattern"), TRAIN_CASES)

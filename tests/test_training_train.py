@@ -29,7 +29,7 @@ from modeling_attn.cli import main as attn
 from modeling_attn.presets import load_preset
 from training.data import DataError
 from training.synthetic import generate_pairs
-from training.train import cli_main, main, paper_learning_rate, paper_schedule, parse_args
+from training.train import cli_main, main, paper_learning_rate, paper_schedule, paper_warmup_steps, parse_args
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -87,6 +87,19 @@ def test_paper_defaults_and_learning_rate_schedule(tmp_path):
         rate = args.learning_rate * trainer.lr_scheduler.lr_lambdas[0](step)
         assert rate == pytest.approx(paper_schedule(step, d_model, 4000), rel=1e-12), step
     assert paper_schedule(4000, d_model, 4000) == pytest.approx(d_model**-0.5 * 4000**-0.5)
+
+
+def test_a_warmup_ratio_sets_the_paper_rate_from_trainers_warmup_steps(tmp_path):
+    """--warmup_steps below 1 is Trainer's ratio of the training steps; the paper's peak rate uses the same count."""
+    common = ["--output_dir", str(tmp_path), "--data", "unused", "--report_to", "none", "--eval_strategy", "no"]
+    _, args = parse_args([*common, "--warmup_steps", "0.1", "--max_steps", "4000"])
+    assert paper_warmup_steps(args) == args.get_warmup_steps(4000) == 400
+    _, args = parse_args([*common, "--warmup_steps", "400", "--max_steps", "4000"])
+    assert paper_warmup_steps(args) == 400
+    with pytest.raises(ValueError, match=r"--warmup_steps 0\.1 is a ratio .* give --max_steps"):
+        parse_args([*common, "--warmup_steps", "0.1"])
+    _, args = parse_args([*common, "--warmup_steps", "0.1", "--learning_rate", "0.001"])  # no rate to compute
+    assert args.learning_rate == 0.001
 
 
 def test_bad_data_stops_before_training_naming_file_and_line(tmp_path, capsys):

@@ -33,6 +33,7 @@ import torch
 import transformers
 import yaml
 from transformers import (
+    AutoConfig,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
     DataCollatorForSeq2Seq,
@@ -156,6 +157,19 @@ def paper_learning_rate(d_model: int, warmup_steps: int) -> float:
     return d_model**-0.5 * max(warmup_steps, 1) ** -0.5
 
 
+def paper_warmup_steps(training_args: Seq2SeqTrainingArguments) -> int:
+    """The warmup steps of Eq. 3, as Trainer counts them: `--warmup_steps` below 1 is a ratio of the training steps."""
+    warmup = training_args.warmup_steps
+    if 0 < warmup < 1:
+        if training_args.max_steps <= 0:
+            raise ValueError(
+                f"--warmup_steps {warmup} is a ratio of the training steps, which the paper's learning rate needs "
+                "before training starts: give --max_steps, a whole number of --warmup_steps, or --learning_rate"
+            )
+        return training_args.get_warmup_steps(training_args.max_steps)
+    return int(warmup)
+
+
 def paper_schedule(step: int, d_model: int, warmup_steps: int) -> float:
     """Eq. 3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (0 at step 0)."""
     if step == 0:
@@ -190,6 +204,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqT
                          "for each epoch's segmentation")  # fmt: skip
     # Marks a --learning_rate given by the user; otherwise it is computed from d_model (paper_learning_rate).
     training_args.learning_rate_given = "learning_rate" in given
+    recipe.model_type_given = "model_type" in given  # a fine-tuned model's type must match only when asked for
+    for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
+        if (value := getattr(recipe, name)) is not None and value < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {value}")
+    if not training_args.learning_rate_given:
+        paper_warmup_steps(training_args)  # a warmup ratio needs --max_steps: refused here, before any work
     if training_args.resume_from_checkpoint in ("True", "true", "last"):
         if not Path(training_args.output_dir).is_dir():
             raise ValueError(f"--resume_from_checkpoint: --output_dir {training_args.output_dir} does not exist")
@@ -262,7 +282,7 @@ def build_tokenizer(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgum
 def build_model(recipe: RecipeArguments, tokenizer: PreTrainedTokenizerBase):
     """The model to fine-tune (`--model_name_or_path`), or a new one from `--preset` sized to the tokenizer."""
     if recipe.model_name_or_path is not None:
-        return AutoModelForSeq2SeqLM.from_pretrained(recipe.model_name_or_path)
+        return pretrained_model(recipe)
     preset = recipe.preset or DEFAULT_PRESETS[recipe.model_type]
     overrides = _parse_overrides(recipe.config_overrides)
     fields = {field.name for field in dataclasses.fields(CONFIG_CLASSES[load_preset(preset).model_type])}
@@ -281,6 +301,28 @@ def build_model(recipe: RecipeArguments, tokenizer: PreTrainedTokenizerBase):
     if config.model_type != recipe.model_type:
         raise ValueError(f"preset {preset!r} is a {config.model_type} model but --model_type is {recipe.model_type}")
     return AutoModelForSeq2SeqLM.from_config(config)
+
+
+def pretrained_model(recipe: RecipeArguments):
+    """The model of `--model_name_or_path`, its config changed by `--config_overrides` (dropout, say); `--preset` and
+    a `--model_type` other than the model's are refused (they describe a new model)."""
+    path = recipe.model_name_or_path
+    if recipe.preset is not None:
+        raise ValueError(
+            f"--preset {recipe.preset} builds a new model, --model_name_or_path fine-tunes {path} with its own "
+            "config: give one of them (--config_overrides changes the fine-tuned model's config)"
+        )
+    config = AutoConfig.from_pretrained(path)
+    given = getattr(recipe, "model_type_given", recipe.model_type != RecipeArguments.model_type)  # parse_args sets it
+    if given and config.model_type != recipe.model_type:
+        raise ValueError(
+            f"--model_type is {recipe.model_type}, but --model_name_or_path {path} is {config.model_type}"
+        )
+    overrides = _parse_overrides(recipe.config_overrides)
+    fields = {field.name for field in dataclasses.fields(type(config))}
+    if unknown := sorted(set(overrides) - fields):
+        raise ValueError(f"--config_overrides: {unknown} are not fields of the config of {path} ({config.model_type})")
+    return AutoModelForSeq2SeqLM.from_pretrained(path, **overrides)
 
 
 def tokenize_splits(parallel: ParallelData, tokenizer: PreTrainedTokenizerBase, recipe: RecipeArguments):
@@ -397,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if not training_args.learning_rate_given:
         d_model = getattr(model.config, "d_model", None) or model.config.hidden_size
-        training_args.learning_rate = paper_learning_rate(d_model, int(training_args.warmup_steps))
+        training_args.learning_rate = paper_learning_rate(d_model, paper_warmup_steps(training_args))
     if training_args.generation_max_length is None:
         longest = max(len(ids) for ids in tokenized["train"]["labels"])
         training_args.generation_max_length = min(int(1.5 * longest) + 10, recipe.max_target_length + 10)
