@@ -113,7 +113,7 @@ class RecipeArguments:
         default=None, metadata={"help": "Model preset (`attn preset` lists them); default small / rnn-small."}
     )
     config_overrides: str | None = field(
-        default=None, metadata={"help": "Model config values over the preset, e.g. 'dropout=0,d_model=256'."}
+        default=None, metadata={"help": "Config values over the preset or the fine-tuned model's, e.g. 'dropout=0.3'."}
     )
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Fine-tune this model (local folder or Hub id) and keep its tokenizer."}
