@@ -33,8 +33,8 @@ from transformers import GenerationMixin
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402  (this folder's modules)
 
-from modeling_attn.convert_marian import MarianConversionError, attn_to_marian  # noqa: E402
-from modeling_attn.translate import load_model  # noqa: E402
+from modeling_attn.app.convert_marian import MarianConversionError, attn_to_marian  # noqa: E402
+from modeling_attn.translation import load_model  # noqa: E402
 
 
 @contextlib.contextmanager

@@ -158,7 +158,8 @@ def attention_from_generate(
 # -- figures ---------------------------------------------------------------------------------------------------
 
 
-def _figure_class() -> type[Figure]:
+def figure_class() -> type[Figure]:
+    """matplotlib's `Figure`; an ImportError naming the extra to install when matplotlib is missing."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -205,7 +206,7 @@ def plot_alignment(
     target_length, source_length = panels[0].shape
     width = len(panels) * (1.2 + _CELL * source_length) + 1.0
     height = 1.6 + _CELL * target_length
-    figure = _figure_class()(figsize=(width, height), layout="constrained")
+    figure = figure_class()(figsize=(width, height), layout="constrained")
     axes = figure.subplots(1, len(panels), squeeze=False)[0]
     for number, (panel, axis) in enumerate(zip(panels, axes, strict=True)):
         image = _draw(
@@ -240,7 +241,7 @@ def plot_self_attention(
         weights = weights.masked_fill(future, float("nan"))
     num_layers, num_heads, length, _ = weights.shape
     panel = 0.6 + _CELL * length
-    figure = _figure_class()(figsize=(num_heads * panel + 1.5, num_layers * panel + 1.0), layout="constrained")
+    figure = figure_class()(figsize=(num_heads * panel + 1.5, num_layers * panel + 1.0), layout="constrained")
     grid = figure.subplots(num_layers, num_heads, squeeze=False)
     for layer in range(num_layers):
         for head in range(num_heads):

@@ -1,4 +1,5 @@
-"""Share a trained model on the Hugging Face Hub: `attn push`, `push_to_hub()`, and the files they upload.
+"""Share a trained model on the Hugging Face Hub: `push_to_hub()` (used by `attn push` and `attn train
+--push_to_hub`), and the files it uploads.
 
 `save_for_hub(model_dir, folder)` writes exactly what is uploaded, and `push_to_hub` uploads what it wrote:
 - safetensors weights, `config.json` with `auto_map` (both heads) and `custom_pipelines` (the translation pipeline),
@@ -18,7 +19,6 @@ The evaluation JSON is what `attn evaluate --output FILE` writes, the `test_resu
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import tempfile
@@ -31,7 +31,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig,
 
 from .generation import SOURCE_LIMIT_FIELD
 from .pipeline_translation import TranslationPipeline
-from .translate import check_tokenizer_fits
+from .translation import check_tokenizer_fits
 
 PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6, SOURCE_LIMIT_FIELD: 50, "early_stopping": True}
 RESULTS_FILE = "test_results.json"
@@ -269,30 +269,4 @@ def push_to_hub(
     return commit.commit_url
 
 
-def push_main(argv: list[str] | None = None) -> int:
-    """`attn push --model DIR --repo-id ID [--private] [--revision BRANCH] [--results FILE] [--save-to DIR]`."""
-    parser = argparse.ArgumentParser(prog="attn push", description="Upload a trained model to the Hugging Face Hub.")
-    parser.add_argument("--model", required=True, help="folder of the trained model (attn train --output_dir)")
-    parser.add_argument("--repo-id", "--repo_id", dest="repo_id", required=True, help="Hub repository, user/name")
-    parser.add_argument("--private", action="store_true", default=None, help="create the repository as private")
-    parser.add_argument("--revision", help="branch to push to (created if needed); default: main")
-    parser.add_argument("--results", help=f"evaluation JSON for the card (default: the model's {RESULTS_FILE})")
-    parser.add_argument("--token", help="Hub token (default: the one of `hf auth login` or HF_TOKEN)")
-    parser.add_argument("--commit-message", "--commit_message", dest="commit_message")
-    parser.add_argument(
-        "--save-to", "--save_to", dest="save_to", help="write the files that would be uploaded here, upload nothing"
-    )
-    args = parser.parse_args(argv)
-    if not Path(args.model).is_dir():
-        parser.error(f"--model {args.model}: no such folder")
-    if args.save_to:
-        folder = save_for_hub(args.model, args.save_to, args.repo_id, args.results)
-        print(f"wrote {', '.join(sorted(p.name for p in folder.iterdir()))} to {folder}")
-        return 0
-    url = push_to_hub(args.model, args.repo_id, args.private, args.revision, args.token, args.results,
-                      args.commit_message)  # fmt: skip
-    print(f"pushed {args.model} to {url}")
-    return 0
-
-
-__all__ = ["model_card", "paper_generation_config", "push_main", "push_to_hub", "read_results", "save_for_hub"]
+__all__ = ["model_card", "paper_generation_config", "push_to_hub", "read_results", "save_for_hub"]

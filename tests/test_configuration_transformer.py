@@ -7,7 +7,7 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig
 
 from modeling_attn import AttnTransformerConfig
-from modeling_attn.cli import main as cli_main
+from modeling_attn.app.cli import main as cli_main
 from modeling_attn.presets import available_presets, load_preset
 
 

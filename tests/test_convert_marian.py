@@ -27,8 +27,8 @@ from transformers import (
 )
 
 from modeling_attn import AttnTransformerForConditionalGeneration
-from modeling_attn.cli import main as cli
-from modeling_attn.convert_marian import (
+from modeling_attn.app.cli import main as cli
+from modeling_attn.app.convert_marian import (
     MarianConversionError,
     attn_to_marian,
     convert_marian_folder,

@@ -16,8 +16,8 @@ from tasks import EOS, fit_reverse_task, one_thread, reverse_task
 from tiny import tiny_model
 
 from modeling_attn import AttnTransformerConfig, AttnTransformerForConditionalGeneration
-from modeling_attn.cli import main as cli
-from modeling_attn.export_ctranslate2 import CTranslate2Translator, export_ctranslate2
+from modeling_attn.app.cli import main as cli
+from modeling_attn.app.export_ctranslate2 import CTranslate2Translator, export_ctranslate2
 
 pytest.importorskip(
     "ctranslate2", reason="the CTranslate2 export needs ctranslate2 (pip install modeling-attn[interop])"

@@ -19,6 +19,7 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration
+from modeling_attn.app.translate import translate_main
 from modeling_attn.heatmaps import (
     attention_from_generate,
     bertviz_data,
@@ -26,7 +27,6 @@ from modeling_attn.heatmaps import (
     plot_self_attention,
     save_bertviz_json,
 )
-from modeling_attn.translate import translate_main
 
 needs_matplotlib = pytest.mark.skipif(
     importlib.util.find_spec("matplotlib") is None, reason="attention pictures need the [plot] extra (matplotlib)"

@@ -23,10 +23,10 @@ from tiny import padded_batch, tiny_model
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from modeling_attn import AttnRNNForConditionalGeneration, AttnTransformerForConditionalGeneration
-from modeling_attn.cli import main as attn
+from modeling_attn.app.cli import main as attn
 from modeling_attn.generation import SourceLengthLimit
 from modeling_attn.hub import paper_generation_config, push_to_hub, read_results, save_for_hub
-from modeling_attn.translate import translate_batch
+from modeling_attn.translation import translate_batch
 
 REPOS = {"attn_transformer": "org/tiny-transformer", "attn_rnn": "org/tiny-rnn"}
 CODE_MARKER = '\nCODE_REVISION_MARKER = "v2"\n'

@@ -2,7 +2,7 @@
 wrong and where (config field, file and line, token id, tensor shape), never an index error deep inside.
 
 Four layers, one table each: the model (tensors in, both model types), the command line (`attn translate`,
-`attn evaluate`, `attn train`, `attn average` through `modeling_attn.cli.main`), the data loaders (training/data.py)
+`attn evaluate`, `attn train`, `attn average` through `modeling_attn.app.cli.main`), the data loaders (training/data.py)
 and loading (config.json, safetensors, tokenizer, model type).
 
 Covered elsewhere, not repeated here (they count towards the catalogue, 64 cases): tests/test_inputs.py (token id
@@ -38,7 +38,7 @@ from modeling_attn import (
     AttnRNNForConditionalGeneration,
     AttnTransformerForConditionalGeneration,
 )
-from modeling_attn.cli import main as cli_main
+from modeling_attn.app.cli import main as cli_main
 from training.averaging import load_weights
 from training.data import DataError, load_parallel_data
 from training.tokenizer import train_bpe_tokenizer

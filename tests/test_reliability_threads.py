@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from tiny import spread_tiny_rnn, tiny_model
 
-from modeling_attn.translate import translate_batch
+from modeling_attn.translation import translate_batch
 from training.tokenizer import train_bpe_tokenizer
 
 WORDS = [

@@ -6,7 +6,7 @@ import torch
 from transformers import AutoModelForSeq2SeqLM
 
 import modeling_attn  # noqa: F401
-from modeling_attn.cli import main as attn
+from modeling_attn.app.cli import main as attn
 from modeling_attn.presets import load_preset
 from training.averaging import average_checkpoints, find_checkpoints
 

@@ -25,7 +25,7 @@ from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer
 
 import modeling_attn  # noqa: F401
-from modeling_attn.cli import main as attn
+from modeling_attn.app.cli import main as attn
 from modeling_attn.presets import load_preset
 from training.data import DataError
 from training.synthetic import generate_pairs

@@ -1,4 +1,4 @@
-"""`attn translate` and `attn evaluate` (modeling_attn/translate.py) on tiny saved models of both types, each with a
+"""`attn translate` and `attn evaluate` (modeling_attn/app/translate.py, modeling_attn/translation.py) on tiny saved models of both types, each with a
 real BPE tokenizer trained by the recipe's `train_bpe_tokenizer`.
 
 Reference checks: the command's output equals `model.generate` run in Python one sentence at a time, for stdin,
@@ -19,7 +19,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration, AttnTransformerConfig
 from modeling_attn import AttnTransformerForConditionalGeneration as Transformer
-from modeling_attn.translate import evaluate_main, load_model, translate, translate_main
+from modeling_attn.app.translate import evaluate_main, translate_main
+from modeling_attn.translation import load_model, translate
 from training.tokenizer import train_bpe_tokenizer
 
 CORPUS = [
@@ -168,7 +169,7 @@ def test_translate_streams_batch_by_batch(model_dir):
 def test_attn_translate_command_on_stdin(model_dir):
     """The installed command line end to end: `attn translate` in a new process, sentences on stdin."""
     result = subprocess.run(
-        [sys.executable, "-m", "modeling_attn.cli", "translate", "--model", str(model_dir), "--batch_size", "4"],
+        [sys.executable, "-m", "modeling_attn.app.cli", "translate", "--model", str(model_dir), "--batch_size", "4"],
         input="\n".join(SENTENCES) + "\n",
         capture_output=True,
         text=True,
@@ -182,7 +183,7 @@ def test_a_closed_pipe_ends_translate_quietly(model_dir, tmp_path):
     source = tmp_path / "many.txt"
     source.write_text("\n".join(SENTENCES * 400) + "\n")  # still translating when the reader leaves
     process = subprocess.Popen(
-        [sys.executable, "-m", "modeling_attn.cli", "translate", "--model", str(model_dir), "--input", str(source),
+        [sys.executable, "-m", "modeling_attn.app.cli", "translate", "--model", str(model_dir), "--input", str(source),
          "--batch_size", "4", "--num_beams", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -359,7 +359,7 @@ def _write_alignment_picture(trainer: TranslationTrainer, sentence: str, path: P
         logger.info("FSDP/DeepSpeed: no attention picture (the model is sharded)")
         return
     from modeling_attn.heatmaps import plot_alignment
-    from modeling_attn.translate import translate_batch
+    from modeling_attn.translation import translate_batch
 
     model = trainer.model.eval()
     backend = model.config._attn_implementation

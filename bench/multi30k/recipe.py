@@ -9,7 +9,7 @@
    in place from `--data` (default `../shared/data/multi30k`); its test split is `test_2016_flickr`. Training ends
    with the average of the last checkpoints (the flags' `average_last_n`), saved in `--output_dir`.
 2. Test: the saved model translates test2016 with `--num_beams` (5, as the reference), via
-   `modeling_attn.translate.evaluate`, with the length penalty of `--length_penalties` that scores best on the
+   `modeling_attn.app.translate.evaluate`, with the length penalty of `--length_penalties` that scores best on the
    validation split (lowercased tokenized BLEU; 0.6, 1.0, 1.5, 2.0 by default; the choice is written into the model's
    generation_config.json). The test split plays no part in the choice.
 3. Scores: sacreBLEU (cased, 13a) and chrF on the raw text, with signatures, and BLEU on lowercased Moses-tokenized
@@ -87,8 +87,8 @@ def train(args: argparse.Namespace, extra: list[str]) -> tuple[list[str], float]
 
 def evaluate(args: argparse.Namespace) -> dict:
     """Translate test2016 with the model in --output_dir and score it (sacreBLEU, chrF, lowercased tokenized BLEU)."""
-    from modeling_attn.translate import evaluate as translate_and_score
-    from modeling_attn.translate import load_model
+    from modeling_attn.app.translate import evaluate as translate_and_score
+    from modeling_attn.translation import load_model
     from training.data import load_parallel_data, require_splits
 
     parallel = load_parallel_data(args.data, args.source_lang, args.target_lang)

@@ -1,7 +1,7 @@
 """The `attn` command line: `attn preset` (model presets), `attn train` (the training recipe, see
 `training/train.py`; every Seq2SeqTrainingArguments flag is accepted), `attn average` (checkpoint averaging),
 `attn translate` and `attn evaluate` (`translate.py`: translation, attention pictures, BLEU/chrF), `attn push`
-(`hub.py`: upload to the Hugging Face Hub), `attn convert` (`convert_marian.py`: Marian / OPUS-MT checkpoints to
+(`push.py`: upload to the Hugging Face Hub), `attn convert` (`convert_marian.py`: Marian / OPUS-MT checkpoints to
 attn_transformer and back) and `attn export` (`export_ctranslate2.py`: CTranslate2).
 """
 
@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from .presets import available_presets, load_preset
+from ..presets import available_presets, load_preset
 
 
 def _average(args: argparse.Namespace) -> int:
@@ -38,8 +38,8 @@ def main(argv: list[str] | None = None) -> int:
         from .export_ctranslate2 import main as export
 
         return (convert if argv[0] == "convert" else export)(argv[1:])
-    if argv[:1] == ["push"]:  # Hub upload (hub.py)
-        from .hub import push_main
+    if argv[:1] == ["push"]:  # Hub upload (push.py)
+        from .push import push_main
 
         return push_main(argv[1:])
     if argv[:1] in (["translate"], ["evaluate"]):  # their own parsers (translate.py) give `attn translate --help`

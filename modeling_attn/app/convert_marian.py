@@ -45,9 +45,9 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoTokenizer, MarianConfig, MarianMTModel, PreTrainedModel
 
-from .configuration_transformer import AttnTransformerConfig
-from .generation import SOURCE_LIMIT_FIELD
-from .modeling_transformer import AttnTransformerForConditionalGeneration, sinusoid_table
+from ..configuration_transformer import AttnTransformerConfig
+from ..generation import SOURCE_LIMIT_FIELD
+from ..modeling_transformer import AttnTransformerForConditionalGeneration, sinusoid_table
 
 logger = logging.getLogger(__name__)
 

@@ -38,9 +38,9 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
 
-from .configuration_transformer import AttnTransformerConfig
-from .generation import SOURCE_LIMIT_FIELD
-from .modeling_transformer import AttnTransformerForConditionalGeneration
+from ..configuration_transformer import AttnTransformerConfig
+from ..generation import SOURCE_LIMIT_FIELD
+from ..modeling_transformer import AttnTransformerForConditionalGeneration
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 TOKENIZER_SUBFOLDER = "tokenizer"  # the HF tokenizer, saved apart from CTranslate2's config.json

@@ -1,0 +1,80 @@
+"""The `attn` command-line convention (training/arguments.py): both spellings of a flag, flags files, and user
+errors as one line with exit status 2."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+
+from training.arguments import CommandParser
+
+
+@dataclass
+class Flags:
+    model: str = field(metadata={"help": "a required flag"})
+    batch_size: int = field(default=32, metadata={"help": "sentences per batch"})
+    attention_png: str | None = field(default=None, metadata={"help": "a picture"})
+    lowercase: bool = field(default=False, metadata={"help": "a switch"})
+    splits: list[str] = field(default_factory=lambda: ["test"], metadata={"help": "several values"})
+
+    def __post_init__(self):
+        if self.batch_size < 1:
+            raise ValueError(f"--batch_size must be a positive integer, got {self.batch_size}")
+
+
+def parser() -> CommandParser:
+    return CommandParser(Flags, prog="attn demo")
+
+
+def error_of(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        parser().parse(argv)
+    assert exit_info.value.code == 2
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("attn demo: error: ")
+    return lines[0]
+
+
+def test_both_spellings_of_a_flag_are_the_same_flag():
+    (underscores,) = parser().parse(["--model", "m", "--batch_size", "4", "--attention_png", "a.png"])
+    (dashes,) = parser().parse(["--model", "m", "--batch-size", "4", "--attention-png", "a.png"])
+    assert underscores == dashes == Flags(model="m", batch_size=4, attention_png="a.png")
+
+
+@pytest.mark.parametrize("suffix", [".yaml", ".json"])
+def test_a_flags_file_gives_the_flags_and_later_flags_override_it(tmp_path, suffix):
+    values = {"model": "m", "batch-size": 8, "lowercase": True, "splits": ["validation", "test"]}
+    path = tmp_path / f"flags{suffix}"
+    path.write_text(json.dumps(values))  # JSON is YAML too
+    (from_file,) = parser().parse([str(path)])
+    assert from_file == Flags(model="m", batch_size=8, lowercase=True, splits=["validation", "test"])
+    (overridden,) = parser().parse([str(path), "--batch_size", "2", "--lowercase", "false"])
+    assert overridden == Flags(model="m", batch_size=2, lowercase=False, splits=["validation", "test"])
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--model", "m", "--batch_sise", "4"], "unrecognized flag --batch_sise; did you mean --batch_size?"),
+        (["--model", "m", "--atention-png=a.png"], "unrecognized flag --atention-png; did you mean --attention_png?"),
+        (["--model", "m", "--zzz"], "unrecognized flag --zzz (see"),
+        (["--model", "m", "stray"], "unexpected argument 'stray'"),
+        (["--batch_size", "4"], "the following arguments are required: --model"),
+        (["--model", "m", "--batch_size", "many"], "argument --batch_size/--batch-size: invalid int value: 'many'"),
+        (["--model", "m", "--batch_size", "0"], "--batch_size must be a positive integer, got 0"),
+        (["recipe.yaml"], "recipe.yaml: no such flags file"),
+    ],
+)
+def test_a_user_error_is_one_line_with_exit_status_2(argv, expected, capsys):
+    assert expected in error_of(argv, capsys)
+
+
+def test_a_bad_flags_file_names_the_file_and_the_key(tmp_path, capsys):
+    path = tmp_path / "flags.yaml"
+    path.write_text("model: m\nbatch_sise: 4\n")
+    assert f"{path}: unknown flag 'batch_sise'; did you mean 'batch_size'?" in error_of([str(path)], capsys)
+    path.write_text("- model\n- m\n")
+    assert f"{path}: a flags file holds a mapping of flag names to values, not list" in error_of([str(path)], capsys)

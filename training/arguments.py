@@ -1,0 +1,106 @@
+"""The command-line convention of every `attn` subcommand, on transformers' `HfArgumentParser`.
+
+A command declares its flags as dataclasses (as `run_translation.py` and `Seq2SeqTrainingArguments` do) and parses
+them with `CommandParser.parse`:
+- `--a_b` and `--a-b` are the same flag (HfArgumentParser registers both spellings);
+- `attn COMMAND flags.yaml` (or `.json`) reads the flags from a file: its keys are flag names, and flags given after
+  the file override it (`attn train recipe.yaml --max_steps 10`);
+- a user error (an unknown flag, a bad value, a missing required flag, a value a dataclass refuses in its
+  `__post_init__`) ends with one line on stderr, `attn COMMAND: error: ...`, naming the closest valid flag for an
+  unknown one, and exit status 2 (argparse's usage block and Python's traceback are left out).
+
+`training` owns this module so that both the recipe (`attn train`, `python -m training`) and the application layer
+(`modeling_attn.app`) use one convention; the model package does not parse command lines.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+import yaml
+from transformers import HfArgumentParser
+
+CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class CommandParser(HfArgumentParser):
+    """`HfArgumentParser` with the `attn` convention (see the module docstring)."""
+
+    def error(self, message: str) -> NoReturn:
+        """One line on stderr and exit status 2, as argparse's own errors, without the usage block."""
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def flag_names(self) -> list[str]:
+        """Every flag the parser takes, in both spellings."""
+        return [option for action in self._actions for option in action.option_strings if option.startswith("--")]
+
+    def closest_flag(self, flag: str) -> str | None:
+        """The valid flag nearest to `flag` (dashes and underscores alike), or None if none is near."""
+        name = flag.split("=", 1)[0].replace("-", "_")
+        by_key: dict[str, str] = {}
+        for option in self.flag_names():  # the first spelling is the field's own name
+            by_key.setdefault(option.replace("-", "_"), option)
+        match = difflib.get_close_matches(name, list(by_key), n=1, cutoff=0.6)
+        return by_key[match[0]] if match else None
+
+    def _unknown(self, arguments: Sequence[str]) -> NoReturn:
+        flags = [argument for argument in arguments if argument.startswith("-")]
+        if not flags:
+            self.error(f"unexpected argument {arguments[0]!r}")
+        flag = flags[0].split("=", 1)[0]
+        closest = self.closest_flag(flag)
+        self.error(f"unrecognized flag {flag}" + (f"; did you mean {closest}?" if closest else ""))
+
+    def config_file_flags(self, path: Path) -> list[str]:
+        """The flags written in a YAML / JSON file, as command-line arguments."""
+        try:
+            text = path.read_text(encoding="utf-8")
+            values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as error:
+            self.error(f"{path}: cannot read the flags file ({error})")
+        if not isinstance(values, dict):
+            self.error(f"{path}: a flags file holds a mapping of flag names to values, not {type(values).__name__}")
+        destinations = {action.dest for action in self._actions}
+        argv: list[str] = []
+        for key, value in values.items():
+            if str(key).replace("-", "_") not in destinations:
+                closest = self.closest_flag(f"--{key}")
+                self.error(f"{path}: unknown flag {key!r}" + (f"; did you mean {closest[2:]!r}?" if closest else ""))
+            argv += _as_arguments(str(key).replace("-", "_"), value)
+        return argv
+
+    def parse(self, argv: Sequence[str] | None = None) -> tuple[Any, ...]:
+        """The command's dataclasses, filled from `argv` (default: sys.argv[1:]) by the convention above."""
+        argv = list(sys.argv[1:] if argv is None else argv)
+        if argv and not argv[0].startswith("-") and argv[0].endswith(CONFIG_SUFFIXES) and Path(argv[0]).is_file():
+            argv = self.config_file_flags(Path(argv[0])) + argv[1:]
+        elif argv and not argv[0].startswith("-") and argv[0].endswith(CONFIG_SUFFIXES):
+            self.error(f"{argv[0]}: no such flags file")
+        _, unknown = self.parse_known_args(argv)  # argparse's own errors (bad values, missing flags) end here
+        if unknown:
+            self._unknown(unknown)
+        try:
+            return tuple(self.parse_args_into_dataclasses(args=argv))
+        except ValueError as error:  # a dataclass's __post_init__ refused a value or a combination
+            self.error(str(error).strip().splitlines()[0])
+
+
+def _as_arguments(name: str, value: Any) -> list[str]:
+    """One flag of a flags file as command-line arguments (booleans as true/false, lists as several values)."""
+    if value is None:
+        return []
+    if isinstance(value, bool):
+        return [f"--{name}", str(value).lower()]
+    if isinstance(value, list | tuple):
+        return [f"--{name}", *map(str, value)]
+    if isinstance(value, dict):
+        return [f"--{name}", json.dumps(value)]
+    return [f"--{name}", str(value)]
+
+
+__all__ = ["CONFIG_SUFFIXES", "CommandParser"]
