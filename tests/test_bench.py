@@ -28,6 +28,14 @@ def bench_script(name: str):
 
 
 @pytest.fixture(scope="module")
+def common():
+    """bench/common.py, the helpers the bench scripts share: the module they import (bench/ on sys.path)."""
+    if str(SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(SCRIPT.parent))
+    return importlib.import_module("common")
+
+
+@pytest.fixture(scope="module")
 def speed():
     spec = importlib.util.spec_from_file_location("bench_speed", SCRIPT)
     module = importlib.util.module_from_spec(spec)
@@ -44,12 +52,12 @@ def run_quick(speed, output_dir: Path, *extra: str) -> tuple[dict, str]:
     return report, table
 
 
-def check_report(speed, report: dict, table: str) -> dict:
+def check_report(common, report: dict, table: str) -> dict:
     (result,) = report["results"]
     assert result["preset"] == "tiny"
     models = result["models"]
     assert set(TRAINING_PEERS) <= set(models)
-    expected = speed.reference_model("tiny", 128, seed=0).num_parameters()
+    expected = common.reference_model("tiny", 128, seed=0).num_parameters()
     for name in TRAINING_PEERS:
         entry = models[name]
         # Same architecture, same weights: equal parameter counts and (in eval mode) the same loss.
@@ -76,9 +84,9 @@ def check_report(speed, report: dict, table: str) -> dict:
     return models
 
 
-def test_quick_run_without_memory(speed, tmp_path):
+def test_quick_run_without_memory(speed, common, tmp_path):
     report, table = run_quick(speed, tmp_path, "--no_memory")
-    models = check_report(speed, report, table)
+    models = check_report(common, report, table)
     assert all("memory" not in entry for entry in models.values())
 
     # --render rewrites the table from the JSON, adding what a second report measured (here: a memory figure).
@@ -96,9 +104,9 @@ def test_quick_run_without_memory(speed, tmp_path):
 
 
 @pytest.mark.slow
-def test_quick_run_with_memory_subprocesses(speed, tmp_path):
+def test_quick_run_with_memory_subprocesses(speed, common, tmp_path):
     report, table = run_quick(speed, tmp_path)
-    models = check_report(speed, report, table)
+    models = check_report(common, report, table)
     for name in TRAINING_PEERS:
         memory = models[name]["memory"]
         assert memory["peak_mb"] >= memory["before_mb"] > 50, name  # torch alone takes more than 50 MB
@@ -121,20 +129,20 @@ def test_each_part_is_saved_as_it_is_measured(speed):
     assert "beam4_batch_tokens_per_s" in snapshots[3]["attn_transformer"]
 
 
-def test_mfu_counts_the_real_tokens_only(speed):
+def test_mfu_counts_the_real_tokens_only(common):
     """Hand-computed FLOPs of one sentence; padding it (batching with a longer one) adds nothing."""
     from types import SimpleNamespace
 
     config = SimpleNamespace(d_model=4, d_ff=8, encoder_layers=1, decoder_layers=1, decoder_vocab_size=10)
     generator = __import__("torch").Generator().manual_seed(0)
-    one = speed.make_batch([(2, 2)], 10, generator)  # source 2 tokens, target 2 tokens + EOS
+    one = common.make_batch([(2, 2)], 10, generator)  # source 2 tokens, target 2 tokens + EOS
     # per token: q/k/v/out 4*4*4 + FFN 2*4*8 = 128; encoder 2*2*128 + scores 4*2*2*4 = 576;
     # decoder 2*3*128 + cross-attention projections 2*(3*2*16 + 2*2*16) + scores 4*3*(3+2)*4 = 1328;
     # output layer 2*3*4*10 = 240; training = 3 x forward
-    assert speed.training_flops(config, one) == 3 * (576 + 1328 + 240)
-    other = speed.make_batch([(5, 6)], 10, generator)
-    both = speed.make_batch([(2, 2), (5, 6)], 10, generator)
-    assert speed.training_flops(config, both) == speed.training_flops(config, one) + speed.training_flops(
+    assert common.training_flops(config, one) == 3 * (576 + 1328 + 240)
+    other = common.make_batch([(5, 6)], 10, generator)
+    both = common.make_batch([(2, 2), (5, 6)], 10, generator)
+    assert common.training_flops(config, both) == common.training_flops(config, one) + common.training_flops(
         config, other
     )
 
