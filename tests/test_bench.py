@@ -248,3 +248,64 @@ def test_translated_tokens_stop_at_the_first_end_token():
     module = bench_script("beam_search")
     sequences = torch.tensor([[1, 5, 6, 2, 2, 2], [1, 7, 2, 0, 0, 0], [1, 3, 4, 5, 6, 8]])
     assert module.translated_tokens(sequences, eos_token_id=2) == 3 + 2 + 5
+
+
+def finite_numbers(value) -> list[float]:
+    """Every number in a JSON value (booleans are not numbers here)."""
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in finite_numbers(item)]
+    if isinstance(value, list):
+        return [n for item in value for n in finite_numbers(item)]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        assert math.isfinite(value), value
+        return [value]
+    return []
+
+
+def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
+    """bench/gpu.py --dry-run runs each part on the CPU (tiny presets, float32): the JSON holds every part with finite
+    numbers, sdpa agrees with eager within the stated tolerance, refused backends say why, the MFU arithmetic is the
+    FLOP formula over the median round, and an sdpa that computes something else is caught."""
+    import torch
+
+    module = bench_script("gpu")
+    output = tmp_path / "gpu.json"
+    report = module.main(["--dry-run", "--output", str(output), "--peak_tflops", "2"])
+    assert json.loads(output.read_text()) == report
+    assert set(report["parts"]) == {"attention", "train", "generate"} and report["dry_run"]
+    assert finite_numbers(report)  # and each of them finite
+
+    attention = report["parts"]["attention"]
+    transformer, rnn = attention["results"]
+    assert attention["passed"] and not module.failed(report)
+    sdpa, tolerance = transformer["backends"]["sdpa"], transformer["tolerance"]
+    assert transformer["model_type"] == "attn_transformer" and transformer["dtype"] == "float32"
+    assert sdpa["ran"] and sdpa["worst_fraction_of_tolerance"] <= 1
+    allowed = tolerance["atol"] + tolerance["rtol"] * sdpa["max_abs_reference"]
+    assert 0 <= sdpa["mean_abs_difference"] <= sdpa["max_abs_difference"] <= allowed
+    assert not transformer["declares"]["flash_attention_2"]
+    assert "does not support Flash Attention" in transformer["backends"]["flash_attention_2"]["refused"]
+    assert rnn["model_type"] == "attn_rnn" and not rnn["backends"]["sdpa"]["ran"]
+    assert "scaled_dot_product_attention" in rnn["backends"]["sdpa"]["refused"]
+
+    (trained,) = report["parts"]["train"]["results"]
+    config = common.reference_model("tiny", 1024, seed=0).config
+    batches = module.bucketed_batches(2, 8, config.vocab_size, seed=1)
+    flops = sum(common.training_flops(config, batch) for batch in batches)
+    median = sorted(trained["seconds_per_round"])[0] / 2 + sorted(trained["seconds_per_round"])[1] / 2
+    assert trained["target_tokens_per_round"] == sum(batch.target_tokens for batch in batches)
+    assert trained["model_tflops_per_s"] == pytest.approx(flops / median / 1e12)
+    assert trained["mfu"] == pytest.approx(trained["model_tflops_per_s"] / 2)
+    assert 0 < trained["loss_after"] < 10 and trained["target_tokens_per_s"] > 0
+    (generated,) = report["parts"]["generate"]["results"]
+    for key in ("greedy_batch4", "beam4_batch4"):
+        assert generated[key]["target_tokens_per_s"] > 0 and generated[key]["ms_per_sentence"] > 0
+
+    # sdpa's output off by 1%: the check fails and the command would exit with status 1
+    exact = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: exact(*a, **k) * 1.01)
+    flags = ["--dry-run", "--parts", "attention", "--attention_presets", "tiny", "--output", str(output)]
+    report = module.main(flags)
+    (transformer,) = report["parts"]["attention"]["results"]
+    assert not transformer["passed"] and module.failed(report)
+    assert transformer["backends"]["sdpa"]["worst_fraction_of_tolerance"] > 1
