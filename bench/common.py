@@ -32,8 +32,16 @@ REPO = Path(__file__).resolve().parent.parent
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 SUBWORD_FACTOR = 1.3  # BPE tokens per whitespace word for a ~10k joint vocabulary on Multi30k / WMT EN-DE
 PAD, BOS, EOS = 0, 1, 2
-# Dense bf16 peak (no sparsity) for MFU, by a substring of torch.cuda.get_device_name().
-PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "4090": 165e12}
+# Dense bf16 peak (no sparsity) for MFU, by the first substring of torch.cuda.get_device_name() that matches: the
+# H100 PCIe card has 114 SMs at lower clocks (756 TFLOP/s), the SXM one ("NVIDIA H100 80GB HBM3") 132 (989).
+PEAK_BF16_FLOPS = {
+    "H200": 989e12,
+    "H100 PCIe": 756e12,
+    "H100": 989e12,
+    "A100": 312e12,
+    "L40S": 362e12,
+    "4090": 165e12,
+}
 
 
 # ----------------------------------------------------------------------------------------------------------------

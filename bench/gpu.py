@@ -169,6 +169,7 @@ def attention_check(preset: str, args: argparse.Namespace) -> dict:
             "flash_attention_2": bool(getattr(model, "_supports_flash_attn", False)),
         },
         "flash_attn_installed": installed("flash_attn"),
+        "kernels_installed": installed("kernels"),
         "backends": {},
     }
     for backend in BACKENDS:
@@ -218,7 +219,7 @@ def train(preset: str, args: argparse.Namespace, peak: float | None) -> dict:
     flops = sum(common.training_flops(config, b) for b in batches)
     model.eval()
     with torch.no_grad(), common.autocast(args.device, bf16):
-        loss = common.hf_loss(model, on_device[0]).item()
+        loss = peer.loss(model, on_device[0]).item()
     result = {
         "preset": preset,
         "parameters": common.num_parameters(model),
@@ -235,7 +236,7 @@ def train(preset: str, args: argparse.Namespace, peak: float | None) -> dict:
         "loss_after": loss,
     }
     if args.device == "cuda":
-        result["peak_memory_mb"] = torch.cuda.max_memory_allocated() / 2**20
+        result["peak_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20  # weights, Adam, activations
     del model, step
     release(args.device)
     return result
@@ -282,6 +283,7 @@ def main(argv: list[str] | None = None) -> dict:
         "machine": common.machine(),
         "device": args.device,
         "cuda": torch.version.cuda,
+        "gpu_memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30 if args.device == "cuda" else None,
         "torch": torch.__version__,
         "transformers": transformers.__version__,
         "python": platform.python_version(),
