@@ -19,7 +19,9 @@ measured:
 3. `generate`: greedy and beam 4, forced to the batch's longest reference length (as speed.py does), under bf16
    autocast: target tokens/s and ms per sentence.
 
-The command exits with status 1 when an attention implementation that ran disagrees with eager.
+A measurement that raises (say, out of memory) is kept in the report as its error and the others go on. The
+command exits with status 1 when an attention implementation that ran disagrees with eager, when none could be
+compared, or when a measurement raised.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ import shlex
 import statistics
 import sys
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 
@@ -179,7 +182,8 @@ def attention_check(preset: str, args: argparse.Namespace) -> dict:
             result["backends"][backend] = {"ran": False, "refused": str(refusal).split("\n")[0]}
             continue
         result["backends"][backend] = {"ran": True, **closeness(target_logits(model, batch), eager, atol, rtol)}
-    result["passed"] = all(entry["passed"] for entry in result["backends"].values() if entry["ran"])
+    ran = [entry["passed"] for entry in result["backends"].values() if entry["ran"]]
+    result["passed"] = all(ran) if ran else None  # None: no implementation besides eager to compare
     return result
 
 
@@ -304,14 +308,18 @@ def main(argv: list[str] | None = None) -> dict:
                 entries.append({"preset": preset, "skipped": f"--max_seconds {args.max_seconds:g} spent"})
             else:
                 common.log(f"[gpu] {part}: {preset}")
-                entries.append(run(preset))
+                try:
+                    entries.append(run(preset))
+                except Exception as error:  # noqa: BLE001  (kept in the report; the other measurements go on)
+                    entries.append({"preset": preset, "error": "".join(traceback.format_exception(error)[-3:])})
+                    release(args.device)
                 common.log(f"[gpu] {json.dumps(entries[-1], default=str)[:400]}")
             save()
 
     if "attention" in args.parts:
         measure("attention", args.attention_presets, lambda preset: attention_check(preset, args))
-        checks = [r for r in report["parts"]["attention"]["results"] if "passed" in r]
-        report["parts"]["attention"]["passed"] = all(r["passed"] for r in checks)
+        compared = [r for r in report["parts"]["attention"]["results"] if r.get("passed") is not None]
+        report["parts"]["attention"]["passed"] = bool(compared) and all(r["passed"] for r in compared)
         save()
     if "train" in args.parts:
         measure("train", args.train_presets, lambda preset: train(preset, args, peak))
@@ -322,7 +330,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 def failed(report: dict) -> bool:
-    return not report["parts"].get("attention", {}).get("passed", True)
+    """Whether the run should exit with status 1: the attention check failed, or a measurement raised an error."""
+    errors = [r for part in report["parts"].values() for r in part["results"] if "error" in r]
+    return bool(errors) or not report["parts"].get("attention", {}).get("passed", True)
 
 
 if __name__ == "__main__":

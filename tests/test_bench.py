@@ -278,6 +278,7 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     attention = report["parts"]["attention"]
     transformer, rnn = attention["results"]
     assert attention["passed"] and not module.failed(report)
+    assert not [entry for part in report["parts"].values() for entry in part["results"] if "error" in entry]
     sdpa, tolerance = transformer["backends"]["sdpa"], transformer["tolerance"]
     assert transformer["model_type"] == "attn_transformer" and transformer["dtype"] == "float32"
     assert sdpa["ran"] and sdpa["worst_fraction_of_tolerance"] <= 1
@@ -285,7 +286,7 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     assert 0 <= sdpa["mean_abs_difference"] <= sdpa["max_abs_difference"] <= allowed
     assert not transformer["declares"]["flash_attention_2"]
     assert "does not support Flash Attention" in transformer["backends"]["flash_attention_2"]["refused"]
-    assert rnn["model_type"] == "attn_rnn" and not rnn["backends"]["sdpa"]["ran"]
+    assert rnn["model_type"] == "attn_rnn" and not rnn["backends"]["sdpa"]["ran"] and rnn["passed"] is None
     assert "scaled_dot_product_attention" in rnn["backends"]["sdpa"]["refused"]
 
     (trained,) = report["parts"]["train"]["results"]
@@ -301,11 +302,19 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     for key in ("greedy_batch4", "beam4_batch4"):
         assert generated[key]["target_tokens_per_s"] > 0 and generated[key]["ms_per_sentence"] > 0
 
-    # sdpa's output off by 1%: the check fails and the command would exit with status 1
+    # sdpa's output off by 1%: the check fails and the command would exit with status 1; a part that raises is kept
+    # in the report as its error, after the parts before it
     exact = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: exact(*a, **k) * 1.01)
     flags = ["--dry-run", "--parts", "attention", "--attention_presets", "tiny", "--output", str(output)]
     report = module.main(flags)
     (transformer,) = report["parts"]["attention"]["results"]
-    assert not transformer["passed"] and module.failed(report)
+    assert not transformer["passed"] and not report["parts"]["attention"]["passed"] and module.failed(report)
     assert transformer["backends"]["sdpa"]["worst_fraction_of_tolerance"] > 1
+
+    monkeypatch.undo()
+    monkeypatch.setattr(module, "train", lambda *args: torch.empty(2**62))
+    report = module.main([*flags[:2], "attention", "train", *flags[3:]])
+    assert report["parts"]["attention"]["passed"] and json.loads(output.read_text()) == report
+    (crashed,) = report["parts"]["train"]["results"]
+    assert crashed["preset"] == "tiny" and "RuntimeError" in crashed["error"] and module.failed(report)
