@@ -9,7 +9,7 @@ speed.py cannot show this: with untrained weights it forces every sentence to th
 finishes early. Here a trained model translates the first `--sentences` lines of `--source` in their file order
 (batches as `attn translate` makes them), with the model's own generation config (its per-sentence length limit
 included) and `--num_beams`. Each variant translates all batches once untimed, then `--reps` rounds in rotating
-order (`speed.interleaved`, CPU clock of this process); medians are reported. Ours and transformers' must produce
+order (`common.interleaved`, CPU clock of this process); medians are reported. Ours and transformers' must produce
 identical token ids (checked, the run fails otherwise); Marian's agreement is reported (its length limit is the
 generation config's `max_length`, as it has no per-sentence limit).
 """
@@ -31,7 +31,7 @@ import transformers
 from transformers import GenerationMixin
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402  (this folder's modules)
+import common  # noqa: E402  (this folder's shared helpers)
 
 from modeling_attn.app.convert_marian import MarianConversionError, attn_to_marian  # noqa: E402
 from modeling_attn.translation import load_model  # noqa: E402
@@ -109,7 +109,6 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     """Measure, print the table, and return the median seconds of each variant for all the sentences."""
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    speed.clock = speed.CLOCKS["cpu"]
     model, tokenizer = load_model(args.model, device="cpu")
     lines = read_lines(args.source, args.sentences)
     batches = [
@@ -136,7 +135,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     else:
         outputs["MarianMTModel"] = []
         tasks["MarianMTModel"] = translator(marian, batches, args.num_beams, outputs["MarianMTModel"])
-    seconds = speed.interleaved(tasks, args.reps)
+    seconds = common.interleaved(tasks, args.reps, common.CLOCKS["cpu"])
     rows = {name: decoder_rows(marian if name == "MarianMTModel" else model, task) for name, task in tasks.items()}
 
     pairs = zip(outputs["ours"], outputs["transformers' beam search"], strict=True)

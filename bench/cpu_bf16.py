@@ -3,9 +3,9 @@
     python bench/cpu_bf16.py --preset base --threads 1
 
 On CPUs with AMX-BF16 / AVX512-BF16 (Sapphire Rapids and later Xeons) oneDNN runs bfloat16 matmuls much faster than
-float32. Measured with bench/speed.py's peers, tasks and timing (`speed.interleaved`: one warm-up round, then `--reps`
+float32. Measured with bench/common.py's peers, tasks and timing (`common.interleaved`: one warm-up round, then `--reps`
 rounds in rotating order, CPU clock of this process) on one batch of 32 sentences of Multi30k lengths
-(`speed.make_batches`, seed 0):
+(`common.make_batches`, seed 0):
 
 - training step (forward, backward, Adam): float32, and `torch.autocast("cpu", dtype=torch.bfloat16)` (what
   Trainer's `--use_cpu --bf16` does through accelerate; weights and optimizer stay float32);
@@ -28,7 +28,7 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402  (this folder's module)
+import common  # noqa: E402  (this folder's shared helpers)
 
 PEERS = ["attn_transformer", "MarianMTModel (sdpa)"]
 
@@ -41,17 +41,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--reps", type=int, default=3, help="measured rounds after one warm-up round")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    speed.clock = speed.CLOCKS["cpu"]
-    reference = speed.reference_model(args.preset, 256, seed=0)
-    batches = speed.make_batches(1, 32, reference.config.vocab_size, seed=0)
+    reference = common.reference_model(args.preset, 256, seed=0)
+    batches = common.make_batches(1, 32, reference.config.vocab_size, seed=0)
     tasks = {}
-    for peer in (speed.PEERS[name] for name in PEERS):
+    for peer in (common.PEERS[name] for name in PEERS):
         for label, bf16 in (("train float32", False), ("train bf16 autocast", True)):
-            tasks[f"{peer.name} {label}"] = speed.training_task(peer.build(reference), peer, batches, "cpu", bf16)
+            tasks[f"{peer.name} {label}"] = common.training_task(peer.build(reference), peer, batches, "cpu", bf16)
         for label, dtype in (("beam4 float32", torch.float32), ("beam4 bfloat16 weights", torch.bfloat16)):
             model = peer.build(reference).to(dtype)
-            tasks[f"{peer.name} {label}"] = speed.generation_task(model, peer, batches, 4, "cpu")
-    seconds = speed.interleaved(tasks, args.reps)
+            tasks[f"{peer.name} {label}"] = common.generation_task(model, peer, batches, 4, "cpu")
+    seconds = common.interleaved(tasks, args.reps, common.CLOCKS["cpu"])
     print(
         f"preset {args.preset}, batch 32 ({batches[0].target_tokens} target tokens), {args.threads} thread(s), "
         f"{platform.machine()}, torch {torch.__version__}, transformers {transformers.__version__}"

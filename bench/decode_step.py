@@ -16,8 +16,8 @@ log_softmax and the reordering of the self-attention cache by random beam indice
   `--no_compile`.
 
 All three must give the same log-probabilities (checked: the run fails otherwise). Weights are the preset's random
-initialisation (`speed.reference_model`): the cost of a step does not depend on their values. Timing is
-`speed.interleaved` with the CPU clock of this process; medians per step are reported.
+initialisation (`common.reference_model`): the cost of a step does not depend on their values. Timing is
+`common.interleaved` with the CPU clock of this process; medians per step are reported.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from transformers.activations import ACT2FN
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402  (this folder's module)
+import common  # noqa: E402  (this folder's shared helpers)
 
 from modeling_attn.presets import load_preset  # noqa: E402
 
@@ -112,8 +112,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     model_type = load_preset(args.preset).model_type
     if model_type != "attn_transformer":
         raise ValueError(f"--preset {args.preset} has model_type {model_type}; this probe needs attn_transformer")
-    speed.clock = speed.CLOCKS["cpu"]
-    model = speed.reference_model(args.preset, 256, seed=0).eval()
+    model = common.reference_model(args.preset, 256, seed=0).eval()
     config = model.config
     rows, length = args.rows, args.source_length
     generator = torch.Generator().manual_seed(1)
@@ -183,12 +182,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             difference = max((a - b).abs().max().item() for a, b in zip(reference, task(), strict=True))
             if difference > TOLERANCE:
                 raise RuntimeError(f"{name}: log-probabilities differ from the dynamic cache's by {difference:.2e}")
-        seconds = speed.interleaved(tasks, args.reps)
+        seconds = common.interleaved(tasks, args.reps, common.CLOCKS["cpu"])
 
     medians = {name: statistics.median(times) / args.steps for name, times in seconds.items()}
     print(
         f"preset {args.preset}, {rows} rows, source {length}, {args.steps} steps, buffers of {args.max_length}; "
-        f"{args.threads} thread(s), CPU clock, median of {args.reps}; {speed.machine()}, "
+        f"{args.threads} thread(s), CPU clock, median of {args.reps}; {common.machine()}, "
         f"torch {torch.__version__}, transformers {transformers.__version__}"
     )
     print("| variant | ms per step | vs dynamic cache |\n| --- | ---: | ---: |")

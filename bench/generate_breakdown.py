@@ -20,7 +20,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 from transformers.modeling_outputs import BaseModelOutput
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402  (this folder's module)
+import common  # noqa: E402  (this folder's shared helpers)
 
 BEAMS = 4
 
@@ -32,15 +32,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch_size", type=int, default=32)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    model = speed.reference_model(args.preset, 256, seed=0).eval()
-    batch = speed.make_batches(1, args.batch_size, model.config.vocab_size, seed=2)[0]
+    model = common.reference_model(args.preset, 256, seed=0).eval()
+    batch = common.make_batches(1, args.batch_size, model.config.vocab_size, seed=2)[0]
     steps = max(batch.target_lengths)
     clock = time.process_time
     seconds = {}
     with torch.no_grad():
-        speed.hf_generate(model, batch, BEAMS, 5)  # warm-up
+        common.hf_generate(model, batch, BEAMS, 5)  # warm-up
         start = clock()
-        speed.hf_generate(model, batch, BEAMS, steps)
+        common.hf_generate(model, batch, BEAMS, steps)
         seconds["generate (beam 4)"] = clock() - start
 
         start = clock()
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> None:
         encoded = BaseModelOutput(last_hidden_state=encoded.last_hidden_state.repeat_interleave(BEAMS, 0))
         mask = batch.attention_mask.repeat_interleave(BEAMS, 0)
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        tokens = torch.full((rows, 1), speed.BOS)
+        tokens = torch.full((rows, 1), common.BOS)
         start = clock()
         for _ in range(steps):
             out = model(encoder_outputs=encoded, attention_mask=mask, decoder_input_ids=tokens, past_key_values=cache)

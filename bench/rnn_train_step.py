@@ -5,9 +5,9 @@
 `skip_logits=True` (what `attn train` passes) computes the output projection and the label-smoothed loss on the
 labelled positions only, through `modeling_attn.inputs.labelled_token_loss` (the fused CPU loss,
 `linear_token_loss`, where `fuses_output_loss` allows); the other variant makes the (batch, length, vocabulary)
-logits and takes `token_loss` of them. Both run the same training step (`speed.training_task`: forward, backward,
-Adam; label smoothing 0.1, dropout from the preset) on the same batch of Multi30k-like lengths (`speed.make_batches`,
-seed 0), each on its own copy of the same weights; timing is `speed.interleaved` (one warm-up round, then `--reps`
+logits and takes `token_loss` of them. Both run the same training step (`common.training_task`: forward, backward,
+Adam; label smoothing 0.1, dropout from the preset) on the same batch of Multi30k-like lengths (`common.make_batches`,
+seed 0), each on its own copy of the same weights; timing is `common.interleaved` (one warm-up round, then `--reps`
 rounds in rotating order, the CPU clock of this process), the median is reported.
 """
 
@@ -20,34 +20,32 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import speed  # noqa: E402  (this folder's modules)
-from cpu_train_step import report, step_parser  # noqa: E402
+import common  # noqa: E402  (this folder's shared helpers)
 
 from modeling_attn import AttnRNNForConditionalGeneration  # noqa: E402
 from modeling_attn.presets import load_preset  # noqa: E402
 
-# the losses of speed.py's peers: `hf_loss` as a plain training loop calls the model, `ours_loss` as `attn train` does
-VARIANTS = {"full logits": speed.hf_loss, "skip_logits (what attn train uses)": speed.ours_loss}
+# the losses of common.py's peers: `hf_loss` as a plain training loop calls the model, `ours_loss` as `attn train` does
+VARIANTS = {"full logits": common.hf_loss, "skip_logits (what attn train uses)": common.ours_loss}
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Measure, print the table, and return the median seconds per step of each variant."""
-    args = step_parser(__doc__.split("\n")[0], "multi30k-rnn", 128).parse_args(argv)
+    args = common.step_parser(__doc__.split("\n")[0], "multi30k-rnn", 128).parse_args(argv)
     torch.set_num_threads(args.threads)
-    speed.clock = speed.CLOCKS["cpu"]
     config = load_preset(args.preset, label_smoothing=0.1)
     if config.model_type != "attn_rnn":
         raise ValueError(f"--preset {args.preset} has model_type {config.model_type}; this script times attn_rnn")
     torch.manual_seed(0)
     reference = AttnRNNForConditionalGeneration(config).train()
-    batch = speed.make_batches(1, args.batch_size, config.vocab_size, seed=0, max_length=255)[0]
+    batch = common.make_batches(1, args.batch_size, config.vocab_size, seed=0, max_length=255)[0]
     tasks = {
-        name: speed.training_task(
-            copy.deepcopy(reference), speed.Peer(name, lambda model: model, loss=loss), [batch], "cpu"
+        name: common.training_task(
+            copy.deepcopy(reference), common.Peer(name, lambda model: model, loss=loss), [batch], "cpu"
         )
         for name, loss in VARIANTS.items()
     }
-    return report(args, batch, speed.interleaved(tasks, args.reps))
+    return common.step_report(args, batch, common.interleaved(tasks, args.reps, common.CLOCKS["cpu"]))
 
 
 if __name__ == "__main__":

@@ -33,138 +33,52 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import copy
 import ctypes
 import gc
-import gzip
 import json
-import math
-import os
 import platform
 import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from torch import nn
 
-import modeling_attn  # noqa: F401  (registers attn_transformer with the Auto classes)
-from modeling_attn import AttnTransformerForConditionalGeneration
-from modeling_attn.modeling_transformer import sinusoid_table
-from modeling_attn.presets import load_preset
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (this folder's shared helpers)
+from common import (  # noqa: E402
+    BOS,
+    CLOCKS,
+    PAD,
+    REPO,
+    Batch,
+    Peer,
+    fixed_length_batch,
+    generation_task,
+    hf_loss,
+    interleaved,
+    log,
+    machine,
+    make_batches,
+    median_rate,
+    num_parameters,
+    peak_flops,
+    reference_model,
+    training_flops,
+    training_task,
+)
 
-REPO = Path(__file__).resolve().parent.parent
-MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
-SUBWORD_FACTOR = 1.3  # BPE tokens per whitespace word for a ~10k joint vocabulary on Multi30k / WMT EN-DE
-PAD, BOS, EOS = 0, 1, 2
+from modeling_attn.modeling_transformer import sinusoid_table  # noqa: E402
+
 PARTS = ["train", "generate", "memory", "sweep"]
-# Dense bf16 peak (no sparsity) for MFU, by a substring of torch.cuda.get_device_name().
-PEAK_BF16_FLOPS = {"H200": 989e12, "H100": 989e12, "A100": 312e12, "L40S": 362e12, "4090": 165e12}
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Data: ragged batches of token ids with realistic lengths
-
-
-def sentence_lengths(count: int, seed: int) -> list[tuple[int, int]]:
-    """(source, target) lengths in tokens: Multi30k en-de training pairs when present, else a lognormal."""
-    generator = torch.Generator().manual_seed(seed)
-    if (MULTI30K / "train.en.gz").is_file():
-        with gzip.open(MULTI30K / "train.en.gz", "rt") as en, gzip.open(MULTI30K / "train.de.gz", "rt") as de:
-            pairs = [(len(s.split()), len(t.split())) for s, t in zip(en, de, strict=True)]
-        picks = torch.randint(len(pairs), (count,), generator=generator).tolist()
-        return [
-            (max(1, round(pairs[i][0] * SUBWORD_FACTOR)), max(1, round(pairs[i][1] * SUBWORD_FACTOR))) for i in picks
-        ]
-    # WMT-like: median ~22 tokens, long tail.
-    source = torch.empty(count).log_normal_(math.log(22), 0.5, generator=generator)
-    ratio = torch.empty(count).log_normal_(0.0, 0.15, generator=generator)
-    return [(max(1, round(s)), max(1, round(s * r))) for s, r in zip(source.tolist(), ratio.tolist(), strict=True)]
-
-
-@dataclass
-class Batch:
-    input_ids: torch.Tensor  # (B, S), right-padded with PAD
-    attention_mask: torch.Tensor  # (B, S), 1 = token
-    labels: torch.Tensor  # (B, T), target ids then EOS, -100 on padding
-    target_lengths: list[int]  # tokens per target including EOS
-
-    @property
-    def target_tokens(self) -> int:
-        return sum(self.target_lengths)
-
-    def to(self, device: str) -> Batch:
-        return Batch(
-            self.input_ids.to(device), self.attention_mask.to(device), self.labels.to(device), self.target_lengths
-        )
-
-
-def make_batch(lengths: list[tuple[int, int]], vocab_size: int, generator: torch.Generator) -> Batch:
-    """Random ids (never the special tokens) with the given lengths; targets end with EOS."""
-    source_max = max(s for s, _ in lengths)
-    target_max = max(t for _, t in lengths) + 1
-    input_ids = torch.full((len(lengths), source_max), PAD)
-    labels = torch.full((len(lengths), target_max), -100)
-    for row, (source, target) in enumerate(lengths):
-        input_ids[row, :source] = torch.randint(3, vocab_size, (source,), generator=generator)
-        labels[row, :target] = torch.randint(3, vocab_size, (target,), generator=generator)
-        labels[row, target] = EOS
-    return Batch(input_ids, (input_ids != PAD).long(), labels, [t + 1 for _, t in lengths])
-
-
-def make_batches(
-    count: int, batch_size: int, vocab_size: int, seed: int, max_length: int | None = None
-) -> list[Batch]:
-    lengths = sentence_lengths(count * batch_size, seed)
-    if max_length is not None:
-        lengths = [(min(s, max_length), min(t, max_length - 1)) for s, t in lengths]
-    generator = torch.Generator().manual_seed(seed)
-    return [make_batch(lengths[i : i + batch_size], vocab_size, generator) for i in range(0, len(lengths), batch_size)]
-
-
-def fixed_length_batch(batch_size: int, length: int, vocab_size: int, seed: int) -> Batch:
-    """All sources and targets exactly `length` tokens (the sequence-length sweep)."""
-    return make_batch([(length, length - 1)] * batch_size, vocab_size, torch.Generator().manual_seed(seed))
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# The models under test, each built with the weights of one reference `attn_transformer`
-
-
-def reference_model(preset: str, max_positions: int, seed: int) -> AttnTransformerForConditionalGeneration:
-    """Ours, with Marian's position layout ("halves", the same encoding permuted) so that logits can match."""
-    torch.manual_seed(seed)
-    config = load_preset(
-        preset,
-        positional_layout="halves",
-        max_position_embeddings=max_positions,
-        pad_token_id=PAD,
-        bos_token_id=BOS,
-        eos_token_id=EOS,
-        decoder_start_token_id=BOS,
-    )
-    return AttnTransformerForConditionalGeneration(config)
-
-
-def ours(reference: nn.Module, attn_implementation: str) -> nn.Module:
-    model = copy.deepcopy(reference)
-    model.set_attn_implementation(attn_implementation)
-    return model
-
-
-def marian(reference: nn.Module, attn_implementation: str) -> nn.Module:
-    """MarianMTModel with the same weights, through the tested converter (`convert_marian.attn_to_marian`)."""
-    from modeling_attn.app.convert_marian import attn_to_marian
-
-    model = attn_to_marian(reference)
-    model.set_attn_implementation(attn_implementation)
-    return model
+# torch.nn.Transformer with the reference's weights (the peers built through transformers are in common.py)
 
 
 class TorchTransformer(nn.Module):
@@ -265,47 +179,6 @@ def torch_transformer(reference: nn.Module) -> TorchTransformer:
     return model
 
 
-@dataclass
-class Peer:
-    """One implementation under test: how to build it from the reference, and whether it trains / decodes."""
-
-    name: str
-    build: Callable[[nn.Module], nn.Module]
-    trains: bool = True
-    beam_search: bool = True
-    loss: Callable[[nn.Module, Batch], torch.Tensor] = field(default=lambda model, batch: hf_loss(model, batch))
-    generate: Callable[[nn.Module, Batch, int, int], torch.Tensor] = field(
-        default=lambda model, batch, beams, new_tokens: hf_generate(model, batch, beams, new_tokens)
-    )
-
-
-def hf_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
-    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
-
-
-def ours_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Our training step's loss as `attn train` computes it: output projection on labelled positions only."""
-    return model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels, skip_logits=True
-    ).loss
-
-
-def hf_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int) -> torch.Tensor:
-    from transformers import GenerationConfig
-
-    settings = GenerationConfig(
-        num_beams=beams,
-        do_sample=False,
-        max_new_tokens=new_tokens,
-        min_new_tokens=new_tokens,
-        pad_token_id=PAD,
-        bos_token_id=BOS,
-        eos_token_id=EOS,
-        decoder_start_token_id=BOS,
-    )
-    return model.generate(batch.input_ids, attention_mask=batch.attention_mask, generation_config=settings)
-
-
 def torch_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int) -> torch.Tensor:
     if beams != 1:
         raise ValueError("nn.Transformer has no beam search")
@@ -313,12 +186,7 @@ def torch_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int) 
 
 
 PEERS: dict[str, Peer] = {
-    "attn_transformer": Peer("attn_transformer", lambda ref: ours(ref, "sdpa"), loss=ours_loss),
-    "attn_transformer (eager)": Peer("attn_transformer (eager)", lambda ref: ours(ref, "eager"), loss=ours_loss),
-    # the same model with a loss from full (B, T, V) logits, as a plain training loop gets by default
-    "attn_transformer (full logits)": Peer("attn_transformer (full logits)", lambda ref: ours(ref, "sdpa")),
-    "MarianMTModel (sdpa)": Peer("MarianMTModel (sdpa)", lambda ref: marian(ref, "sdpa")),
-    "MarianMTModel (eager)": Peer("MarianMTModel (eager)", lambda ref: marian(ref, "eager")),
+    **common.PEERS,
     "torch.nn.Transformer": Peer(
         "torch.nn.Transformer",
         torch_transformer,
@@ -357,91 +225,12 @@ def register_ctranslate2(device: str) -> str | None:
     return None
 
 
-def num_parameters(model: nn.Module) -> int:
-    """Trainable parameters, each shared tensor once (Marian's frozen position table is not one)."""
-    return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
-
-
 def parity(reference: nn.Module, model: nn.Module, peer: Peer, batch: Batch) -> float:
     """Max |difference| between the reference's and this model's loss on one batch (eval mode): same weights?"""
     reference.eval()
     model.eval()
     with torch.no_grad():
         return abs(hf_loss(reference, batch).item() - peer.loss(model, batch).item())
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Interleaved timing
-
-
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-clock = CLOCKS["wall"]
-
-
-def interleaved(tasks: dict[str, Callable[[], None]], reps: int) -> dict[str, list[float]]:
-    """Run each task once untimed (warm-up), then `reps` timed rounds, each round all tasks in rotating order.
-
-    Seconds are wall-clock, or with `--clock cpu` the CPU time of this process (all its threads): on a machine
-    shared with other jobs that is the work done, free of the time spent waiting for a core.
-    """
-    for task in tasks.values():
-        task()
-    seconds: dict[str, list[float]] = {name: [] for name in tasks}
-    if not tasks:
-        return seconds
-    names = list(tasks)
-    for rep in range(reps):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            start = clock()
-            tasks[name]()
-            synchronize()
-            seconds[name].append(clock() - start)
-    return seconds
-
-
-def synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
-
-
-def autocast(device: str, bf16: bool | None = None):
-    """bfloat16 autocast: on CUDA unless `bf16=False`, on the CPU only with `bf16=True` (bench/cpu_bf16.py)."""
-    enabled = device == "cuda" if bf16 is None else bf16
-    return torch.autocast(device, dtype=torch.bfloat16, enabled=enabled)
-
-
-def training_task(
-    model: nn.Module, peer: Peer, batches: list[Batch], device: str, bf16: bool | None = None
-) -> Callable[[], None]:
-    """One call = a training step (forward, backward, Adam) on each of `batches`, under `autocast(device, bf16)`."""
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    model.train()
-
-    def task() -> None:
-        for batch in batches:
-            with autocast(device, bf16):
-                loss = peer.loss(model, batch)
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-
-    return task
-
-
-def generation_task(model, peer: Peer, batches: list[Batch], beams: int, device: str) -> Callable[[], None]:
-    if isinstance(model, nn.Module):
-        model.eval()
-
-    def task() -> None:
-        for batch in batches:
-            with torch.inference_mode(), autocast(device):
-                peer.generate(model, batch, beams, max(batch.target_lengths))
-
-    return task
-
-
-def median_rate(seconds: list[float], units: float) -> float:
-    return units / statistics.median(seconds)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -528,39 +317,6 @@ def peak_memory(name: str, args: argparse.Namespace, preset: str) -> dict[str, f
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# FLOPs for MFU (GPU mode)
-
-
-def training_flops(config, batch: Batch) -> float:
-    """Matmul FLOPs of one training step on the batch's real tokens: 3 x forward (backward = 2 x forward).
-
-    Only the useful work counts: sentence by sentence, with its own source and target lengths. Compute spent on
-    padding earns nothing, so a model that skips padding and one that computes it are compared on the same work,
-    and MFU is not inflated by padded positions (about half of a randomly ordered batch of 32 sentences).
-    """
-    width, inner = config.d_model, config.d_ff
-    projections = 4 * width * width + 2 * width * inner  # attention q/k/v/out and the feed-forward network, per token
-    total = 0
-    for source, target in zip(batch.attention_mask.sum(1).tolist(), batch.target_lengths, strict=True):
-        encoder = 2 * source * projections + 4 * source * source * width  # + scores and weighted sums
-        decoder = (
-            2 * target * projections  # self-attention projections, FFN
-            + 2 * (target * 2 * width * width + source * 2 * width * width)  # cross-attention projections
-            + 4 * target * (target + source) * width  # scores and weighted sums (causal: counted in full)
-        )
-        output = 2 * target * width * config.decoder_vocab_size
-        total += config.encoder_layers * encoder + config.decoder_layers * decoder + output
-    return 3.0 * total
-
-
-def peak_flops(device: str) -> float | None:
-    if device != "cuda":
-        return None
-    name = torch.cuda.get_device_name()
-    return next((flops for key, flops in PEAK_BF16_FLOPS.items() if key in name), None)
-
-
-# ----------------------------------------------------------------------------------------------------------------
 # One preset
 
 
@@ -594,7 +350,7 @@ def bench_preset(
     trainers = {p.name: training_task(models[p.name], p, to_device, device) for p in peers if p.trains}
     trainers = trainers if "train" in args.parts else {}
     target_tokens = sum(b.target_tokens for b in train_batches)
-    for name, seconds in interleaved(trainers, args.reps).items():
+    for name, seconds in interleaved(trainers, args.reps, CLOCKS[args.clock]).items():
         result["models"][name]["train_tokens_per_s"] = median_rate(seconds, target_tokens)
         result["models"][name]["train_seconds"] = seconds
         if device == "cuda" and peak_flops(device):
@@ -619,7 +375,7 @@ def bench_preset(
             sentences = sum(b.input_ids.shape[0] for b in batches)
             tokens = sum(max(b.target_lengths) * b.input_ids.shape[0] for b in batches)
             key = f"{'greedy' if beams == 1 else 'beam4'}_{label}"
-            for name, seconds in interleaved(tasks, args.reps).items():
+            for name, seconds in interleaved(tasks, args.reps, CLOCKS[args.clock]).items():
                 result["models"][name][f"{key}_tokens_per_s"] = median_rate(seconds, tokens)
                 result["models"][name][f"{key}_ms_per_sentence"] = 1000 * statistics.median(seconds) / sentences
                 log(f"[{preset}] {name}: {key} {summary(result['models'][name], f'{key}_tokens_per_s')}")
@@ -653,13 +409,9 @@ def length_sweep(reference: nn.Module, peers: list[Peer], args: argparse.Namespa
         batch = batch.to(args.device)
         log(f"  length {length}: batch {batch.input_ids.shape[0]}")
         tasks = {p.name: training_task(models[p.name], p, [batch], args.device) for p in peers if p.trains}
-        for name, seconds in interleaved(tasks, args.sweep_reps).items():
+        for name, seconds in interleaved(tasks, args.sweep_reps, CLOCKS[args.clock]).items():
             sweep["train_tokens_per_s"].setdefault(name, []).append(median_rate(seconds, batch.target_tokens))
     return sweep
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -805,20 +557,6 @@ def render(paths: list[Path]) -> dict:
     return report
 
 
-def machine() -> str:
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name()
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} CPU cores"
-
-
 # ----------------------------------------------------------------------------------------------------------------
 
 
@@ -869,8 +607,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
-    global clock
-    clock = CLOCKS[args.clock]
     if args.memory_worker:
         memory_worker(args)
         return {}

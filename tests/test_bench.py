@@ -28,6 +28,14 @@ def bench_script(name: str):
 
 
 @pytest.fixture(scope="module")
+def common():
+    """bench/common.py, the helpers the bench scripts share: the module they import (bench/ on sys.path)."""
+    if str(SCRIPT.parent) not in sys.path:
+        sys.path.insert(0, str(SCRIPT.parent))
+    return importlib.import_module("common")
+
+
+@pytest.fixture(scope="module")
 def speed():
     spec = importlib.util.spec_from_file_location("bench_speed", SCRIPT)
     module = importlib.util.module_from_spec(spec)
@@ -44,12 +52,12 @@ def run_quick(speed, output_dir: Path, *extra: str) -> tuple[dict, str]:
     return report, table
 
 
-def check_report(speed, report: dict, table: str) -> dict:
+def check_report(common, report: dict, table: str) -> dict:
     (result,) = report["results"]
     assert result["preset"] == "tiny"
     models = result["models"]
     assert set(TRAINING_PEERS) <= set(models)
-    expected = speed.reference_model("tiny", 128, seed=0).num_parameters()
+    expected = common.reference_model("tiny", 128, seed=0).num_parameters()
     for name in TRAINING_PEERS:
         entry = models[name]
         # Same architecture, same weights: equal parameter counts and (in eval mode) the same loss.
@@ -76,9 +84,9 @@ def check_report(speed, report: dict, table: str) -> dict:
     return models
 
 
-def test_quick_run_without_memory(speed, tmp_path):
+def test_quick_run_without_memory(speed, common, tmp_path):
     report, table = run_quick(speed, tmp_path, "--no_memory")
-    models = check_report(speed, report, table)
+    models = check_report(common, report, table)
     assert all("memory" not in entry for entry in models.values())
 
     # --render rewrites the table from the JSON, adding what a second report measured (here: a memory figure).
@@ -96,9 +104,9 @@ def test_quick_run_without_memory(speed, tmp_path):
 
 
 @pytest.mark.slow
-def test_quick_run_with_memory_subprocesses(speed, tmp_path):
+def test_quick_run_with_memory_subprocesses(speed, common, tmp_path):
     report, table = run_quick(speed, tmp_path)
-    models = check_report(speed, report, table)
+    models = check_report(common, report, table)
     for name in TRAINING_PEERS:
         memory = models[name]["memory"]
         assert memory["peak_mb"] >= memory["before_mb"] > 50, name  # torch alone takes more than 50 MB
@@ -121,20 +129,20 @@ def test_each_part_is_saved_as_it_is_measured(speed):
     assert "beam4_batch_tokens_per_s" in snapshots[3]["attn_transformer"]
 
 
-def test_mfu_counts_the_real_tokens_only(speed):
+def test_mfu_counts_the_real_tokens_only(common):
     """Hand-computed FLOPs of one sentence; padding it (batching with a longer one) adds nothing."""
     from types import SimpleNamespace
 
     config = SimpleNamespace(d_model=4, d_ff=8, encoder_layers=1, decoder_layers=1, decoder_vocab_size=10)
     generator = __import__("torch").Generator().manual_seed(0)
-    one = speed.make_batch([(2, 2)], 10, generator)  # source 2 tokens, target 2 tokens + EOS
+    one = common.make_batch([(2, 2)], 10, generator)  # source 2 tokens, target 2 tokens + EOS
     # per token: q/k/v/out 4*4*4 + FFN 2*4*8 = 128; encoder 2*2*128 + scores 4*2*2*4 = 576;
     # decoder 2*3*128 + cross-attention projections 2*(3*2*16 + 2*2*16) + scores 4*3*(3+2)*4 = 1328;
     # output layer 2*3*4*10 = 240; training = 3 x forward
-    assert speed.training_flops(config, one) == 3 * (576 + 1328 + 240)
-    other = speed.make_batch([(5, 6)], 10, generator)
-    both = speed.make_batch([(2, 2), (5, 6)], 10, generator)
-    assert speed.training_flops(config, both) == speed.training_flops(config, one) + speed.training_flops(
+    assert common.training_flops(config, one) == 3 * (576 + 1328 + 240)
+    other = common.make_batch([(5, 6)], 10, generator)
+    both = common.make_batch([(2, 2), (5, 6)], 10, generator)
+    assert common.training_flops(config, both) == common.training_flops(config, one) + common.training_flops(
         config, other
     )
 
@@ -240,3 +248,76 @@ def test_translated_tokens_stop_at_the_first_end_token():
     module = bench_script("beam_search")
     sequences = torch.tensor([[1, 5, 6, 2, 2, 2], [1, 7, 2, 0, 0, 0], [1, 3, 4, 5, 6, 8]])
     assert module.translated_tokens(sequences, eos_token_id=2) == 3 + 2 + 5
+
+
+def finite_numbers(value) -> list[float]:
+    """Every number in a JSON value (booleans are not numbers here)."""
+    if isinstance(value, dict):
+        return [n for item in value.values() for n in finite_numbers(item)]
+    if isinstance(value, list):
+        return [n for item in value for n in finite_numbers(item)]
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        assert math.isfinite(value), value
+        return [value]
+    return []
+
+
+def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
+    """bench/gpu.py --dry-run runs each part on the CPU (tiny presets, float32): the JSON holds every part with finite
+    numbers, sdpa agrees with eager within the stated tolerance, refused backends say why, the MFU arithmetic is the
+    FLOP formula over the median round, and an sdpa that computes something else is caught."""
+    import torch
+
+    module = bench_script("gpu")
+    output = tmp_path / "gpu.json"
+    report = module.main(["--dry-run", "--output", str(output), "--peak_tflops", "2"])
+    assert json.loads(output.read_text()) == report
+    assert set(report["parts"]) == {"attention", "train", "generate"} and report["dry_run"]
+    assert finite_numbers(report)  # and each of them finite
+
+    attention = report["parts"]["attention"]
+    transformer, rnn = attention["results"]
+    assert attention["passed"] and not module.failed(report)
+    assert not [entry for part in report["parts"].values() for entry in part["results"] if "error" in entry]
+    sdpa = transformer["backends"]["sdpa"]
+    assert transformer["model_type"] == "attn_transformer" and transformer["dtype"] == "float32"
+    # in float32 eager's own error is 0 (it is the reference), so the allowance is the float32 floor
+    assert transformer["eager_max_abs_error"] == 0 and transformer["tolerance"] == 1e-5
+    assert sdpa["ran"] and sdpa["passed"] and sdpa["max_abs_error"] <= transformer["tolerance"]
+    assert (
+        0 <= sdpa["mean_abs_difference_from_eager"] <= sdpa["max_abs_difference_from_eager"] == sdpa["max_abs_error"]
+    )
+    assert not transformer["declares"]["flash_attention_2"]
+    assert "does not support Flash Attention" in transformer["backends"]["flash_attention_2"]["refused"]
+    assert rnn["model_type"] == "attn_rnn" and not rnn["backends"]["sdpa"]["ran"] and rnn["passed"] is None
+    assert "scaled_dot_product_attention" in rnn["backends"]["sdpa"]["refused"]
+
+    (trained,) = report["parts"]["train"]["results"]
+    config = common.reference_model("tiny", 1024, seed=0).config
+    batches = module.bucketed_batches(2, 8, config.vocab_size, seed=1)
+    flops = sum(common.training_flops(config, batch) for batch in batches)
+    median = sorted(trained["seconds_per_round"])[0] / 2 + sorted(trained["seconds_per_round"])[1] / 2
+    assert trained["target_tokens_per_round"] == sum(batch.target_tokens for batch in batches)
+    assert trained["model_tflops_per_s"] == pytest.approx(flops / median / 1e12)
+    assert trained["mfu"] == pytest.approx(trained["model_tflops_per_s"] / 2)
+    assert 0 < trained["loss_after"] < 10 and trained["target_tokens_per_s"] > 0
+    (generated,) = report["parts"]["generate"]["results"]
+    for key in ("greedy_batch4", "beam4_batch4"):
+        assert generated[key]["target_tokens_per_s"] > 0 and generated[key]["ms_per_sentence"] > 0
+
+    # sdpa's output off by 1%: the check fails and the command would exit with status 1; a part that raises is kept
+    # in the report as its error, after the parts before it
+    exact = torch.nn.functional.scaled_dot_product_attention
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: exact(*a, **k) * 1.01)
+    flags = ["--dry-run", "--parts", "attention", "--attention_presets", "tiny", "--output", str(output)]
+    report = module.main(flags)
+    (transformer,) = report["parts"]["attention"]["results"]
+    assert not transformer["passed"] and not report["parts"]["attention"]["passed"] and module.failed(report)
+    assert transformer["backends"]["sdpa"]["max_abs_error"] > transformer["tolerance"]
+
+    monkeypatch.undo()
+    monkeypatch.setattr(module, "train", lambda *args: torch.empty(2**62))
+    report = module.main([*flags[:2], "attention", "train", *flags[3:]])
+    assert report["parts"]["attention"]["passed"] and json.loads(output.read_text()) == report
+    (crashed,) = report["parts"]["train"]["results"]
+    assert crashed["preset"] == "tiny" and "RuntimeError" in crashed["error"] and module.failed(report)
