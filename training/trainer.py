@@ -17,6 +17,9 @@ And the training loss skips the logits of padding: with a model whose config has
 `label_smoothing_factor` moves into the model's own loss (the same loss as Trainer's `LabelSmoother`,
 tests/test_padding_free.py), and training steps call the model with `skip_logits=True` when it takes it, so the
 output projection runs on labelled positions only. Evaluation and prediction still get the full logits.
+
+Under FSDP2, two more: the tied source/target embedding is held by one module (FSDP2 refuses a parameter shared by
+two of its units), and models are saved under their own class, not the `FSDP<Name>` class `fully_shard` derives.
 """
 
 from __future__ import annotations
