@@ -131,10 +131,9 @@ def test_bad_bpe_dropout_use_names_the_flag(tmp_path: Path, flags, message):
         main(["--output_dir", str(tmp_path / "out"), *TINY, *QUIET, "--max_steps", "2", *flags])
 
 
-@pytest.mark.slow  # two real processes (Accelerate, gloo)
+@pytest.mark.slow  # two real processes (torchrun, gloo)
 def test_two_training_processes_are_refused_with_the_reason(tmp_path):
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--num_machines", "1",
-              "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
               "-m", "training", "--output_dir", str(tmp_path / "out"), *TINY, *QUIET, "--max_steps", "2",
               "--bpe_dropout", "0.1"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}

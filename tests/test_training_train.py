@@ -235,7 +235,7 @@ def _free_port() -> int:
 
 
 def _two_processes_vs_one(tmp_path: Path, steps: int, extra: list[str]) -> tuple[list[float], list[float], Path, Path]:
-    """Train with `accelerate launch --num_processes 2 --cpu` (gloo) and in one process accumulating 2 batches.
+    """Train with `torchrun --nproc_per_node 2` (gloo) and in one process accumulating 2 batches.
 
     BatchSamplerShard deals token batch i to process i % 2, so a 2-process step and a 1-process step with
     --gradient_accumulation_steps 2 see the same two batches; Trainer normalises the loss by the token count of the
@@ -245,8 +245,7 @@ def _two_processes_vs_one(tmp_path: Path, steps: int, extra: list[str]) -> tuple
               "--config_overrides", "dropout=0", "--seed", "3", *extra]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     two, one = tmp_path / "two", tmp_path / "one"
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "2", "--cpu", "--num_machines", "1",
-              "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
               "-m", "training", "--output_dir", str(two), *common]  # fmt: skip
     result = subprocess.run(launch, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-4000:]

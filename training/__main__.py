@@ -1,59 +1,79 @@
-"""`python -m training`, `accelerate launch [--num_processes N] [--cpu] -m training`: the same as `attn train`.
+"""`python -m training` (one process) and `torchrun --nproc_per_node N -m training` (N processes): `attn train`.
 
-`accelerate launch --cpu --num_processes N` (N > 1) starts only one process unless MPI is set up (accelerate's
-"simple launcher" runs the script once and leaves multi-CPU runs to mpirun). In that case this module starts the
-N processes itself with `torch.distributed.run` on the address and port accelerate chose; each of them runs the
-recipe under accelerate's MULTI_CPU state (gloo). The process count is read from the launcher's command line
-(Linux /proc); where that fails the run stays single-process with a warning.
+Launchers, as tested on a machine without GPU (tests/test_training_distributed.py):
+- `torchrun --nproc_per_node N -m training ...` starts N processes. On a machine with no accelerator, this module
+  sets ACCELERATE_USE_CPU before transformers reads it, so that the processes form one gloo group (accelerate's
+  MULTI_CPU) instead of N separate single-process runs (what transformers 5.23 does there, with only a warning).
+- `accelerate launch --config_file configuration/accelerate-fsdp.yaml --num_processes N --mixed_precision no -m
+  training ...` starts N processes through torchrun too. Accelerate 1.15 turns FSDP on only for GPU-like process
+  groups (`AcceleratorState` leaves a MULTI_CPU group as plain DDP), so without an accelerator this module applies
+  accelerate's own FSDP branch to the gloo group (`_fsdp_on_cpu`); on GPUs nothing is changed.
+- `accelerate launch --cpu --num_processes N` (N > 1) is refused: accelerate's simple launcher starts one process
+  and leaves multi-CPU runs to mpirun, so the run would silently train in one process.
 """
 
-import logging
 import os
-import subprocess
 import sys
-from pathlib import Path
 
-from .train import cli_main
-
-
-def _launcher_num_processes() -> int | None:
-    """--num_processes of the `accelerate launch` command that started this process, if it can be read."""
-    try:
-        argv = Path(f"/proc/{os.getppid()}/cmdline").read_bytes().decode().split("\0")
-    except OSError:
-        return None
-    for position, arg in enumerate(argv):
-        for flag in ("--num_processes", "--num-processes"):
-            if arg == flag and position + 1 < len(argv):
-                return int(argv[position + 1])
-            if arg.startswith(flag + "="):
-                return int(arg.split("=", 1)[1])
-    return None
+import torch
 
 
-def _relaunch_on_cpus() -> int | None:
-    """Exit status of N gloo processes started here, or None when this process should train itself."""
-    single_cpu_launch = (
+def _single_process_cpu_launch() -> bool:
+    """Whether `accelerate launch --cpu --num_processes N>1` started this process alone (no torchrun, no MPI)."""
+    return (
         os.environ.get("ACCELERATE_USE_CPU", "").lower() in ("1", "true")
         and "MASTER_ADDR" in os.environ  # accelerate sets it only for more than one process
-        and "RANK" not in os.environ
-        and "LOCAL_RANK" not in os.environ
-        and "PMI_SIZE" not in os.environ
-        and "OMPI_COMM_WORLD_SIZE" not in os.environ
+        and not any(name in os.environ for name in ("RANK", "LOCAL_RANK", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE"))
     )
-    if not single_cpu_launch:
-        return None
-    num_processes = _launcher_num_processes()
-    if num_processes is None:
-        logging.getLogger("training").warning("accelerate launch --cpu: process count unknown, training in 1 process")
-        return None
-    if num_processes <= 1:
-        return None
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(num_processes),
-               "--master_addr", os.environ["MASTER_ADDR"], "--master_port", os.environ.get("MASTER_PORT", "29500"),
-               "-m", "training", *sys.argv[1:]]  # fmt: skip
-    return subprocess.call(command)
 
 
-status = _relaunch_on_cpus()
-sys.exit(cli_main() if status is None else status)
+def _fsdp_on_cpu() -> None:
+    """Make accelerate's `AcceleratorState` treat a gloo (MULTI_CPU) group as it treats a GPU group under
+    ACCELERATE_USE_FSDP: distributed type FSDP with the plugin built from the launcher's FSDP_* variables.
+
+    Accelerate 1.15 (state.py, `AcceleratorState.__init__`) lists the device types for which FSDP is enabled, and
+    MULTI_CPU is not among them; everything downstream (`Accelerator.prepare`, `fully_shard`, the full state dict at
+    save time) runs on CPU with gloo. The lines below are the ones accelerate runs for a GPU group.
+    """
+    from accelerate.state import AcceleratorState, PartialState
+    from accelerate.utils import DistributedType
+
+    original_init = AcceleratorState.__init__
+
+    def init(self, *args, fsdp_plugin=None, **kwargs):
+        original_init(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+        if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
+            self.distributed_type = DistributedType.FSDP
+            if self._mixed_precision != "no":
+                fsdp_plugin.set_mixed_precision(self._mixed_precision)
+            self.fsdp_plugin = fsdp_plugin
+            PartialState._shared_state["distributed_type"] = DistributedType.FSDP
+
+    AcceleratorState.__init__ = init
+
+
+def _has_accelerator() -> bool:
+    accelerator = getattr(torch, "accelerator", None)  # torch >= 2.6; CUDA only before
+    return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
+
+
+def _main() -> int:
+    if _single_process_cpu_launch():
+        print(
+            "python -m training: error: `accelerate launch --cpu --num_processes N` starts one process here (accelerate "
+            "leaves multi-CPU runs to mpirun); start N CPU processes with `torchrun --nproc_per_node N -m training ...`",
+            file=sys.stderr,
+        )
+        return 2
+    launched_by_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1 and "LOCAL_RANK" in os.environ
+    deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true")  # picks its own backend
+    if launched_by_torchrun and not deepspeed and not _has_accelerator():
+        os.environ["ACCELERATE_USE_CPU"] = "true"
+        if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
+            _fsdp_on_cpu()
+    from .train import cli_main
+
+    return cli_main()
+
+
+sys.exit(_main())

@@ -17,6 +17,9 @@ And the training loss skips the logits of padding: with a model whose config has
 `label_smoothing_factor` moves into the model's own loss (the same loss as Trainer's `LabelSmoother`,
 tests/test_padding_free.py), and training steps call the model with `skip_logits=True` when it takes it, so the
 output projection runs on labelled positions only. Evaluation and prediction still get the full logits.
+
+Under FSDP2, two more: the tied source/target embedding is held by one module (FSDP2 refuses a parameter shared by
+two of its units), and models are saved under their own class, not the `FSDP<Name>` class `fully_shard` derives.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from functools import partial
 from pathlib import Path
 
 import datasets
+from torch import nn
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker, sort_checkpoints
@@ -42,6 +46,38 @@ logger = logging.getLogger(__name__)
 
 # Where checkpoints are written before they are renamed into place; not matched by `checkpoint-*`.
 STAGING_DIR = ".checkpoint-staging"
+
+
+def _one_module_per_tied_embedding(model) -> None:
+    """Let one registered module hold the tied source/target embedding; the other places reach it as plain attributes.
+
+    FSDP2 (torch >= 2.13) refuses a parameter held by modules of two FSDP units. Accelerate puts
+    `get_input_embeddings()` and `get_output_embeddings()` in one unit, but our models tie the embedding of `shared`,
+    `encoder.embed_tokens` and `decoder.embed_tokens` as separate modules, and the others would fall into the root
+    unit. Registering one module under three names instead is not enough: torch's distributed state dict then saves
+    three keys but loads only the first, so resuming fails. The state dict keeps `model.shared.weight` (the key
+    `save_pretrained` writes anyway); `from_pretrained` ties the others to it.
+    """
+    weight = model.get_input_embeddings().weight
+    holders = [(name, module) for name, module in model.named_modules(remove_duplicate=False)
+               if isinstance(module, nn.Embedding) and module.weight is weight]  # fmt: skip
+    owner = holders[0][1]
+    for name, _ in holders[1:]:
+        parent_name, _, attribute = name.rpartition(".")
+        parent = model.get_submodule(parent_name)
+        delattr(parent, attribute)
+        parent.__dict__[attribute] = owner  # found before nn.Module.__getattr__ is asked, so not a child module
+
+
+def _class_before_fully_shard(cls: type) -> type | None:
+    """The model class that FSDP2's `fully_shard` subclassed into `cls`, or None when `cls` is not such a class."""
+    try:
+        from torch.distributed.fsdp import FSDPModule
+    except ImportError:  # torch without FSDP2
+        return None
+    if not issubclass(cls, FSDPModule):
+        return None
+    return next(base for base in cls.__bases__ if not issubclass(base, FSDPModule))
 
 
 class TranslationTrainer(Seq2SeqTrainer):
@@ -61,6 +97,8 @@ class TranslationTrainer(Seq2SeqTrainer):
             self.label_smoother = None
         # looked up once here, not at every training step
         self._takes_skip_logits = "skip_logits" in inspect.signature(self.model.forward).parameters
+        if self.is_fsdp_enabled:
+            _one_module_per_tied_embedding(self.model)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """Trainer's, with `skip_logits=True` for a loss-only call of a model that takes it."""
@@ -124,6 +162,21 @@ class TranslationTrainer(Seq2SeqTrainer):
             ),
         )
         return self.accelerator.prepare(loader)
+
+    def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
+        """Trainer's, with the model's own class during the save: FSDP2 gives a sharded model a class of its own
+        (`FSDP<Name>`, defined in torch's `_fsdp_init`), which `save_pretrained` would write into `config.auto_map`
+        while copying torch's FSDP files in place of the model code."""
+        model = self.accelerator.unwrap_model(self.model, keep_torch_compile=False)
+        sharded_class = type(model)
+        own_class = _class_before_fully_shard(sharded_class)
+        if own_class is None:
+            return super()._save(output_dir, state_dict)
+        model.__class__ = own_class
+        try:
+            return super()._save(output_dir, state_dict)
+        finally:
+            model.__class__ = sharded_class
 
     def _run_epoch(self, *args, **kwargs):
         # Trainer 5.23 checks max_steps only after an optimizer step, so a run resumed from the checkpoint of its last
