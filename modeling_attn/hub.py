@@ -82,7 +82,8 @@ def paper_generation_config(model: PreTrainedModel, measured: dict[str, Any] | N
 
 @cache
 def _language_codes() -> frozenset[str]:
-    """The ISO 639-1 and 639-3 codes that Hub metadata takes, from the list `datasets` ships for dataset cards."""
+    """The language codes of Hub metadata, from the list `datasets` ships for dataset cards: ISO 639-1, and
+    ISO 639-3 for languages without a two-letter code (BCP 47's choice: "de", not "deu")."""
     try:
         text = (resources.files("datasets.utils.resources") / "languages.json").read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError):  # the list moved in another datasets release
@@ -143,24 +144,20 @@ def record_origin(folder: str | Path, source: str | Path, how: str) -> Path:
 def model_origin(model_dir: str | Path, _depth: int = 0) -> tuple[str | None, str | None]:
     """The Hub id of the model that the model in `model_dir` was made from, and a sentence for the card.
 
-    Read from its `origin.json` (`attn convert --from-marian`) or the `base_model` of its `test_results.json`
-    (`attn train --model_name_or_path`). A local folder as source is followed to its own origin (a model fine-tuned
-    from a converted OPUS-MT model derives from that OPUS-MT model). (None, None): trained from scratch, or not
-    recorded."""
-    model_dir = Path(model_dir)
-    if (model_dir / ORIGIN_FILE).is_file():
-        origin = json.loads((model_dir / ORIGIN_FILE).read_text())
-        how, source = origin.get("how") or "made from", origin.get("source")
-    elif (model_dir / RESULTS_FILE).is_file():
-        how, source = "fine-tuned from", json.loads((model_dir / RESULTS_FILE).read_text()).get("base_model")
-    else:
+    Read from its `origin.json` (written by `attn convert --from-marian` and `attn train --model_name_or_path`).
+    A local folder as source is followed to its own origin (a model fine-tuned from a converted OPUS-MT model
+    derives from that OPUS-MT model). (None, None): trained from scratch, or not recorded."""
+    path = Path(model_dir) / ORIGIN_FILE
+    if not path.is_file():
         return None, None
+    origin = json.loads(path.read_text())
+    how, source = origin.get("how") or "made from", origin.get("source")
     if not source:
         return None, None
     found = hub_id(source)
     if found is not None:
         return found, f"{how} [{found}](https://huggingface.co/{found})"
-    local = f"{how} a local model ({Path(source).name})"  # its name only: the pusher's folders stay private
+    local = f"{how} {Path(source).name} (a local folder)"  # its name only: the pusher's folders stay private
     if _depth < 8 and Path(source).is_dir():
         ancestor, text = model_origin(source, _depth + 1)
         if text is not None:

@@ -346,6 +346,8 @@ def _check_source(source: str, flag: str, parser) -> None:
     if Path(source).exists():
         if not Path(source).is_dir():
             parser.error(f"{flag} {source}: a file; give the model's folder")
+        if not (Path(source) / "config.json").is_file():
+            parser.error(f"{flag} {source}: no config.json, not a saved model folder")
         return
     try:
         validate_repo_id(source)

@@ -369,6 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(str(error))
     if not Path(args.model).is_dir():
         parser.error(f"{args.model}: no such model folder")
+    if not (Path(args.model) / "config.json").is_file():
+        parser.error(f"{args.model}: no config.json, not a saved model folder")
     if Path(args.ctranslate2).exists() and not args.force:
         parser.error(f"{args.ctranslate2} already exists; pass --force to overwrite it")
     try:
