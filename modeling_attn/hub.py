@@ -178,7 +178,7 @@ def read_results(path: str | Path) -> dict[str, Any]:
             "bleu_signature": raw["sacrebleu_signature"],
             "bleu_lc_tok": float(raw["bleu_lc_tok"]),
             "bleu_lc_tok_signature": raw.get("bleu_lc_tok_signature"),
-            "data": "Multi30k",
+            "data": "multi30k",
             "dataset_id": None,  # read from local files (bench/multi30k/recipe.py --data), not a Hub dataset
             "split": "test2016",
             "source_lang": source_lang,
@@ -257,7 +257,7 @@ def _describe_data(results: dict[str, Any] | None) -> tuple[str | None, str | No
     if not data:
         return None, None
     dataset_id = results.get("dataset_id", hub_id(data))
-    if dataset_id is not None or data in (EMBEDDED_TASK, "Multi30k"):
+    if dataset_id is not None or data in (EMBEDDED_TASK, "multi30k"):
         return dataset_id, data
     return None, Path(data).name  # a local folder: its name only, the pusher's folders stay private
 
@@ -282,6 +282,7 @@ def model_card(
     pair = [lang for lang in ((results or {}).get("source_lang"), (results or {}).get("target_lang")) if lang]
     languages = language_codes(*pair) if len(pair) == 2 else None
     dataset_id, dataset = _describe_data(results)
+    pair_text = " -> ".join(pair) or "languages not recorded"
     eval_results = None
     results_table = None
     if results is not None:
@@ -312,7 +313,7 @@ def model_card(
         results_table = "\n".join(
             [
                 f"On the {results.get('split')} split of {dataset} ({results.get('sentences')} sentences, "
-                f"{' -> '.join(pair) or 'languages not recorded'}), decoding with "
+                f"{pair_text}), decoding with "
                 f"{_describe_decoding(results.get('generation'))}:",
                 "",
                 "| metric | score |",
@@ -330,9 +331,9 @@ def model_card(
     if dataset == EMBEDDED_TASK:
         training_data = EMBEDDED_TASK_TEXT
     elif dataset_id is not None:
-        training_data = f"[{dataset_id}](https://huggingface.co/datasets/{dataset_id}) ({' -> '.join(pair)})"
+        training_data = f"[{dataset_id}](https://huggingface.co/datasets/{dataset_id}) ({pair_text})"
     elif dataset:
-        training_data = f"{dataset}, a local dataset ({' -> '.join(pair)})"
+        training_data = f"{dataset}, a local dataset ({pair_text})"
     else:
         training_data = None
     card_data = ModelCardData(
