@@ -114,6 +114,8 @@ CASES = [
     (lambda w: ["push", "--model", str(w / "model"), "--repo-id", "me/a b"], "--repo_id me/a b: Repo id must use"),
     (lambda w: ["push", "--model", str(w / "model"), "--repo-id", "me/m", "--results", str(w / "none.json")],
      "--results {w}/none.json: no such file"),
+    (lambda w: ["push", "--model", str(w / "config_only"), "--repo-id", "me/m", "--save-to", str(w / "p")],
+     "--model {w}/config_only: cannot load it ({w}/config_only"),
     (lambda w: ["push", "--model", str(w / "model"), "--repo-id", "me/m", "--private", "maybe"],
      "argument --private: Truthy value expected: got maybe"),
     (lambda w: ["convert", "--from-marian", str(w / "model"), "--to", str(w / "c"), "--zzz"],

@@ -64,6 +64,8 @@ def push_main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"the upload to {args.repo_id} failed: {str(error).strip().splitlines()[0]}")
     except ValueError as error:  # an evaluation JSON without scores, a tokenizer that does not fit the model
         parser.error(str(error).strip().splitlines()[0])
+    except OSError as error:  # a folder without weights or tokenizer
+        parser.error(f"--model {args.model}: cannot load it ({str(error).strip().splitlines()[0]})")
     print(f"pushed {args.model} to {url}")
     return 0
 
