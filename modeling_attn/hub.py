@@ -297,7 +297,8 @@ def model_card(
             EvalResult(
                 task_type="translation",
                 task_name="Translation",
-                dataset_type=dataset_id or dataset or "unknown",
+                # the Hub id, else an id-like slug of the name (the model-index wants no spaces there)
+                dataset_type=dataset_id or re.sub(r"[^A-Za-z0-9._-]+", "-", dataset or "unknown").strip("-"),
                 dataset_name=dataset or "unknown",
                 dataset_config=results.get("data_config"),
                 dataset_split=results.get("split"),

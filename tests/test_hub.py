@@ -241,6 +241,7 @@ def test_card_of_the_embedded_task_lists_no_languages_or_datasets(tmp_path):
     assert data.language is None and data.datasets is None and data.base_model is None
     assert "base_model_relation" not in data.to_dict()
     assert data.eval_results[0].dataset_name == EMBEDDED_TASK and data.eval_results[0].metric_value == 97.12
+    assert data.eval_results[0].dataset_type == "embedded-dates-task"
     assert "the embedded dates task of modeling-attn (`training/synthetic.py`)" in card.text
     assert "(1000 sentences, date -> iso)" in card.text  # the pair, in words
     check_metadata(data)
