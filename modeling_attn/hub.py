@@ -10,8 +10,10 @@
   every beam has ended; the beam size and length penalty the evaluation JSON records win over the paper's (the
   card's scores were measured with them: the Multi30k recipe picks its length penalty on validation);
 - `README.md`, the model card: `hub_card.md` rendered with `huggingface_hub.ModelCard`, its metadata
-  (`ModelCardData`: languages, license, datasets, metrics, tags, `model-index` with the BLEU / chrF of the
-  evaluation JSON) and the attention picture of the training run (`attention.png`) when there is one.
+  (`ModelCardData`: languages as ISO 639 codes, license, Hub dataset ids, `base_model`, metrics, tags, `model-index`
+  with the BLEU / chrF of the evaluation JSON) and the attention picture of the training run (`attention.png`)
+  when there is one. What is not a Hub identifier (a local data folder, the embedded task, a local base model) is
+  described in the card's text only.
 
 The evaluation JSON is what `attn evaluate --output FILE` writes, the `test_results.json` of `attn train`, or the
 `multi30k_results.json` of bench/multi30k/recipe.py; by default `push` reads `test_results.json` of the model folder.
@@ -20,22 +22,35 @@ The evaluation JSON is what `attn evaluate --output FILE` writes, the `test_resu
 from __future__ import annotations
 
 import json
+import logging
+import re
 import shutil
 import tempfile
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, PreTrainedModel
 
 from .generation import SOURCE_LIMIT_FIELD
 from .pipeline_translation import TranslationPipeline
 from .translation import check_tokenizer_fits
 
+logger = logging.getLogger(__name__)
+
 PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6, SOURCE_LIMIT_FIELD: 50, "early_stopping": True}
 RESULTS_FILE = "test_results.json"
 PICTURE_FILE = "attention.png"
+ORIGIN_FILE = "origin.json"  # where a model folder records the model it was made from (`record_origin`)
+EMBEDDED_TASK = "embedded dates task"  # the `data` of the results of a run on the embedded task (no --data)
+EMBEDDED_TASK_TEXT = (
+    "the embedded dates task of modeling-attn (`training/synthetic.py`): dates written in many English and German "
+    "styles (source) to ISO 8601 dates (target), generated without network; not a natural language pair"
+)
 ARCHITECTURES = {
     "attn_transformer": 'the encoder-decoder Transformer of Vaswani et al. (2017), "Attention Is All You Need"',
     "attn_rnn": "a bidirectional RNN encoder and an RNN decoder with attention (Bahdanau et al. 2015, Luong et al. 2015)",
@@ -65,6 +80,91 @@ def paper_generation_config(model: PreTrainedModel, measured: dict[str, Any] | N
     return config
 
 
+@cache
+def _language_codes() -> frozenset[str]:
+    """The language codes of Hub metadata, from the list `datasets` ships for dataset cards: ISO 639-1, and
+    ISO 639-3 for languages without a two-letter code (BCP 47's choice: "de", not "deu")."""
+    try:
+        text = (resources.files("datasets.utils.resources") / "languages.json").read_text(encoding="utf-8")
+    except (ModuleNotFoundError, FileNotFoundError):  # the list moved in another datasets release
+        logger.warning("datasets ships no languages.json: any 2- or 3-letter language code goes into the card")
+        return frozenset()
+    return frozenset(json.loads(text))
+
+
+def language_codes(*languages: str | None) -> list[str] | None:
+    """The card's `language` for a language pair: ISO 639 codes ("en_XX", "pt-BR" -> "en", "pt"), or None when
+    either side is no language code. One unknown side drops both: the embedded task's pair "date" -> "iso" is not a
+    language pair, though "iso" alone is a code (Isoko)."""
+    known = _language_codes()
+    codes: list[str] = []
+    for language in languages:
+        primary = re.split(r"[-_]", (language or "").strip())[0].lower()
+        if not (primary in known if known else re.fullmatch(r"[a-z]{2,3}", primary)):
+            return None
+        if primary not in codes:
+            codes.append(primary)
+    return codes or None
+
+
+def hub_id(reference: str | None) -> str | None:
+    """`reference` (a model or dataset as a command line named it) if it names a Hub repository, else None: the
+    embedded task and local paths (absolute, `./`, `~`, or existing here) are not Hub ids."""
+    if not reference or reference == EMBEDDED_TASK:
+        return None
+    if reference.startswith((".", "~", "/", "\\")) or Path(reference).exists():
+        return None
+    try:
+        validate_repo_id(reference)
+    except HFValidationError:
+        return None
+    return reference
+
+
+def local_or_hub(name_or_path: str | None) -> str | None:
+    """A model or dataset named on a command line, as a record that `hub_id` reads right later and elsewhere: an
+    existing local path made absolute (a relative `data/m30k` would pass for a Hub id), anything else as given."""
+    if name_or_path and Path(name_or_path).exists():
+        return str(Path(name_or_path).resolve())
+    return name_or_path
+
+
+def record_origin(folder: str | Path, source: str | Path, how: str) -> Path:
+    """Write `origin.json` into the model folder `folder`: the model it was made from (`source`, a folder or a Hub
+    id) and `how` ("converted from the Marian model"). `attn push` makes a Hub id the card's `base_model`."""
+    from . import __version__
+
+    path = Path(folder) / ORIGIN_FILE
+    origin = {"how": how, "source": local_or_hub(str(source)), "hub_id": hub_id(str(source)),
+              "by": f"modeling-attn {__version__}"}  # fmt: skip
+    path.write_text(json.dumps(origin, indent=2) + "\n")
+    return path
+
+
+def model_origin(model_dir: str | Path, _depth: int = 0) -> tuple[str | None, str | None]:
+    """The Hub id of the model that the model in `model_dir` was made from, and a sentence for the card.
+
+    Read from its `origin.json` (written by `attn convert --from-marian` and `attn train --model_name_or_path`).
+    A local folder as source is followed to its own origin (a model fine-tuned from a converted OPUS-MT model
+    derives from that OPUS-MT model). (None, None): trained from scratch, or not recorded."""
+    path = Path(model_dir) / ORIGIN_FILE
+    if not path.is_file():
+        return None, None
+    origin = json.loads(path.read_text())
+    how, source = origin.get("how") or "made from", origin.get("source")
+    if not source:
+        return None, None
+    found = hub_id(source)
+    if found is not None:
+        return found, f"{how} [{found}](https://huggingface.co/{found})"
+    local = f"{how} {Path(source).name} (a local folder)"  # its name only: the pusher's folders stay private
+    if _depth < 8 and Path(source).is_dir():
+        ancestor, text = model_origin(source, _depth + 1)
+        if text is not None:
+            return ancestor, f"{local}, which was {text}"
+    return None, local
+
+
 def read_results(path: str | Path) -> dict[str, Any]:
     """Scores of an evaluation JSON of `attn evaluate` (`bleu`, ...), `attn train` (`test_bleu`, ...) or the
     Multi30k recipe (`multi30k_results.json` of bench/multi30k/recipe.py: sacreBLEU, chrF and the lowercased
@@ -79,6 +179,7 @@ def read_results(path: str | Path) -> dict[str, Any]:
             "bleu_lc_tok": float(raw["bleu_lc_tok"]),
             "bleu_lc_tok_signature": raw.get("bleu_lc_tok_signature"),
             "data": "multi30k",
+            "dataset_id": None,  # read from local files (bench/multi30k/recipe.py --data), not a Hub dataset
             "split": "test2016",
             "source_lang": source_lang,
             "target_lang": target_lang,
@@ -93,6 +194,7 @@ def read_results(path: str | Path) -> dict[str, Any]:
         "chrf": float(raw[f"{prefix}chrf"]) if f"{prefix}chrf" in raw else None,
         "bleu_signature": raw.get(f"{prefix}bleu_signature"),
         "data": raw.get("data"),
+        "dataset_id": hub_id(raw.get("data")),
         "split": raw.get("split", "test"),
         "source_lang": raw.get("source_lang"),
         "target_lang": raw.get("target_lang"),
@@ -132,20 +234,55 @@ def _training_summary(model_dir: Path) -> str:
     return text + (f", {runtime / 60:.1f} minutes" if runtime else "")
 
 
+def _describe_generation(config: GenerationConfig) -> str:
+    """The decoding that `generation_config.json` gives `generate()`, in words."""
+    beams = config.num_beams or 1
+    parts = [f"beam search with {beams} beams, length penalty {config.length_penalty}" if beams > 1 else "greedy"]
+    offset = getattr(config, SOURCE_LIMIT_FIELD, None)
+    if config.max_new_tokens is not None:
+        parts.append(f"at most {config.max_new_tokens} new tokens")
+    elif offset is not None:
+        parts.append(f"at most source length + {offset} tokens per sentence (`{SOURCE_LIMIT_FIELD}`)")
+    elif config.max_length is not None:
+        parts.append(f"at most {config.max_length} tokens")
+    if beams > 1:
+        parts.append("stopping once every beam has ended" if config.early_stopping is True else
+                     f"`early_stopping={config.early_stopping}`")  # fmt: skip
+    return ", ".join(parts)
+
+
+def _describe_data(results: dict[str, Any] | None) -> tuple[str | None, str | None]:
+    """The data of the results for the card: (Hub dataset id or None, a short name for the text and model-index)."""
+    data = (results or {}).get("data")
+    if not data:
+        return None, None
+    dataset_id = results.get("dataset_id", hub_id(data))
+    if dataset_id is not None or data in (EMBEDDED_TASK, "multi30k"):
+        return dataset_id, data
+    return None, Path(data).name  # a local folder: its name only, the pusher's folders stay private
+
+
 def model_card(
     model: PreTrainedModel,
     repo_id: str,
     results: dict[str, Any] | None = None,
     picture: str | None = None,
     training_recipe: str | None = None,
+    base_model: str | None = None,
+    origin: str | None = None,
 ) -> ModelCard:
-    """The model card: `hub_card.md` rendered with this model's metadata and evaluation `results`."""
+    """The model card: `hub_card.md` rendered with this model's metadata and evaluation `results`.
+
+    The metadata holds what the Hub reads as identifiers, and only then: `language` as ISO 639 codes
+    (`language_codes`), `datasets` as Hub dataset ids, `base_model` (the Hub id of the model it was fine-tuned or
+    converted from, with `base_model_relation: finetune`). Data and origins that are not on the Hub are described
+    in the text (`origin`: a sentence of `model_origin`).
+    """
     model_type = model.config.model_type
-    languages = [lang for lang in ((results or {}).get("source_lang"), (results or {}).get("target_lang")) if lang]
-    data = (results or {}).get("data")
-    # A local path would put the pusher's folders into a public card: keep its last part only.
-    is_path = data and (Path(data).is_absolute() or data.startswith((".", "~")) or Path(data).exists())
-    dataset = Path(data).name if is_path else data
+    pair = [lang for lang in ((results or {}).get("source_lang"), (results or {}).get("target_lang")) if lang]
+    languages = language_codes(*pair) if len(pair) == 2 else None
+    dataset_id, dataset = _describe_data(results)
+    pair_text = " -> ".join(pair) or "languages not recorded"
     eval_results = None
     results_table = None
     if results is not None:
@@ -160,8 +297,10 @@ def model_card(
             EvalResult(
                 task_type="translation",
                 task_name="Translation",
-                dataset_type=dataset or "unknown",
+                # the Hub id, else an id-like slug of the name (the model-index wants no spaces there)
+                dataset_type=dataset_id or re.sub(r"[^A-Za-z0-9._-]+", "-", dataset or "unknown").strip("-"),
                 dataset_name=dataset or "unknown",
+                dataset_config=results.get("data_config"),
                 dataset_split=results.get("split"),
                 metric_type=metric,
                 metric_name=name,
@@ -175,7 +314,7 @@ def model_card(
         results_table = "\n".join(
             [
                 f"On the {results.get('split')} split of {dataset} ({results.get('sentences')} sentences, "
-                f"{' -> '.join(languages) or 'languages not recorded'}), decoding with "
+                f"{pair_text}), decoding with "
                 f"{_describe_decoding(results.get('generation'))}:",
                 "",
                 "| metric | score |",
@@ -190,14 +329,24 @@ def model_card(
                 else []
             )
         )
+    if dataset == EMBEDDED_TASK:
+        training_data = EMBEDDED_TASK_TEXT
+    elif dataset_id is not None:
+        training_data = f"[{dataset_id}](https://huggingface.co/datasets/{dataset_id}) ({pair_text})"
+    elif dataset:
+        training_data = f"{dataset}, a local dataset ({pair_text})"
+    else:
+        training_data = None
     card_data = ModelCardData(
         model_name=repo_id.split("/")[-1],
-        language=languages or None,
+        base_model=base_model,
+        base_model_relation="finetune" if base_model else None,
+        language=languages,
         license="apache-2.0",
         library_name="transformers",
         pipeline_tag="translation",
         tags=["translation", model_type, "modeling-attn"],
-        datasets=[dataset] if dataset else None,
+        datasets=[dataset_id] if dataset_id else None,
         metrics=["bleu", "chrf"],
         eval_results=eval_results,
     )
@@ -212,7 +361,9 @@ def model_card(
         model_type=model_type,
         architecture=ARCHITECTURES[model_type],
         size=_describe_size(model),
-        training_data=f"{dataset} ({' -> '.join(languages)})" if dataset else None,
+        decoding=_describe_generation(model.generation_config),
+        origin=origin,
+        training_data=training_data,
         training_recipe=training_recipe,
         results_table=results_table,
         picture=picture,
@@ -239,7 +390,9 @@ def save_for_hub(
     if (model_dir / PICTURE_FILE).is_file():
         shutil.copyfile(model_dir / PICTURE_FILE, folder / PICTURE_FILE)
         picture = PICTURE_FILE
-    model_card(model, repo_id, results, picture, _training_summary(model_dir)).save(folder / "README.md")
+    base_model, origin = model_origin(model_dir)
+    card = model_card(model, repo_id, results, picture, _training_summary(model_dir), base_model, origin)
+    card.save(folder / "README.md")
     return folder
 
 
@@ -269,4 +422,15 @@ def push_to_hub(
     return commit.commit_url
 
 
-__all__ = ["model_card", "paper_generation_config", "push_to_hub", "read_results", "save_for_hub"]
+__all__ = [
+    "hub_id",
+    "language_codes",
+    "local_or_hub",
+    "model_card",
+    "model_origin",
+    "paper_generation_config",
+    "push_to_hub",
+    "read_results",
+    "record_origin",
+    "save_for_hub",
+]

@@ -8,6 +8,8 @@ Marian tokenizer.
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from marian_tiny import SENTENCES, random_marian, saved_marian
@@ -35,6 +37,7 @@ from modeling_attn.app.convert_marian import (
     interleaved_to_halves,
     marian_to_attn,
 )
+from modeling_attn.hub import model_origin
 from modeling_attn.modeling_transformer import sinusoid_table
 
 SEPARATE = dict(
@@ -266,6 +269,9 @@ def test_cli_converts_a_marian_folder_with_its_tokenizer(tmp_path, capsys):
     pytest.importorskip("sentencepiece", reason="MarianTokenizer needs sentencepiece (the interop extra)")
     marian, tokenizer = saved_marian(tmp_path / "marian")
     assert cli(["convert", "--from-marian", str(tmp_path / "marian"), "--to", str(tmp_path / "ours")]) == 0
+    origin = json.loads((tmp_path / "ours" / "origin.json").read_text())  # for the card's base_model (attn push)
+    assert (origin["source"], origin["hub_id"]) == (str((tmp_path / "marian").resolve()), None)  # a local folder
+    assert model_origin(tmp_path / "ours") == (None, "converted from the Marian model marian (a local folder)")
     ours = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "ours")
     ours_tokenizer = AutoTokenizer.from_pretrained(tmp_path / "ours")
     assert isinstance(ours, AttnTransformerForConditionalGeneration)

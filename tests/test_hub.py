@@ -16,7 +16,8 @@ import subprocess
 import pytest
 import torch
 from hub_server import commit_folder, olah_server
-from huggingface_hub import ModelCard, ModelCardData, get_token
+from huggingface_hub import EvalResult, ModelCard, ModelCardData, get_token
+from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results
 from isolation import run_isolated
 from test_translate import CORPUS, SENTENCES, save_tiny_model
 from tiny import padded_batch, tiny_model
@@ -25,7 +26,18 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 from modeling_attn import AttnRNNForConditionalGeneration, AttnTransformerForConditionalGeneration
 from modeling_attn.app.cli import main as attn
 from modeling_attn.generation import SourceLengthLimit
-from modeling_attn.hub import paper_generation_config, push_to_hub, read_results, save_for_hub
+from modeling_attn.hub import (
+    EMBEDDED_TASK,
+    hub_id,
+    language_codes,
+    model_card,
+    model_origin,
+    paper_generation_config,
+    push_to_hub,
+    read_results,
+    record_origin,
+    save_for_hub,
+)
 from modeling_attn.translation import translate_batch
 
 REPOS = {"attn_transformer": "org/tiny-transformer", "attn_rnn": "org/tiny-rnn"}
@@ -174,6 +186,117 @@ def test_pushed_decoding_is_the_one_the_scores_were_measured_with():
     assert (unknown.num_beams, unknown.length_penalty) == (4, 0.6)
 
 
+@pytest.mark.parametrize(
+    ("pair", "expected"),
+    [
+        (("en", "de"), ["en", "de"]),
+        (("EN", "fr"), ["en", "fr"]),
+        (("en_XX", "pt-BR"), ["en", "pt"]),  # mBART / BCP 47 tags: their ISO 639 language
+        (("en", "haw"), ["en", "haw"]),  # ISO 639-3 where a language has no two-letter code
+        (("deu", "eng"), None),  # not the Hub's (BCP 47) spelling of languages with a two-letter code: de, en
+        (("en", "en"), ["en"]),
+        (("date", "iso"), None),  # the embedded task: "iso" alone is a code (Isoko), "date" is none
+        (("en", "english"), None),
+        (("", "de"), None),
+    ],
+)
+def test_card_languages_are_iso_639_codes_or_omitted(pair, expected):
+    assert language_codes(*pair) == expected
+
+
+def test_only_hub_ids_pass_for_hub_ids(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data" / "m30k").mkdir(parents=True)
+    assert [hub_id(name) for name in ("wmt/wmt14", "wmt14", "Helsinki-NLP/opus-mt-en-de")] == [
+        "wmt/wmt14",
+        "wmt14",
+        "Helsinki-NLP/opus-mt-en-de",
+    ]
+    local = ["data/m30k", "./m30k", "~/m30k", str(tmp_path / "absent"), "a/b/c", "not an id", EMBEDDED_TASK, None]
+    assert [hub_id(name) for name in local] == [None] * len(local)
+
+
+def written_card(card: ModelCard, folder) -> ModelCard:
+    """The card as the Hub reads it: written to README.md and loaded back with huggingface_hub."""
+    folder.mkdir(exist_ok=True)
+    card.save(folder / "README.md")
+    return ModelCard.load(folder / "README.md")
+
+
+def check_metadata(data: ModelCardData) -> None:
+    """What huggingface_hub's own classes make of the metadata: the model-index parses into the same EvalResults
+    and back, and ModelCardData reproduces the metadata (what the Hub's validator parses)."""
+    name, results = model_index_to_eval_results(data.to_dict()["model-index"])
+    assert eval_results_to_model_index(name, results) == data.to_dict()["model-index"]
+    assert all(isinstance(result, EvalResult) for result in results) and results == data.eval_results
+    assert ModelCardData(**data.to_dict()).to_dict() == data.to_dict()
+
+
+def test_card_of_the_embedded_task_lists_no_languages_or_datasets(tmp_path):
+    results = {"bleu": 97.123, "chrf": 98.5, "bleu_signature": "nrefs:1|case:mixed|tok:13a", "data": EMBEDDED_TASK,
+               "dataset_id": None, "split": "test", "source_lang": "date", "target_lang": "iso", "sentences": 1000,
+               "generation": {"num_beams": 4, "length_penalty": 0.6}}  # fmt: skip
+    card = written_card(model_card(tiny_model(), "me/dates", results), tmp_path)
+    data = card.data
+    assert data.language is None and data.datasets is None and data.base_model is None
+    assert "base_model_relation" not in data.to_dict()
+    assert data.eval_results[0].dataset_name == EMBEDDED_TASK and data.eval_results[0].metric_value == 97.12
+    assert data.eval_results[0].dataset_type == "embedded-dates-task"
+    assert "the embedded dates task of modeling-attn (`training/synthetic.py`)" in card.text
+    assert "(1000 sentences, date -> iso)" in card.text  # the pair, in words
+    check_metadata(data)
+
+
+def test_card_of_a_fine_tuned_model_on_hub_data(tmp_path):
+    results = {"bleu": 31.0, "chrf": 58.25, "bleu_signature": "sig", "data": "wmt/wmt14", "split": "test",
+               "source_lang": "de", "target_lang": "en", "sentences": 3003}  # fmt: skip
+    model = tiny_model()
+    model.generation_config = paper_generation_config(model)
+    card = model_card(model, "me/m", results, base_model="me/base", origin="fine-tuned from [me/base](x)")
+    data = written_card(card, tmp_path).data
+    assert (data.language, data.datasets, data.base_model) == (["de", "en"], ["wmt/wmt14"], "me/base")
+    assert data.to_dict()["base_model_relation"] == "finetune"
+    assert {result.dataset_type for result in data.eval_results} == {"wmt/wmt14"}
+    text = ModelCard.load(tmp_path / "README.md").text
+    assert "- Base model: fine-tuned from [me/base](x)" in text
+    assert "[wmt/wmt14](https://huggingface.co/datasets/wmt/wmt14) (de -> en)" in text
+    # The card states the decoding that generation_config.json holds.
+    assert "beam search with 4 beams, length penalty 0.6, at most source length + 50 tokens per sentence" in text
+    check_metadata(data)
+
+
+def test_base_model_follows_local_folders_to_the_hub_model_they_came_from(tmp_path):
+    """A converted OPUS-MT folder, a model fine-tuned from it (both local): the card's base_model is the Marian
+    model's Hub id; a local source with no recorded origin gives none, and its name only in the text."""
+    converted, finetuned, scratch = (tmp_path / name for name in ("en-de", "en-de-ft", "scratch"))
+    for folder in (converted, finetuned, scratch):
+        folder.mkdir()
+    record_origin(converted, "Helsinki-NLP/opus-mt-en-de", "converted from the Marian model")
+    record_origin(finetuned, converted, "fine-tuned from")
+    assert json.loads((finetuned / "origin.json").read_text())["source"] == str(converted.resolve())
+    assert model_origin(converted) == (
+        "Helsinki-NLP/opus-mt-en-de",
+        "converted from the Marian model [Helsinki-NLP/opus-mt-en-de](https://huggingface.co/Helsinki-NLP/opus-mt-en-de)",
+    )
+    base, text = model_origin(finetuned)
+    assert base == "Helsinki-NLP/opus-mt-en-de"
+    assert text == "fine-tuned from en-de (a local folder), which was " + model_origin(converted)[1]
+    (tmp_path / "scratch-ft").mkdir()
+    record_origin(tmp_path / "scratch-ft", scratch, "fine-tuned from")
+    assert model_origin(tmp_path / "scratch-ft") == (None, "fine-tuned from scratch (a local folder)")
+    assert model_origin(scratch) == (None, None)
+
+
+def test_pushed_card_of_a_converted_model_names_its_base_model(tmp_path):
+    """save_for_hub (what `attn push` uploads) of a folder with origin.json: base_model in the card's metadata."""
+    folder = save_tiny_model(tmp_path / "model", "attn_transformer")
+    record_origin(folder, "Helsinki-NLP/opus-mt-en-de", "converted from the Marian model")
+    card = ModelCard.load(save_for_hub(folder, tmp_path / "hub", "me/converted") / "README.md")
+    assert card.data.base_model == "Helsinki-NLP/opus-mt-en-de"
+    assert card.data.to_dict()["base_model_relation"] == "finetune"
+    assert "- Base model: converted from the Marian model [Helsinki-NLP/opus-mt-en-de]" in card.text
+
+
 @pytest.mark.slow
 def test_pushed_files_are_what_a_hub_user_needs(hub):
     for model_type, folder in hub["folders"].items():
@@ -250,7 +373,7 @@ def test_model_card_metadata_holds_the_evaluation(hub, remote):
         assert data.library_name == "transformers" and data.pipeline_tag == "translation"
         assert data.license == "apache-2.0" and data.language == ["en", "de"]
         assert model_type in data.tags and "translation" in data.tags
-        assert data.metrics == ["bleu", "chrf"] and data.datasets == ["data"]
+        assert data.metrics == ["bleu", "chrf"] and data.datasets is None  # a local folder is no Hub dataset
         results = hub["results"][model_type]
         expected = {"bleu": round(results["bleu"], 2), "chrf": round(results["chrf"], 2)}
         assert {r.metric_type: r.metric_value for r in data.eval_results} == expected

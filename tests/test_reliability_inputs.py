@@ -333,12 +333,17 @@ def test_train_command(extra, error, pattern, tmp_path):
 
 
 def test_average_command(world, tmp_path):
+    """A folder that is not a checkpoint is a user error of `attn average`: one line naming the file, exit 2."""
     empty = tmp_path / "empty"
     empty.mkdir()
-    with pytest.raises(FileNotFoundError, match=r"empty: no model\*\.safetensors file"):
-        cli_main(["average", str(empty), "--output_dir", str(tmp_path / "avg")])
-    with pytest.raises(OSError, match=r"truncated/model\.safetensors: corrupt or truncated safetensors file"):
-        cli_main(["average", str(world.model), str(world.root / "truncated"), "--output_dir", str(tmp_path / "a")])
+    status, stderr = run_cli(["average", str(empty), "--output_dir", str(tmp_path / "avg")])
+    assert status == 2 and len(stderr.splitlines()) == 1, stderr
+    assert re.search(r"attn average: error: .*empty: no model\*\.safetensors file", stderr), stderr
+    status, stderr = run_cli(
+        ["average", str(world.model), str(world.root / "truncated"), "--output_dir", str(tmp_path / "a")]
+    )
+    assert status == 2 and len(stderr.splitlines()) == 1, stderr
+    assert re.search(r"attn average: error: .*truncated/model\.safetensors: corrupt or truncated safetensors", stderr)
     with pytest.raises(OSError, match=r"garbage/model\.safetensors: corrupt or truncated safetensors file"):
         load_weights(world.root / "garbage")
 

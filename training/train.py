@@ -46,7 +46,7 @@ from transformers.integrations import is_tensorboard_available
 from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_attn import AttnRNNConfig, AttnTransformerConfig  # registers the model types with the Auto classes
-from modeling_attn.hub import push_to_hub
+from modeling_attn.hub import EMBEDDED_TASK, local_or_hub, push_to_hub, record_origin
 from modeling_attn.presets import load_preset
 
 from .averaging import average_checkpoints, find_checkpoints, load_weights
@@ -382,7 +382,7 @@ def _write_final_results(trainer: TranslationTrainer, test_dataset, parallel: Pa
     # What the model card (`attn push`) reports with the scores: data, languages, decoding.
     settings = trainer.args
     results = {**output.metrics, "test_bleu_signature": scores["bleu_signature"],
-               "test_chrf_signature": scores["chrf_signature"], "data": recipe.data or "embedded dates task",
+               "test_chrf_signature": scores["chrf_signature"], "data": local_or_hub(recipe.data) or EMBEDDED_TASK,
                "split": "test", "source_lang": parallel.source_lang, "target_lang": parallel.target_lang,
                "sentences": len(hypotheses),
                "generation": {"num_beams": settings.generation_num_beams, "length_penalty": recipe.length_penalty,
@@ -483,6 +483,8 @@ def main(argv: list[str] | None = None) -> int:
     if training_args.do_train:
         result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
         trainer.save_model()
+        if recipe.model_name_or_path and trainer.is_world_process_zero():  # the card's base_model (`attn push`)
+            record_origin(output_dir, recipe.model_name_or_path, "fine-tuned from")
         trainer.log_metrics("train", result.metrics)
         trainer.save_metrics("train", result.metrics)
         trainer.save_state()

@@ -32,21 +32,28 @@ decoder head counts or feed-forward widths, LayerDrop, a position table that is 
 architecture (BART, T5...) on the way in; pre-LN or another LayerNorm eps on the way out.
 
 `attn convert --from-marian SRC --to DIR` / `attn convert --to-marian SRC --to DIR` convert saved folders,
-tokenizer and generation config included (Marian's SentencePiece tokenizer is kept as it is).
+tokenizer and generation config included (Marian's SentencePiece tokenizer is kept as it is). A folder converted from
+Marian records its source in `origin.json` (`hub.record_origin`): its Hub id becomes the `base_model` of the card
+that `attn push` writes, for the converted model and for models fine-tuned from it.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
+import dataclasses
 import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from huggingface_hub.errors import HFValidationError
+from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, AutoTokenizer, MarianConfig, MarianMTModel, PreTrainedModel
 
 from ..configuration_transformer import AttnTransformerConfig
 from ..generation import SOURCE_LIMIT_FIELD
+from ..hub import record_origin
 from ..modeling_transformer import AttnTransformerForConditionalGeneration, sinusoid_table
 
 logger = logging.getLogger(__name__)
@@ -300,6 +307,7 @@ def convert_marian_folder(source: str | Path, output_dir: str | Path) -> AttnTra
     attn_model = marian_to_attn(MarianMTModel.from_pretrained(source))
     attn_model.save_pretrained(output_dir)
     _copy_tokenizer(source, output_dir)
+    record_origin(output_dir, source, "converted from the Marian model")  # the card's base_model (`attn push`)
     return attn_model
 
 
@@ -314,18 +322,50 @@ def convert_attn_folder(source: str | Path, output_dir: str | Path) -> MarianMTM
     return marian
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`attn convert`: Marian (OPUS-MT) checkpoints to attn_transformer and back."""
-    parser = argparse.ArgumentParser(
-        prog="attn convert", description="Convert Marian (OPUS-MT) checkpoints to attn_transformer and back."
+@dataclass
+class ConvertArguments:
+    """`attn convert`: the flags."""
+
+    to: str = dataclasses.field(
+        metadata={"help": "output folder (model, tokenizer, generation config)", "metavar": "DIR"}
     )
-    direction = parser.add_mutually_exclusive_group(required=True)
-    direction.add_argument("--from-marian", metavar="SRC", help="a MarianMTModel folder (or Hub id) to convert")
-    direction.add_argument("--to-marian", metavar="SRC", help="an attn_transformer folder to convert to Marian")
-    parser.add_argument(
-        "--to", required=True, metavar="DIR", help="output folder (model, tokenizer, generation config)"
+    from_marian: str | None = dataclasses.field(
+        default=None, metadata={"help": "a MarianMTModel folder (or Hub id) to convert", "metavar": "SRC"}
     )
-    args = parser.parse_args(argv)
+    to_marian: str | None = dataclasses.field(
+        default=None, metadata={"help": "an attn_transformer folder to convert to Marian", "metavar": "SRC"}
+    )
+
+    def __post_init__(self):
+        if (self.from_marian is None) == (self.to_marian is None):
+            raise ValueError("give one of --from_marian SRC (Marian to attn_transformer) or --to_marian SRC (back)")
+
+
+def _check_source(source: str, flag: str, parser) -> None:
+    """A source that is neither a folder nor a possible Hub id is a user error, named before anything loads."""
+    if Path(source).exists():
+        if not Path(source).is_dir():
+            parser.error(f"{flag} {source}: a file; give the model's folder")
+        if not (Path(source) / "config.json").is_file():
+            parser.error(f"{flag} {source}: no config.json, not a saved model folder")
+        return
+    try:
+        validate_repo_id(source)
+    except HFValidationError:
+        parser.error(f"{flag} {source}: no such folder")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`attn convert --from-marian SRC --to DIR` / `attn convert --to-marian SRC --to DIR`."""
+    from .cli import parse_command
+
+    args, parser = parse_command(
+        ConvertArguments, argv, "attn convert", "Convert Marian (OPUS-MT) checkpoints to attn_transformer and back."
+    )
+    source, flag = (
+        (args.from_marian, "--from_marian") if args.from_marian is not None else (args.to_marian, "--to_marian")
+    )
+    _check_source(source, flag, parser)
     try:
         if args.from_marian is not None:
             convert_marian_folder(args.from_marian, args.to)
@@ -334,7 +374,9 @@ def main(argv: list[str] | None = None) -> int:
             convert_attn_folder(args.to_marian, args.to)
             print(f"converted attn_transformer model {args.to_marian} to Marian in {args.to}")
     except MarianConversionError as error:
-        parser.exit(2, f"attn convert: error: {error}\n")
+        parser.error(str(error))
+    except OSError as error:  # not a model folder, or a Hub id that cannot be loaded (no network, no such repo)
+        parser.error(f"{flag} {source}: cannot load it ({str(error).strip().splitlines()[0]})")
     return 0
 
 

@@ -30,10 +30,12 @@ here like any other (`marian_to_attn` first, or give a Marian folder).
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import json
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
@@ -60,12 +62,16 @@ ACTIVATIONS = {
 }
 
 
+class MissingExtraError(ImportError):
+    """ctranslate2, an optional dependency, is not installed."""
+
+
 def _import_ctranslate2():
     try:
         import ctranslate2
     except ImportError as error:
-        raise ImportError(
-            'exporting to CTranslate2 needs the ctranslate2 package: pip install "modeling-attn[interop]"'
+        raise MissingExtraError(
+            'the CTranslate2 export needs the ctranslate2 package: pip install "modeling-attn[interop]"'
         ) from error
     return ctranslate2
 
@@ -340,22 +346,50 @@ class CTranslate2Translator:
         return self.tokenizer.batch_decode(self.translate_ids(source_ids, **overrides), skip_special_tokens=True)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`attn export --ctranslate2 DIR`."""
-    parser = argparse.ArgumentParser(prog="attn export", description="Export a saved model to CTranslate2.")
-    parser.add_argument("model", help="an attn_transformer (or Marian) model folder")
-    parser.add_argument("--ctranslate2", required=True, metavar="DIR", help="output folder of the CTranslate2 model")
-    parser.add_argument("--quantization", default="float32", choices=QUANTIZATIONS, help="weight type (float32)")
-    parser.add_argument("--force", action="store_true", help="overwrite DIR if it exists")
-    args = parser.parse_args(argv)
+@dataclass
+class ExportArguments:
+    """`attn export`: the flags."""
+
+    ctranslate2: str = dataclasses.field(metadata={"help": "output folder of the CTranslate2 model", "metavar": "DIR"})
+    model: str | None = dataclasses.field(
+        default=None, metadata={"help": "an attn_transformer (or Marian) model folder"}
+    )
+    quantization: Literal[QUANTIZATIONS] = dataclasses.field(default="float32", metadata={"help": "weight type"})
+    force: bool = dataclasses.field(default=False, metadata={"help": "overwrite DIR if it exists"})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`attn export MODEL --ctranslate2 DIR` (or `--model MODEL`)."""
+    from .cli import parse_command
+
+    args, parser = parse_command(ExportArguments, argv, "attn export", "Export a saved model to CTranslate2.", "model")
+    try:
+        _import_ctranslate2()
+    except MissingExtraError as error:
+        parser.error(str(error))
+    if not Path(args.model).is_dir():
+        parser.error(f"{args.model}: no such model folder")
+    if not (Path(args.model) / "config.json").is_file():
+        parser.error(f"{args.model}: no config.json, not a saved model folder")
     if Path(args.ctranslate2).exists() and not args.force:
-        parser.exit(2, f"attn export: error: {args.ctranslate2} already exists; pass --force to overwrite it\n")
+        parser.error(f"{args.ctranslate2} already exists; pass --force to overwrite it")
     try:
         output = export_ctranslate2(args.model, args.ctranslate2, quantization=args.quantization, force=args.force)
     except ValueError as error:  # a model CTranslate2 cannot represent, or not a model folder we read
-        parser.exit(2, f"attn export: error: {error}\n")
+        parser.error(str(error).strip().splitlines()[0])
+    except OSError as error:  # a folder without a readable config or weights
+        parser.error(f"{args.model}: cannot load it ({str(error).strip().splitlines()[0]})")
     print(f"exported {args.model} to CTranslate2 ({args.quantization}) in {output}")
     return 0
 
 
-__all__ = ["ACTIVATIONS", "CTranslate2Translator", "build_spec", "export_ctranslate2", "main", "vocabulary"]
+__all__ = [
+    "ACTIVATIONS",
+    "CTranslate2Translator",
+    "ExportArguments",
+    "MissingExtraError",
+    "build_spec",
+    "export_ctranslate2",
+    "main",
+    "vocabulary",
+]

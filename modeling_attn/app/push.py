@@ -2,36 +2,72 @@
 
 from __future__ import annotations
 
-import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalTokenNotFoundError
+from huggingface_hub.utils import validate_repo_id
+
 from ..hub import RESULTS_FILE, push_to_hub, save_for_hub
+from .cli import parse_command
 
 
-def push_main(argv: list[str] | None = None) -> int:
-    """`attn push --model DIR --repo-id ID [--private] [--revision BRANCH] [--results FILE] [--save-to DIR]`."""
-    parser = argparse.ArgumentParser(prog="attn push", description="Upload a trained model to the Hugging Face Hub.")
-    parser.add_argument("--model", required=True, help="folder of the trained model (attn train --output_dir)")
-    parser.add_argument("--repo-id", "--repo_id", dest="repo_id", required=True, help="Hub repository, user/name")
-    parser.add_argument("--private", action="store_true", default=None, help="create the repository as private")
-    parser.add_argument("--revision", help="branch to push to (created if needed); default: main")
-    parser.add_argument("--results", help=f"evaluation JSON for the card (default: the model's {RESULTS_FILE})")
-    parser.add_argument("--token", help="Hub token (default: the one of `hf auth login` or HF_TOKEN)")
-    parser.add_argument("--commit-message", "--commit_message", dest="commit_message")
-    parser.add_argument(
-        "--save-to", "--save_to", dest="save_to", help="write the files that would be uploaded here, upload nothing"
+@dataclass
+class PushArguments:
+    """`attn push`: the flags."""
+
+    model: str = field(metadata={"help": "folder of the trained model (attn train --output_dir)"})
+    repo_id: str = field(metadata={"help": "Hub repository, user/name"})
+    private: bool | None = field(
+        default=None,
+        metadata={
+            "help": "create the repository as private (default: the Hub's default)",
+            "nargs": "?",
+            "const": True,
+        },
     )
-    args = parser.parse_args(argv)
+    revision: str | None = field(
+        default=None, metadata={"help": "branch to push to, created if needed (default: main)"}
+    )
+    results: str | None = field(
+        default=None, metadata={"help": f"evaluation JSON for the card (default: the model folder's {RESULTS_FILE})"}
+    )
+    token: str | None = field(
+        default=None, metadata={"help": "Hub token (default: the one of `hf auth login` or HF_TOKEN)"}
+    )
+    commit_message: str | None = field(default=None, metadata={"help": "commit message of the upload"})
+    save_to: str | None = field(
+        default=None, metadata={"help": "write the files that would be uploaded into this folder, upload nothing"}
+    )
+
+
+def push_main(argv: Sequence[str] | None = None) -> int:
+    """`attn push --model DIR --repo-id ID [--private] [--revision BRANCH] [--results FILE] [--save-to DIR]`."""
+    args, parser = parse_command(PushArguments, argv, "attn push", "Upload a trained model to the Hugging Face Hub.")
     if not Path(args.model).is_dir():
         parser.error(f"--model {args.model}: no such folder")
-    if args.save_to:
-        folder = save_for_hub(args.model, args.save_to, args.repo_id, args.results)
-        print(f"wrote {', '.join(sorted(p.name for p in folder.iterdir()))} to {folder}")
-        return 0
-    url = push_to_hub(args.model, args.repo_id, args.private, args.revision, args.token, args.results,
-                      args.commit_message)  # fmt: skip
+    try:
+        validate_repo_id(args.repo_id)
+    except HFValidationError as error:
+        parser.error(f"--repo_id {args.repo_id}: {str(error).splitlines()[0]}")
+    if args.results is not None and not Path(args.results).is_file():
+        parser.error(f"--results {args.results}: no such file")
+    try:
+        if args.save_to:
+            folder = save_for_hub(args.model, args.save_to, args.repo_id, args.results)
+            print(f"wrote {', '.join(sorted(p.name for p in folder.iterdir()))} to {folder}")
+            return 0
+        url = push_to_hub(args.model, args.repo_id, args.private, args.revision, args.token, args.results,
+                          args.commit_message)  # fmt: skip
+    except (HfHubHTTPError, LocalTokenNotFoundError) as error:  # no token, no access, no network: the Hub's answer
+        parser.error(f"the upload to {args.repo_id} failed: {str(error).strip().splitlines()[0]}")
+    except ValueError as error:  # an evaluation JSON without scores, a tokenizer that does not fit the model
+        parser.error(str(error).strip().splitlines()[0])
+    except OSError as error:  # a folder without weights or tokenizer
+        parser.error(f"--model {args.model}: cannot load it ({str(error).strip().splitlines()[0]})")
     print(f"pushed {args.model} to {url}")
     return 0
 
 
-__all__ = ["push_main"]
+__all__ = ["PushArguments", "push_main"]
