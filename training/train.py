@@ -41,6 +41,7 @@ from transformers import (
     AutoTokenizer,
     DataCollatorForSeq2Seq,
     EarlyStoppingCallback,
+    GenerationConfig,
     PreTrainedTokenizerBase,
     Seq2SeqTrainingArguments,
     set_seed,
@@ -49,7 +50,8 @@ from transformers.integrations import is_tensorboard_available
 from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_attn import AttnRNNConfig, AttnTransformerConfig  # registers the model types with the Auto classes
-from modeling_attn.hub import push_to_hub
+from modeling_attn.generation import SOURCE_LIMIT_FIELD
+from modeling_attn.hub import DECODING_FIELDS, paper_generation_config, push_to_hub
 from modeling_attn.presets import load_preset
 
 from .arguments import CONFIG_SUFFIXES, CommandParser
@@ -489,6 +491,23 @@ def tokenize_splits(parallel: ParallelData, tokenizer: PreTrainedTokenizerBase, 
     return tokenized.remove_columns("truncated")
 
 
+def decoding(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> dict:
+    """The decoding the flags ask for, over the paper's (`paper_generation_config`): --generation_num_beams,
+    --length_penalty, and --generation_max_length as a fixed output limit instead of the paper's source length + 50."""
+    asked = {"num_beams": training_args.generation_num_beams, "length_penalty": recipe.length_penalty}
+    if training_args.generation_max_length is not None:
+        asked.update({SOURCE_LIMIT_FIELD: None, "max_length": training_args.generation_max_length})
+    return asked
+
+
+def decoding_settings(config: GenerationConfig) -> dict:
+    """The decoding of a generation config as test_results.json records it (what `paper_generation_config` reads)."""
+    settings = {name: getattr(config, name, None) for name in DECODING_FIELDS}
+    if settings[SOURCE_LIMIT_FIELD] is not None:
+        del settings["max_length"]  # replaced by the per-sentence limit in generate()
+    return settings
+
+
 def _write_alignment_picture(trainer: TranslationTrainer, sentence: str, path: Path) -> None:
     """The demo's last step: the cross-attention of one test translation as a picture (needs matplotlib)."""
     if importlib.util.find_spec("matplotlib") is None:
@@ -519,13 +538,11 @@ def _write_final_results(trainer: TranslationTrainer, test_dataset, parallel: Pa
     hypotheses = metrics_fn.last_hypotheses
     scores = translation_scores(hypotheses, list(raw_test["target"]), lowercase=metrics_fn.lowercase)
     # What the model card (`attn push`) reports with the scores: data, languages, decoding.
-    settings = trainer.args
     results = {**output.metrics, "test_bleu_signature": scores["bleu_signature"],
                "test_chrf_signature": scores["chrf_signature"], "data": recipe.data or "embedded dates task",
                "split": "test", "source_lang": parallel.source_lang, "target_lang": parallel.target_lang,
                "sentences": len(hypotheses),
-               "generation": {"num_beams": settings.generation_num_beams, "length_penalty": recipe.length_penalty,
-                              "max_length": settings.generation_max_length}}  # fmt: skip
+               "generation": decoding_settings(trainer.model.generation_config)}  # fmt: skip
     if trainer.is_world_process_zero():
         samples = [
             {"source": s, "reference": r, "hypothesis": h}
@@ -595,17 +612,8 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
     if training_args.learning_rate is None:
         d_model = getattr(model.config, "d_model", None) or model.config.hidden_size
         training_args.learning_rate = paper_learning_rate(d_model, paper_warmup_steps(training_args))
-    if training_args.generation_max_length is None:
-        longest = max(len(ids) for ids in tokenized["train"]["labels"])
-        training_args.generation_max_length = min(int(1.5 * longest) + 10, recipe.max_target_length + 10)
-    model.generation_config.update(
-        num_beams=training_args.generation_num_beams,
-        length_penalty=recipe.length_penalty,
-        max_length=training_args.generation_max_length,
-        pad_token_id=model.config.pad_token_id,
-        eos_token_id=model.config.eos_token_id,
-        decoder_start_token_id=model.config.decoder_start_token_id,
-    )
+    # One decoding for the validation during training, the test, every saved folder and `attn push`
+    model.generation_config = paper_generation_config(model, decoding(recipe, training_args))
     logger.info(
         f"model {model.config.model_type}: {model.num_parameters() / 1e6:.2f}M parameters, "
         f"peak learning rate {training_args.learning_rate:.3g} (warmup {training_args.warmup_steps})"

@@ -1,7 +1,7 @@
 """`TranslationTrainer`: transformers' `Seq2SeqTrainer` with token-budget batches, raw-text references and
 checkpoints that are never half-written.
 
-Five changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
+Six changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
 `max_tokens_per_batch` is set (Accelerate shards them over processes as it shards any batch sampler; a
 `training.bpe_dropout.BPEDropoutPairs` training set gets its `BPEDropoutBatchSampler`, one process only); BLEU is
 computed against the raw target sentences of the dataset being evaluated, not against decoded labels; and a
@@ -11,7 +11,9 @@ and deletes old checkpoints with `shutil.rmtree`, so a job killed during a save 
 `get_last_checkpoint` (and `--resume_from_checkpoint last`) would pick and fail on. Here a `checkpoint-*` folder
 appears whole (one `os.replace`) and disappears whole (renamed away before it is deleted). The guarantee is against
 killed processes; the files are not fsync'ed, so a power cut can still lose what the OS had not yet written.
-Last, a run resumed from the checkpoint of its final step trains no further step (Trainer 5.23 would train one).
+A run resumed from the checkpoint of its final step trains no further step (Trainer 5.23 would train one). Last, the
+end-of-training throughput (`train_samples_per_second`, and `train_target_tokens_per_second`) counts the sentences
+and target tokens the steps consumed, not `per_device_train_batch_size` times the steps.
 
 And the training loss skips the logits of padding: with a model whose config has `label_smoothing` (ours), the
 `label_smoothing_factor` moves into the model's own loss (the same loss as Trainer's `LabelSmoother`,
@@ -30,6 +32,7 @@ from functools import partial
 from pathlib import Path
 
 import datasets
+import torch
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker, sort_checkpoints
@@ -55,6 +58,7 @@ class TranslationTrainer(Seq2SeqTrainer):
         self.max_tokens_per_batch = max_tokens_per_batch
         self.token_sampler: TokenBatchSampler | None = None
         self._staging_root: Path | None = None
+        self._consumed: dict | None = None  # sentences and target tokens of the training steps; set by `train`
         config = getattr(self.model, "config", None)
         if self.label_smoother is not None and hasattr(config, "label_smoothing"):
             config.label_smoothing = self.label_smoother.epsilon  # the model smooths its own loss
@@ -75,6 +79,41 @@ class TranslationTrainer(Seq2SeqTrainer):
         return super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
+
+    def train(self, *args, **kwargs):
+        """Trainer's, counting the sentences and target tokens the training steps consume (see `log`)."""
+        self._consumed = {"sentences": 0, "target_tokens": 0}
+        return super().train(*args, **kwargs)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        labels = inputs.get("labels")
+        if labels is not None and self._consumed is not None:
+            self._consumed["sentences"] += labels.shape[0]
+            # a tensor on the batch's device: no host sync at each step (label padding is -100)
+            self._consumed["target_tokens"] = self._consumed["target_tokens"] + (labels != -100).sum()
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Trainer's, with the end-of-training throughput counted from the batches consumed.
+
+        Trainer counts `per_device_train_batch_size` sentences per batch, which token batches do not have: here
+        `train_samples` / `train_samples_per_second` are the sentences the training steps of this call consumed (all
+        processes), `train_target_tokens` / `train_target_tokens_per_second` their target tokens (end token included,
+        padding excluded). Every process calls `log` at the end of training, so the sum over processes is collective.
+        """
+        if "train_runtime" in logs and self._consumed is not None:
+            counts = torch.tensor(
+                [self._consumed["sentences"], int(self._consumed["target_tokens"])], device=self.args.device
+            )
+            sentences, tokens = (int(value) for value in self.accelerator.reduce(counts, reduction="sum"))
+            runtime = logs["train_runtime"]
+            logs.update(
+                train_samples=sentences,
+                train_samples_per_second=round(sentences / runtime, 3),
+                train_target_tokens=tokens,
+                train_target_tokens_per_second=round(tokens / runtime, 3),
+            )
+        super().log(logs, start_time)
 
     def get_train_dataloader(self) -> DataLoader:
         if not self.max_tokens_per_batch:
