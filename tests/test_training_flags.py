@@ -11,14 +11,16 @@ from pathlib import Path
 
 import pytest
 import torch
-from huggingface_hub import ModelCard
+from huggingface_hub import ModelCard, get_token
 from safetensors.torch import load_file
 from transformers import AutoTokenizer, GenerationConfig
 
 import modeling_attn  # noqa: F401
 from modeling_attn.app.cli import main as attn
+from modeling_attn.hub import save_for_hub
 from training.data import load_parallel_data
 from training.train import build_parser, cli_main, main, parse_args
+from training.trainer import hub_uploads
 
 TINY = ["--preset", "tiny", "--vocab_size", "200", "--max_train_samples", "120", "--max_eval_samples", "16",
         "--max_predict_samples", "16", "--max_tokens_per_batch", "200", "--report_to", "none", "--disable_tqdm", "True",
@@ -185,6 +187,10 @@ def test_trained_and_pushed_folders_decode_alike_and_the_card_says_how(tmp_path)
     assert recorded == {"num_beams": 4, "length_penalty": 0.6, "early_stopping": True, "max_length_over_source": 50}
     card = ModelCard.load(tmp_path / "hub" / "README.md")
     assert "decoding with num_beams 4, length_penalty 0.6, early_stopping True, max_length_over_source 50" in card.text
+    # What --hub_strategy every_save / checkpoint uploads at a save: the checkpoint's model with the same decoding
+    save_for_hub(out / "checkpoint-2", tmp_path / "checkpoint-hub", "me/dates")
+    assert GenerationConfig.from_pretrained(tmp_path / "checkpoint-hub").to_diff_dict() == trained
+    assert "2 steps with `attn train`" in ModelCard.load(tmp_path / "checkpoint-hub" / "README.md").text
 
 
 def test_a_fixed_generation_max_length_is_the_decoding_everywhere(tmp_path):
@@ -196,3 +202,49 @@ def test_a_fixed_generation_max_length_is_the_decoding_everywhere(tmp_path):
     assert trained == pushed
     assert (trained["num_beams"], trained["length_penalty"], trained["max_length"]) == (2, 1.0, 16)
     assert trained.get("max_length_over_source") is None
+
+
+def test_hub_strategy_uploads_as_transformers_documents(tmp_path):
+    """What one checkpoint save uploads per --hub_strategy (the uploads themselves need the real Hub: see the opt-in
+    test below)."""
+    checkpoint, model = tmp_path / "checkpoint-20", tmp_path / "for-hub"
+    assert hub_uploads("end", checkpoint, model) == []
+    assert hub_uploads("every_save", checkpoint, model) == [(model, None)]
+    assert hub_uploads("checkpoint", checkpoint, model) == [(model, None), (checkpoint, "last-checkpoint")]
+    assert hub_uploads("all_checkpoints", checkpoint, model) == [(model, None), (checkpoint, "checkpoint-20")]
+    with pytest.raises(ValueError, match="sometimes is not a valid HubStrategy"):
+        hub_uploads("sometimes", checkpoint, model)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(get_token() is None, reason="no Hub token configured (HF_TOKEN or `hf auth login`): uploads to "
+                    "the real Hub are opt-in")  # fmt: skip
+def test_hub_strategy_checkpoint_pushes_to_the_real_hub(tmp_path):
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    repo_id = f"{api.whoami()['name']}/modeling-attn-strategy-{tmp_path.name[-8:]}"
+    try:
+        assert (
+            run_tiny(
+                tmp_path / "out",
+                *QUIET,
+                "--max_steps",
+                "2",
+                "--save_steps",
+                "2",
+                "--push_to_hub",
+                "--hub_model_id",
+                repo_id,
+                "--hub_private_repo",
+                "true",
+                "--hub_strategy",
+                "checkpoint",
+            )
+            == 0
+        )
+        files = set(api.list_repo_files(repo_id))
+        assert {"model.safetensors", "README.md", "generation_config.json", "pipeline_translation.py",
+                "last-checkpoint/trainer_state.json", "last-checkpoint/optimizer.pt"} <= files  # fmt: skip
+    finally:
+        api.delete_repo(repo_id, missing_ok=True)

@@ -5,14 +5,23 @@ Steps: load and check the parallel data (`training.data`), train a joint BPE voc
 `TranslationTrainer` (transformers' `Seq2SeqTrainer`), average the last checkpoints (`training.averaging`), evaluate
 on the test set, and write test_results.json and a plot of the training curves; with `--push_to_hub`, upload the
 final model with `modeling_attn.hub.push_to_hub` (`--hub_model_id`, default the output folder's name;
-`--hub_private_repo`, `--hub_revision`, `--hub_token`).
+`--hub_private_repo`, `--hub_revision`, `--hub_token`), and the checkpoints as `--hub_strategy` says (transformers'
+meaning, default every_save; `TranslationTrainer`), each with the files of `attn push`.
+
+Command line: `training.arguments.CommandParser` (flags files, `--a-b`, one-line errors); run_translation.py's
+`--dataset_name`, `--dataset_config_name`, `--tokenizer_name` are aliases of ours. Every Trainer flag either does what
+transformers documents or is refused before any work, with the reason (`parse_args`): e.g. sentence-batch flags
+under token batches, a second run into a folder holding another run's checkpoints. `--load_best_model_at_end` makes
+the best checkpoint the final model (no averaging); `--early_stopping_patience` stops on the validation metric.
 
 The paper's recipe (Sec. 5.3-5.4, 6.1) is the default of the Trainer flags:
 - Adam with beta1 0.9, beta2 0.98, eps 1e-9 (`--optim adamw_torch` with `--weight_decay 0` is Adam);
 - lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) with warmup 4000 (Eq. 3): transformers'
   `inverse_sqrt` schedule with peak `--learning_rate` d_model^-0.5 * warmup^-0.5 (see `paper_learning_rate`);
 - label smoothing 0.1; batches of about `--max_tokens_per_batch` tokens, bucketed by length;
-- beam search with 4 beams and length penalty 0.6; the average of the last 5 checkpoints.
+- beam search with 4 beams, length penalty 0.6, at most source length + 50 tokens, stopping early when possible
+  (`modeling_attn.hub.paper_generation_config`, the one generation config of validation, test, saved and pushed
+  models); the average of the last 5 checkpoints.
 Deviations: gradients are clipped at norm 1 (Trainer's default `--max_grad_norm`; the paper does not say), and
 Trainer's scheduler applies the rate of step n-1 at update n (the logged rate at step n is the paper's).
 """
@@ -35,6 +44,7 @@ import datasets
 import torch
 import transformers
 import yaml
+from huggingface_hub import HfApi
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
@@ -578,10 +588,20 @@ def _clear_output_dir(output_dir: Path, training_args: Seq2SeqTrainingArguments)
 
 def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int:
     """Train (and evaluate) with the flags `parse_args` returned."""
-    # --push_to_hub: `attn push` uploads the final model once, with its card (not Trainer's checkpoint pushes).
+    # --push_to_hub: the files of `attn push` (code, card), not Trainer's raw folder: TranslationTrainer pushes the
+    # checkpoints of --hub_strategy, and the final model is pushed after the test, with its scores in the card.
     push, training_args.push_to_hub = training_args.push_to_hub, False
     _setup_logging(training_args)
     output_dir = Path(training_args.output_dir)
+    repo_id = training_args.hub_model_id or output_dir.name
+    if push and training_args.process_index == 0:  # as Trainer's init_hf_repo: the repository exists before any work
+        HfApi(token=training_args.hub_token).create_repo(
+            repo_id, private=training_args.hub_private_repo, exist_ok=True
+        )
+        if training_args.hub_revision is not None:
+            HfApi(token=training_args.hub_token).create_branch(
+                repo_id, branch=training_args.hub_revision, exist_ok=True
+            )
     if recipe.overwrite_output_dir and training_args.do_train:
         _clear_output_dir(output_dir, training_args)
     set_seed(training_args.seed)
@@ -641,6 +661,7 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         compute_metrics=metrics,
         max_tokens_per_batch=recipe.max_tokens_per_batch or None,
+        hub_repo_id=repo_id if push else None,
     )
     if recipe.early_stopping_patience is not None:
         trainer.add_callback(EarlyStoppingCallback(recipe.early_stopping_patience, recipe.early_stopping_threshold))
@@ -676,7 +697,6 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
     elif training_args.do_eval and "validation" in tokenized:
         trainer.save_metrics("eval", trainer.evaluate())
     if push and trainer.is_world_process_zero():
-        repo_id = training_args.hub_model_id or output_dir.name
         url = push_to_hub(output_dir, repo_id, training_args.hub_private_repo, training_args.hub_revision,
                           training_args.hub_token)  # fmt: skip
         logger.info(f"pushed {output_dir} to {url}")
