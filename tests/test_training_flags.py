@@ -50,6 +50,8 @@ def test_unknown_and_abbreviated_flags_are_one_line_naming_the_closest(capsys):
         (["--train_sampling_strategy", "sequential"], r"--train_sampling_strategy: these shape batches of sentences"),
         (["--sortish_sampler"], r"--sortish_sampler does nothing in transformers 5"),
         (["--generation_config", "x.json"], r"--generation_config: the decoding of `attn train` is set by"),
+        (["--remove_unused_columns", "false"], r"--remove_unused_columns false: the datasets keep each pair's raw"),
+        (["--predict_with_generate", "false"], r"--predict_with_generate false: validation and test scores"),
         (["--load_best_model_at_end", "--eval_steps", "10", "--save_steps", "10", "--average_last_n", "3"],
          r"--load_best_model_at_end keeps the best checkpoint .* --average_last_n 3 .* give one of them"),
         (["--early_stopping_patience", "2", "--eval_strategy", "no"], r"--early_stopping_patience watches the valid"),

@@ -306,6 +306,16 @@ def _check_batching_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainin
             f"are token batches (--max_tokens_per_batch {recipe.max_tokens_per_batch}, bucketed by length); give "
             "--max_tokens_per_batch 0 to batch by sentences, or leave them out"
         )
+    if not training_args.remove_unused_columns:
+        raise ValueError(
+            "--remove_unused_columns false: the datasets keep each pair's raw target sentence (the BLEU reference), "
+            "which the model does not take and the collator cannot batch; leave it at true"
+        )
+    if not training_args.predict_with_generate and (training_args.eval_strategy != "no" or training_args.do_predict):
+        raise ValueError(
+            "--predict_with_generate false: validation and test scores (BLEU, chrF) are computed on generated "
+            "translations; leave it at true, or turn evaluation off (--eval_strategy no --do_predict false)"
+        )
     if training_args.generation_config is not None:
         raise ValueError(
             "--generation_config: the decoding of `attn train` is set by --generation_num_beams, --length_penalty and "
