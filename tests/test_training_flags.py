@@ -13,12 +13,14 @@ import pytest
 import torch
 from huggingface_hub import ModelCard, get_token
 from safetensors.torch import load_file
-from transformers import AutoTokenizer, GenerationConfig
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 import modeling_attn  # noqa: F401
 from modeling_attn.app.cli import main as attn
 from modeling_attn.hub import save_for_hub
+from modeling_attn.translation import translate_batch
 from training.data import load_parallel_data
+from training.metrics import translation_scores
 from training.train import build_parser, cli_main, main, parse_args
 from training.trainer import hub_uploads
 
@@ -250,3 +252,21 @@ def test_hub_strategy_checkpoint_pushes_to_the_real_hub(tmp_path):
                 "last-checkpoint/trainer_state.json", "last-checkpoint/optimizer.pt"} <= files  # fmt: skip
     finally:
         api.delete_repo(repo_id, missing_ok=True)
+
+
+def test_validation_during_training_decodes_with_the_saved_generation_config(tmp_path):
+    """The scores logged by the validation at the last step equal those of the saved model (the same weights: no
+    averaging) translating the validation set with its own generation_config.json (the paper's decoding)."""
+    out = tmp_path / "out"
+    assert run_tiny(out, "--max_steps", "40", "--eval_steps", "40", "--save_steps", "40", "--warmup_steps", "10",
+                    "--average_last_n", "1", "--do_predict", "False") == 0  # fmt: skip
+    logged = [entry for entry in json.loads((out / "trainer_state.json").read_text())["log_history"]
+              if "eval_chrf" in entry][-1]  # fmt: skip
+    model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    assert model.generation_config.max_length_over_source == 50 and model.generation_config.early_stopping is True
+    validation = load_parallel_data(None).splits["validation"].select(range(16))
+    with torch.no_grad():
+        hypotheses, _ = translate_batch(model, AutoTokenizer.from_pretrained(out), list(validation["source"]))
+    scores = translation_scores(hypotheses, list(validation["target"]))
+    assert logged["eval_chrf"] > 0
+    assert (logged["eval_bleu"], logged["eval_chrf"]) == pytest.approx((scores["bleu"], scores["chrf"]), abs=1e-9)
