@@ -7,6 +7,10 @@ logs, and one decoding for the trained folder, the pushed folder and the card.
 from __future__ import annotations
 
 import json
+import os
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -27,6 +31,7 @@ from training.trainer import hub_uploads
 TINY = ["--preset", "tiny", "--vocab_size", "200", "--max_train_samples", "120", "--max_eval_samples", "16",
         "--max_predict_samples", "16", "--max_tokens_per_batch", "200", "--report_to", "none", "--disable_tqdm", "True",
         "--dataloader_pin_memory", "False"]  # fmt: skip
+REPO = Path(__file__).resolve().parents[1]
 QUIET = ["--eval_strategy", "no", "--do_predict", "False", "--average_last_n", "1"]
 
 
@@ -270,3 +275,17 @@ def test_validation_during_training_decodes_with_the_saved_generation_config(tmp
     scores = translation_scores(hypotheses, list(validation["target"]))
     assert logged["eval_chrf"] > 0
     assert (logged["eval_bleu"], logged["eval_chrf"]) == pytest.approx((scores["bleu"], scores["chrf"]), abs=1e-9)
+
+
+def test_push_to_hub_without_a_hub_stops_before_any_work(tmp_path):
+    """As Trainer's init_hf_repo, the repository is created first: offline, the run ends with one line, exit status 2,
+    before the data is read."""
+    out = tmp_path / "out"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "training", "--output_dir", str(out), *TINY, *QUIET, "--max_steps", "1",
+               "--push_to_hub", "--hub_model_id", "me/dates", "--hub_strategy", "checkpoint"]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert re.search(r"^attn train: error: --push_to_hub: cannot create the Hub repository me/dates \(.*offline",
+                     result.stderr.strip().splitlines()[-1], re.IGNORECASE)  # fmt: skip
+    assert not (out / "tokenizer").exists()

@@ -586,6 +586,10 @@ def main(argv: list[str] | None = None) -> int:
     return run(*parse_args(argv))
 
 
+class HubSetupError(RuntimeError):
+    """--push_to_hub, but the Hub repository cannot be created: refused before any work."""
+
+
 def _clear_output_dir(output_dir: Path, training_args: Seq2SeqTrainingArguments) -> None:
     """--overwrite_output_dir: delete the checkpoints (and any staging folder) an earlier run left behind."""
     with training_args.main_process_first(desc="clearing --output_dir"):
@@ -605,13 +609,17 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
     output_dir = Path(training_args.output_dir)
     repo_id = training_args.hub_model_id or output_dir.name
     if push and training_args.process_index == 0:  # as Trainer's init_hf_repo: the repository exists before any work
-        HfApi(token=training_args.hub_token).create_repo(
-            repo_id, private=training_args.hub_private_repo, exist_ok=True
-        )
-        if training_args.hub_revision is not None:
-            HfApi(token=training_args.hub_token).create_branch(
-                repo_id, branch=training_args.hub_revision, exist_ok=True
-            )
+        api = HfApi(token=training_args.hub_token)
+        try:
+            api.create_repo(repo_id, private=training_args.hub_private_repo, exist_ok=True)
+            if training_args.hub_revision is not None:
+                api.create_branch(repo_id, branch=training_args.hub_revision, exist_ok=True)
+        except OSError as error:  # offline, not logged in, no such organisation: huggingface_hub's errors are OSErrors
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise HubSetupError(
+                f"--push_to_hub: cannot create the Hub repository {repo_id} ({reason}); log in (`hf auth login`), "
+                "or leave --push_to_hub out and run `attn push` later"
+            ) from error
     if recipe.overwrite_output_dir and training_args.do_train:
         _clear_output_dir(output_dir, training_args)
     set_seed(training_args.seed)
@@ -723,7 +731,7 @@ def cli_main(argv: list[str] | None = None) -> int:
             print(f"attn train: error: {str(error).strip().splitlines()[0]}", file=sys.stderr)
             return 2
         return run(recipe, training_args)
-    except DataError as error:
+    except (DataError, HubSetupError) as error:
         print(f"attn train: error: {error}", file=sys.stderr)
         return 2
     finally:
