@@ -43,6 +43,8 @@ from .translation import check_tokenizer_fits
 logger = logging.getLogger(__name__)
 
 PAPER_DECODING = {"num_beams": 4, "length_penalty": 0.6, SOURCE_LIMIT_FIELD: 50, "early_stopping": True}
+# What a results JSON records of the decoding its scores were measured with (`paper_generation_config`)
+DECODING_FIELDS = ("num_beams", "length_penalty", "early_stopping", SOURCE_LIMIT_FIELD, "max_length")
 RESULTS_FILE = "test_results.json"
 PICTURE_FILE = "attention.png"
 ORIGIN_FILE = "origin.json"  # where a model folder records the model it was made from (`record_origin`)
@@ -58,14 +60,27 @@ ARCHITECTURES = {
 
 
 def paper_generation_config(model: PreTrainedModel, measured: dict[str, Any] | None = None) -> GenerationConfig:
-    """The model's generation config with the paper's decoding settings and the model's special tokens.
+    """The model's generation config with the paper's decoding settings and the model's special tokens: the one
+    owner of the decoding of `attn train` (its evaluation and saved models), `attn push` and the Multi30k recipe.
 
-    `measured`: the decoding the model's reported scores were measured with (`num_beams`, `length_penalty` of the
-    results' `generation`); it wins over the paper's, so that the shared model translates as its card says.
+    `measured`: the decoding the model's scores were measured with (the `generation` of a results JSON:
+    `num_beams`, `length_penalty`, `early_stopping`, `max_length_over_source`, `max_length`); its values win over
+    the paper's, so that the model translates as its card says (None: not recorded, the paper's value); a model whose
+    generation config this function wrote (it has `max_length_over_source`) keeps its settings under them. A `max_length`
+    counts only with `max_length_over_source: None`, a fixed output limit instead of the paper's per-sentence one; on
+    its own (older results JSONs) it is left out, as the per-sentence limit replaces it in `generate()`.
     """
+    own = model.generation_config
+    if hasattr(own, SOURCE_LIMIT_FIELD):  # written by this function (`attn train`, the recipe): its settings stand
+        measured = {**{key: getattr(own, key, None) for key in DECODING_FIELDS}, **(measured or {})}
+    measured = {key: value for key, value in (measured or {}).items() if key in DECODING_FIELDS}
+    fixed_limit = (
+        SOURCE_LIMIT_FIELD in measured and measured[SOURCE_LIMIT_FIELD] is None and measured.get("max_length")
+    )
     decoding = {**PAPER_DECODING}
-    decoding.update({key: value for key, value in (measured or {}).items()
-                     if key in ("num_beams", "length_penalty") and value is not None})  # fmt: skip
+    decoding.update({key: value for key, value in measured.items() if value is not None and key != "max_length"})
+    if fixed_limit:
+        decoding.update({SOURCE_LIMIT_FIELD: None, "max_length": fixed_limit})
     config = GenerationConfig.from_dict(model.generation_config.to_dict())
     unknown = config.update(
         **decoding,

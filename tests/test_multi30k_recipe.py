@@ -155,6 +155,14 @@ def test_recipe_runs_end_to_end_on_a_few_hundred_sentences(tmp_path, model_type,
     assert (
         json.loads((output_dir / "generation_config.json").read_text())["length_penalty"] == results["length_penalty"]
     )
+    # ... and `attn push` of the folder with these results uploads that same decoding (issue 25: one owner).
+    from modeling_attn.hub import save_for_hub
+
+    save_for_hub(output_dir, tmp_path / "hub", "me/m30k", output_dir / "multi30k_results.json")
+    pushed, saved = (
+        json.loads((folder / "generation_config.json").read_text()) for folder in (tmp_path / "hub", output_dir)
+    )
+    assert {**pushed, "transformers_version": None} == {**saved, "transformers_version": None}
 
     # --evaluate_only scores the saved model again, keeping the training record; a train flag there is an error.
     assert recipe.main([*argv[:14], "--evaluate_only"]) == 0

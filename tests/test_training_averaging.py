@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+
+import pytest
 import torch
 from transformers import AutoModelForSeq2SeqLM
 
@@ -9,6 +12,8 @@ import modeling_attn  # noqa: F401
 from modeling_attn.app.cli import main as attn
 from modeling_attn.presets import load_preset
 from training.averaging import average_checkpoints, find_checkpoints
+from training.synthetic import generate_pairs
+from training.tokenizer import train_bpe_tokenizer
 
 
 def save_checkpoints(folder, count: int) -> list:
@@ -57,3 +62,40 @@ def test_rnn_with_shared_embeddings_averages(tmp_path):
     expected = (models[0].state_dict()[name] + models[1].state_dict()[name]) / 2
     torch.testing.assert_close(averaged.state_dict()[name], expected)
     assert averaged.model.encoder.embed_tokens.weight is averaged.model.decoder.embed_tokens.weight
+
+
+def test_checkpoints_of_different_configs_are_refused_naming_the_field(tmp_path, capsys):
+    """A checkpoint of another model (here: another dropout) is not averaged in; the error names the field."""
+    paths = save_checkpoints(tmp_path, 2)
+    AutoModelForSeq2SeqLM.from_config(load_preset("tiny", dropout=0.3)).save_pretrained(tmp_path / "checkpoint-30")
+    with pytest.raises(ValueError, match=r"cannot average .*checkpoint-10 with .*checkpoint-30: config\.json field "
+                                         r"'dropout' is 0\.1 in checkpoint-10, 0\.3 in checkpoint-30"):  # fmt: skip
+        average_checkpoints([*paths, tmp_path / "checkpoint-30"], tmp_path / "averaged")
+    assert not (tmp_path / "averaged").exists()
+    # `attn average` of the folder's last two: the error reaches the user (as a raise, or one line and status 2)
+    try:
+        status = attn(["average", str(tmp_path), "--last", "2", "--output_dir", str(tmp_path / "avg")])
+    except ValueError as error:
+        assert "config.json field 'dropout'" in str(error)
+    else:
+        assert status == 2 and "config.json field 'dropout'" in capsys.readouterr().err
+    assert not (tmp_path / "avg").exists()
+
+
+def test_checkpoints_with_different_tokenizers_are_refused_naming_the_file(tmp_path):
+    """Same config, another vocabulary (a tokenizer retrained by a later run): refused, naming the tokenizer file."""
+    paths = save_checkpoints(tmp_path, 2)
+    for path, seed in zip(paths, (1, 2), strict=True):
+        texts = [text for pair in generate_pairs(200, seed=seed) for text in pair]
+        train_bpe_tokenizer(texts, vocab_size=99).save_pretrained(path)
+    with pytest.raises(
+        ValueError, match=r"checkpoint-10 with .*checkpoint-20: tokenizer file tokenizer\.json differs"
+    ):
+        average_checkpoints(paths, tmp_path / "averaged")
+    (paths[0] / "tokenizer.json").unlink()
+    with pytest.raises(ValueError, match=r"tokenizer file tokenizer\.json is only in checkpoint-20"):
+        average_checkpoints(paths, tmp_path / "averaged")
+    for name in ("tokenizer.json", "tokenizer_config.json"):  # the same tokenizer in both: averaged
+        shutil.copy(paths[1] / name, paths[0] / name)
+    average_checkpoints(paths, tmp_path / "averaged")
+    assert (tmp_path / "averaged" / "tokenizer.json").read_bytes() == (paths[1] / "tokenizer.json").read_bytes()

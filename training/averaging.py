@@ -3,10 +3,13 @@ last 5 checkpoints, which were written at 10-minute intervals. For the big model
 
 Floating-point weights are averaged element-wise (in float64, then cast back); other tensors are taken from the
 newest checkpoint. The result is saved with the newest checkpoint's config, generation config and tokenizer.
+Checkpoints that differ in config or tokenizer (another run's, or another vocabulary's) are refused, naming the
+first difference: averaging them would give weights that fit neither.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import shutil
@@ -21,6 +24,47 @@ logger = logging.getLogger(__name__)
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
                     "source.spm", "target.spm", "sentencepiece.bpe.model")  # fmt: skip
+
+
+# config.json fields that differ between checkpoints of one model without changing it
+_VOLATILE_CONFIG_FIELDS = ("transformers_version", "_name_or_path")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path}: cannot read it as JSON ({error})") from error
+
+
+def first_difference(checkpoint: str | Path, reference: str | Path) -> str | None:
+    """What first differs between two checkpoints' config.json and tokenizer files (None if nothing does)."""
+    checkpoint, reference = Path(checkpoint), Path(reference)
+    for folder in (checkpoint, reference):
+        if not (folder / "config.json").is_file():
+            raise ValueError(f"{folder}: no config.json; not a saved model")
+    config, expected = _read_json(checkpoint / "config.json"), _read_json(reference / "config.json")
+    for key in sorted(set(config) | set(expected)):
+        if key not in _VOLATILE_CONFIG_FIELDS and config.get(key, "<absent>") != expected.get(key, "<absent>"):
+            return (f"config.json field {key!r} is {config.get(key, '<absent>')!r} in {checkpoint.name}, "
+                    f"{expected.get(key, '<absent>')!r} in {reference.name}")  # fmt: skip
+    for name in _TOKENIZER_FILES:
+        here, there = (checkpoint / name).is_file(), (reference / name).is_file()
+        if here != there:
+            return f"tokenizer file {name} is only in {(checkpoint if here else reference).name}"
+        if here and (checkpoint / name).read_bytes() != (reference / name).read_bytes():
+            return f"tokenizer file {name} differs between {checkpoint.name} and {reference.name}"
+    return None
+
+
+def check_same_model(checkpoints: list[str | Path]) -> None:
+    """Refuse checkpoints that differ from the newest in config or tokenizer, naming the first difference."""
+    for checkpoint in checkpoints[:-1]:
+        if difference := first_difference(checkpoint, checkpoints[-1]):
+            raise ValueError(
+                f"cannot average {checkpoint} with {checkpoints[-1]}: {difference} (checkpoints of different runs "
+                "or models)"
+            )
 
 
 def find_checkpoints(output_dir: str | Path) -> list[Path]:
@@ -46,9 +90,10 @@ def load_weights(checkpoint: str | Path) -> dict[str, torch.Tensor]:
 
 
 def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path) -> Path:
-    """Average the weights of `checkpoints` (same architecture) and save the averaged model to `output_dir`."""
+    """Average the weights of `checkpoints` (same config and tokenizer) and save the averaged model to `output_dir`."""
     if not checkpoints:
         raise ValueError("no checkpoint to average")
+    check_same_model(checkpoints)
     states = [load_weights(c) for c in checkpoints]
     keys = set(states[-1])
     for checkpoint, state in zip(checkpoints, states, strict=True):

@@ -5,24 +5,36 @@ Steps: load and check the parallel data (`training.data`), train a joint BPE voc
 `TranslationTrainer` (transformers' `Seq2SeqTrainer`), average the last checkpoints (`training.averaging`), evaluate
 on the test set, and write test_results.json and a plot of the training curves; with `--push_to_hub`, upload the
 final model with `modeling_attn.hub.push_to_hub` (`--hub_model_id`, default the output folder's name;
-`--hub_private_repo`, `--hub_revision`, `--hub_token`).
+`--hub_private_repo`, `--hub_revision`, `--hub_token`), and the checkpoints as `--hub_strategy` says (transformers'
+meaning, default every_save; `TranslationTrainer`), each with the files of `attn push`.
+
+Command line: `training.arguments.CommandParser` (flags files, `--a-b`, one-line errors); run_translation.py's
+`--dataset_name`, `--dataset_config_name`, `--tokenizer_name` are aliases of ours. Every Trainer flag either does what
+transformers documents or is refused before any work, with the reason (`parse_args`): e.g. sentence-batch flags
+under token batches, a second run into a folder holding another run's checkpoints. `--load_best_model_at_end` makes
+the best checkpoint the final model (no averaging); `--early_stopping_patience` stops on the validation metric.
 
 The paper's recipe (Sec. 5.3-5.4, 6.1) is the default of the Trainer flags:
 - Adam with beta1 0.9, beta2 0.98, eps 1e-9 (`--optim adamw_torch` with `--weight_decay 0` is Adam);
 - lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) with warmup 4000 (Eq. 3): transformers'
   `inverse_sqrt` schedule with peak `--learning_rate` d_model^-0.5 * warmup^-0.5 (see `paper_learning_rate`);
 - label smoothing 0.1; batches of about `--max_tokens_per_batch` tokens, bucketed by length;
-- beam search with 4 beams and length penalty 0.6; the average of the last 5 checkpoints.
+- beam search with 4 beams, length penalty 0.6, at most source length + 50 tokens, stopping early when possible
+  (`modeling_attn.hub.paper_generation_config`, the one generation config of validation, test, saved and pushed
+  models); the average of the last 5 checkpoints.
 Deviations: gradients are clipped at norm 1 (Trainer's default `--max_grad_norm`; the paper does not say), and
 Trainer's scheduler applies the rate of step n-1 at update n (the logged rate at step n is the paper's).
 """
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import importlib.util
 import json
 import logging
+import re
+import shutil
 import sys
 from dataclasses import dataclass, field
 from importlib import resources
@@ -32,12 +44,14 @@ import datasets
 import torch
 import transformers
 import yaml
+from huggingface_hub import HfApi
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
     DataCollatorForSeq2Seq,
-    HfArgumentParser,
+    EarlyStoppingCallback,
+    GenerationConfig,
     PreTrainedTokenizerBase,
     Seq2SeqTrainingArguments,
     set_seed,
@@ -46,16 +60,25 @@ from transformers.integrations import is_tensorboard_available
 from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_attn import AttnRNNConfig, AttnTransformerConfig  # registers the model types with the Auto classes
-from modeling_attn.hub import EMBEDDED_TASK, local_or_hub, push_to_hub, record_origin
+from modeling_attn.generation import SOURCE_LIMIT_FIELD
+from modeling_attn.hub import (
+    DECODING_FIELDS,
+    EMBEDDED_TASK,
+    local_or_hub,
+    paper_generation_config,
+    push_to_hub,
+    record_origin,
+)
 from modeling_attn.presets import load_preset
 
+from .arguments import CONFIG_SUFFIXES, CommandParser
 from .averaging import average_checkpoints, find_checkpoints, load_weights
 from .bpe_dropout import BPEDropoutPairs
 from .data import DataError, ParallelData, load_parallel_data, require_splits
 from .metrics import TranslationMetrics, translation_scores
 from .plot import plot_history
 from .tokenizer import splits_punctuation, train_bpe_tokenizer, truncate, writes_lowercase
-from .trainer import TranslationTrainer
+from .trainer import STAGING_DIR, TranslationTrainer
 
 logger = logging.getLogger("training")
 
@@ -98,9 +121,10 @@ class RecipeArguments:
         default=None,
         metadata={"help": "Folder of {split}.{lang}[.gz] / {split}.tsv / {split}.jsonl files, a save_to_disk folder, "
                   "or a dataset name for datasets.load_dataset with a 'translation' column. Default: the embedded "
-                  "dates task (no network needed)."},
+                  "dates task (no network needed).", "aliases": ["--dataset_name", "--dataset-name"]},
     )  # fmt: skip
-    data_config: str | None = field(default=None, metadata={"help": "Dataset configuration, e.g. de-en for wmt14."})
+    data_config: str | None = field(default=None, metadata={"help": "Dataset configuration, e.g. de-en for wmt14.",
+                                                            "aliases": ["--dataset_config_name", "--dataset-config-name"]})  # fmt: skip
     source_lang: str | None = field(default=None, metadata={"help": "Source language code (file suffix / JSON key)."})
     target_lang: str | None = field(default=None, metadata={"help": "Target language code."})
     drop_empty_pairs: bool = field(default=False, metadata={"help": "Drop pairs with an empty side (counted, logged) "
@@ -108,7 +132,11 @@ class RecipeArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
-    model_type: str = field(default="attn_transformer", metadata={"help": "Model type.", "choices": MODEL_TYPES})
+    model_type: str | None = field(
+        default=None,
+        metadata={"help": "Model type. Default: the type of --preset or --model_name_or_path, else attn_transformer.",
+                  "choices": MODEL_TYPES},
+    )  # fmt: skip
     preset: str | None = field(
         default=None, metadata={"help": "Model preset (`attn preset` lists them); default small / rnn-small."}
     )
@@ -119,7 +147,8 @@ class RecipeArguments:
         default=None, metadata={"help": "Fine-tune this model (local folder or Hub id) and keep its tokenizer."}
     )
     tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Reuse this tokenizer instead of "
-                                                                        "training a BPE vocabulary."})  # fmt: skip
+                                                                        "training a BPE vocabulary.",
+                                                                        "aliases": ["--tokenizer_name", "--tokenizer-name"]})  # fmt: skip
     vocab_size: int = field(
         default=37000, metadata={"help": "Size of the joint BPE vocabulary to train (paper: 37000)."}
     )
@@ -144,7 +173,24 @@ class RecipeArguments:
                   "--per_device_train_batch_size sentences. The paper: ~25000 per step over all processes."},
     )  # fmt: skip
     length_penalty: float = field(default=0.6, metadata={"help": "Beam search length penalty alpha (paper: 0.6)."})
-    average_last_n: int = field(default=5, metadata={"help": "Average the last N checkpoints at the end (paper: 5)."})
+    average_last_n: int = field(
+        default=5,
+        metadata={"help": "Average the last N checkpoints at the end (paper: 5); 1 (no averaging) with "
+                  "--load_best_model_at_end, whose best checkpoint is the final model."},
+    )  # fmt: skip
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={"help": "Delete the checkpoints an earlier run left in --output_dir before training (transformers' "
+                  "flag of that name; without it such a folder is refused unless --resume_from_checkpoint continues it)."},
+    )  # fmt: skip
+    early_stopping_patience: int | None = field(
+        default=None,
+        metadata={"help": "Stop when --metric_for_best_model has not improved for N evaluations (transformers' "
+                  "EarlyStoppingCallback; needs validation: --eval_strategy steps or epoch)."},
+    )  # fmt: skip
+    early_stopping_threshold: float = field(
+        default=0.0, metadata={"help": "With --early_stopping_patience: the least change that counts as improvement."}
+    )
     num_samples_to_print: int = field(default=5, metadata={"help": "Test translations printed at the end."})
 
 
@@ -170,53 +216,176 @@ def paper_warmup_steps(training_args: Seq2SeqTrainingArguments) -> int:
     return int(warmup)
 
 
-def paper_schedule(step: int, d_model: int, warmup_steps: int) -> float:
-    """Eq. 3: lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) (0 at step 0)."""
-    if step == 0:
-        return 0.0
-    return d_model**-0.5 * min(step**-0.5, step * warmup_steps**-1.5)
-
-
 def _embedded_task_defaults() -> dict:
     text = (resources.files("modeling_attn.configuration") / "train-dates.yaml").read_text()
     return yaml.safe_load(text)
 
 
-def _given_flags(argv: list[str]) -> set[str]:
-    return {arg[2:].split("=")[0] for arg in argv if arg.startswith("--")}
+class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: ...)" after each flag, left out where the default is None (the help says what applies)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
+def build_parser(embedded_task: bool = False) -> CommandParser:
+    """The `attn train` parser: our flags and Trainer's, with the paper's defaults (`PAPER_DEFAULTS`), and the embedded
+    task's (configuration/train-dates.yaml) over them when `embedded_task`."""
+    embedded = _embedded_task_defaults()
+    parser = CommandParser(
+        (RecipeArguments, Seq2SeqTrainingArguments),
+        prog="attn train",
+        description="Train a translation model with the paper's recipe (the defaults shown). Without --data the "
+        "embedded dates task trains, with these defaults over the paper's: "
+        + ", ".join(f"--{key} {value}" for key, value in embedded.items())
+        + ". Flags may come from a file: attn train recipe.yaml [flags that override it].",
+        formatter_class=_DefaultsHelpFormatter,
+        allow_abbrev=False,  # an abbreviated flag would escape _given_flags; it is an unknown flag instead
+    )
+    # None: computed from the model's d_model and the warmup (paper_learning_rate) unless a rate is given.
+    parser.set_defaults(**PAPER_DEFAULTS, learning_rate=None)
+    parser._option_string_actions["--learning_rate"].help = (
+        "Peak learning rate. Default: the paper's d_model^-0.5 * warmup^-0.5 (Eq. 3), computed from the model's "
+        "d_model and --warmup_steps."
+    )
+    if embedded_task:
+        parser.set_defaults(**embedded)
+    return parser
+
+
+def _given_flags(parser: CommandParser, argv: list[str]) -> set[str]:
+    """The fields named by flags of `argv` (any spelling or alias)."""
+    actions = parser._option_string_actions
+    return {actions[arg.split("=", 1)[0]].dest for arg in argv if arg.split("=", 1)[0] in actions}
 
 
 def parse_args(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqTrainingArguments]:
-    """Our flags and Trainer's, with the paper's defaults (and the embedded task's when --data is not given)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    parser = HfArgumentParser((RecipeArguments, Seq2SeqTrainingArguments), prog="attn train")
-    parser.set_defaults(**PAPER_DEFAULTS)
-    given = _given_flags(argv)
-    if "data" not in given:
-        embedded = _embedded_task_defaults()
-        parser.set_defaults(**embedded)
-        given |= set(embedded)
-    recipe, training_args = parser.parse_args_into_dataclasses(args=argv)
+    """Our flags and Trainer's, with the paper's defaults (and the embedded task's when --data is not given).
+
+    A user error in a flag ends the process with one line (`CommandParser`); a combination of flags that cannot work
+    (or that would be silently ignored) raises ValueError naming the flags, before any work.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if argv and not argv[0].startswith("-") and argv[0].endswith(CONFIG_SUFFIXES) and Path(argv[0]).is_file():
+        argv = parser.config_file_flags(Path(argv[0])) + argv[1:]
+    given = _given_flags(parser, argv)
+    asks_help = bool({"-h", "--help"} & set(argv))
+    if "data" not in given and not asks_help:  # --help shows the paper's defaults; its description the task's
+        parser = build_parser(embedded_task=True)
+    recipe, training_args = parser.parse(argv)
     if not 0 <= recipe.bpe_dropout <= 1:
         raise ValueError(f"--bpe_dropout is a probability in [0, 1] (0: off), got {recipe.bpe_dropout}")
     if recipe.bpe_dropout and not recipe.max_tokens_per_batch:
         raise ValueError("--bpe_dropout needs token batches (--max_tokens_per_batch > 0): they are packed anew "
                          "for each epoch's segmentation")  # fmt: skip
-    # Marks a --learning_rate given by the user; otherwise it is computed from d_model (paper_learning_rate).
-    training_args.learning_rate_given = "learning_rate" in given
-    recipe.model_type_given = "model_type" in given  # a fine-tuned model's type must match only when asked for
     for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
         if (value := getattr(recipe, name)) is not None and value < 1:
             raise ValueError(f"--{name} must be a positive integer, got {value}")
-    if not training_args.learning_rate_given:
+    if training_args.learning_rate is None:
         paper_warmup_steps(training_args)  # a warmup ratio needs --max_steps: refused here, before any work
+    _check_batching_flags(recipe, training_args, given)
+    _check_best_model_flags(recipe, training_args, given)
     if training_args.resume_from_checkpoint in ("True", "true", "last"):
         if not Path(training_args.output_dir).is_dir():
             raise ValueError(f"--resume_from_checkpoint: --output_dir {training_args.output_dir} does not exist")
         training_args.resume_from_checkpoint = get_last_checkpoint(training_args.output_dir)
         if training_args.resume_from_checkpoint is None:
             raise ValueError(f"--resume_from_checkpoint: no checkpoint in {training_args.output_dir}")
+    check_output_dir(recipe, training_args)
     return recipe, training_args
+
+
+# Trainer flags that shape sentence batches: token batches (--max_tokens_per_batch > 0) decide the batches instead.
+SENTENCE_BATCH_FLAGS = ("per_device_train_batch_size", "auto_find_batch_size", "train_sampling_strategy",
+                        "dataloader_drop_last")  # fmt: skip
+
+
+def _check_batching_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
+    if training_args.sortish_sampler:
+        raise ValueError(
+            "--sortish_sampler does nothing in transformers 5.x (Seq2SeqTrainer no longer reads it); batches of "
+            "sentences of similar length are what --max_tokens_per_batch builds (the default)"
+        )
+    if recipe.max_tokens_per_batch and (ignored := [name for name in SENTENCE_BATCH_FLAGS if name in given]):
+        raise ValueError(
+            f"{', '.join('--' + name for name in ignored)}: these shape batches of sentences, but the training batches "
+            f"are token batches (--max_tokens_per_batch {recipe.max_tokens_per_batch}, bucketed by length); give "
+            "--max_tokens_per_batch 0 to batch by sentences, or leave them out"
+        )
+    if not training_args.remove_unused_columns:
+        raise ValueError(
+            "--remove_unused_columns false: the datasets keep each pair's raw target sentence (the BLEU reference), "
+            "which the model does not take and the collator cannot batch; leave it at true"
+        )
+    if not training_args.predict_with_generate and (training_args.eval_strategy != "no" or training_args.do_predict):
+        raise ValueError(
+            "--predict_with_generate false: validation and test scores (BLEU, chrF) are computed on generated "
+            "translations; leave it at true, or turn evaluation off (--eval_strategy no --do_predict false)"
+        )
+    if training_args.generation_config is not None:
+        raise ValueError(
+            "--generation_config: the decoding of `attn train` is set by --generation_num_beams, --length_penalty and "
+            "--generation_max_length (one generation config for evaluation, the saved model and `attn push`)"
+        )
+
+
+def _check_best_model_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
+    """--load_best_model_at_end keeps the best checkpoint as the final model, as Trainer documents, instead of the
+    average of the last ones; --early_stopping_patience needs the validation metric it watches."""
+    if training_args.load_best_model_at_end:
+        if "average_last_n" in given and recipe.average_last_n > 1:
+            raise ValueError(
+                f"--load_best_model_at_end keeps the best checkpoint as the final model, --average_last_n "
+                f"{recipe.average_last_n} averages the last ones into it: give one of them"
+            )
+        recipe.average_last_n = 1
+    if recipe.early_stopping_patience is not None:
+        if recipe.early_stopping_patience < 1:
+            raise ValueError(
+                f"--early_stopping_patience must be a positive integer, got {recipe.early_stopping_patience}"
+            )
+        if training_args.eval_strategy == "no" or not training_args.do_eval:
+            raise ValueError("--early_stopping_patience watches the validation metric: it needs --eval_strategy steps "
+                             "(or epoch) and --do_eval true")  # fmt: skip
+        if training_args.metric_for_best_model is None:
+            raise ValueError("--early_stopping_patience: name the validation metric it watches with "
+                             "--metric_for_best_model (bleu, chrf, exact_match or loss)")  # fmt: skip
+
+
+def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
+    """Refuse an --output_dir that holds checkpoints of another run: they would be averaged with this run's.
+
+    The way out: --resume_from_checkpoint (continue that run), --overwrite_output_dir (delete them), another folder.
+    """
+    output_dir = Path(training_args.output_dir)
+    resumed = training_args.resume_from_checkpoint
+    if recipe.overwrite_output_dir and resumed:
+        raise ValueError("--overwrite_output_dir deletes the checkpoints of --output_dir, --resume_from_checkpoint "
+                         "continues from one: give one of them")  # fmt: skip
+    existing = find_checkpoints(output_dir) if output_dir.is_dir() else []
+    if not existing or recipe.overwrite_output_dir or not training_args.do_train:
+        return
+    names = ", ".join(path.name for path in existing)
+    if not resumed:
+        raise ValueError(
+            f"--output_dir {output_dir} holds checkpoints of an earlier run ({names}); they would be averaged with "
+            "this run's. Continue that run with --resume_from_checkpoint last, delete them with "
+            "--overwrite_output_dir, or choose another --output_dir"
+        )
+    resumed = Path(resumed)
+    if resumed.resolve().parent != output_dir.resolve():
+        raise ValueError(
+            f"--resume_from_checkpoint {resumed} is not a checkpoint of --output_dir {output_dir}, which holds "
+            f"checkpoints of another run ({names}); choose an empty --output_dir, or --overwrite_output_dir"
+        )
+    step = re.fullmatch(r"checkpoint-(\d+)", resumed.name)
+    if step and (later := [path.name for path in existing if int(path.name.split("-")[1]) > int(step[1])]):
+        raise ValueError(
+            f"--resume_from_checkpoint {resumed}: --output_dir also holds later checkpoints ({', '.join(later)}) that "
+            "this run would average with its own; resume from the last one (--resume_from_checkpoint last) or "
+            "delete them"
+        )
 
 
 def _setup_logging(training_args: Seq2SeqTrainingArguments) -> None:
@@ -283,7 +452,7 @@ def build_model(recipe: RecipeArguments, tokenizer: PreTrainedTokenizerBase):
     """The model to fine-tune (`--model_name_or_path`), or a new one from `--preset` sized to the tokenizer."""
     if recipe.model_name_or_path is not None:
         return pretrained_model(recipe)
-    preset = recipe.preset or DEFAULT_PRESETS[recipe.model_type]
+    preset = recipe.preset or DEFAULT_PRESETS[recipe.model_type or MODEL_TYPES[0]]
     overrides = _parse_overrides(recipe.config_overrides)
     fields = {field.name for field in dataclasses.fields(CONFIG_CLASSES[load_preset(preset).model_type])}
     if unknown := sorted(set(overrides) - fields):
@@ -298,7 +467,7 @@ def build_model(recipe: RecipeArguments, tokenizer: PreTrainedTokenizerBase):
         decoder_start_token_id=start,
         **overrides,
     )
-    if config.model_type != recipe.model_type:
+    if recipe.model_type is not None and config.model_type != recipe.model_type:
         raise ValueError(f"preset {preset!r} is a {config.model_type} model but --model_type is {recipe.model_type}")
     return AutoModelForSeq2SeqLM.from_config(config)
 
@@ -313,8 +482,7 @@ def pretrained_model(recipe: RecipeArguments):
             "config: give one of them (--config_overrides changes the fine-tuned model's config)"
         )
     config = AutoConfig.from_pretrained(path)
-    given = getattr(recipe, "model_type_given", recipe.model_type != RecipeArguments.model_type)  # parse_args sets it
-    if given and config.model_type != recipe.model_type:
+    if recipe.model_type is not None and config.model_type != recipe.model_type:
         raise ValueError(
             f"--model_type is {recipe.model_type}, but --model_name_or_path {path} is {config.model_type}"
         )
@@ -350,6 +518,23 @@ def tokenize_splits(parallel: ParallelData, tokenizer: PreTrainedTokenizerBase, 
     return tokenized.remove_columns("truncated")
 
 
+def decoding(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> dict:
+    """The decoding the flags ask for, over the paper's (`paper_generation_config`): --generation_num_beams,
+    --length_penalty, and --generation_max_length as a fixed output limit instead of the paper's source length + 50."""
+    asked = {"num_beams": training_args.generation_num_beams, "length_penalty": recipe.length_penalty}
+    if training_args.generation_max_length is not None:
+        asked.update({SOURCE_LIMIT_FIELD: None, "max_length": training_args.generation_max_length})
+    return asked
+
+
+def decoding_settings(config: GenerationConfig) -> dict:
+    """The decoding of a generation config as test_results.json records it (what `paper_generation_config` reads)."""
+    settings = {name: getattr(config, name, None) for name in DECODING_FIELDS}
+    if settings[SOURCE_LIMIT_FIELD] is not None:
+        del settings["max_length"]  # replaced by the per-sentence limit in generate()
+    return settings
+
+
 def _write_alignment_picture(trainer: TranslationTrainer, sentence: str, path: Path) -> None:
     """The demo's last step: the cross-attention of one test translation as a picture (needs matplotlib)."""
     if importlib.util.find_spec("matplotlib") is None:
@@ -380,13 +565,11 @@ def _write_final_results(trainer: TranslationTrainer, test_dataset, parallel: Pa
     hypotheses = metrics_fn.last_hypotheses
     scores = translation_scores(hypotheses, list(raw_test["target"]), lowercase=metrics_fn.lowercase)
     # What the model card (`attn push`) reports with the scores: data, languages, decoding.
-    settings = trainer.args
     results = {**output.metrics, "test_bleu_signature": scores["bleu_signature"],
                "test_chrf_signature": scores["chrf_signature"], "data": local_or_hub(recipe.data) or EMBEDDED_TASK,
                "split": "test", "source_lang": parallel.source_lang, "target_lang": parallel.target_lang,
                "sentences": len(hypotheses),
-               "generation": {"num_beams": settings.generation_num_beams, "length_penalty": recipe.length_penalty,
-                              "max_length": settings.generation_max_length}}  # fmt: skip
+               "generation": decoding_settings(trainer.model.generation_config)}  # fmt: skip
     if trainer.is_world_process_zero():
         samples = [
             {"source": s, "reference": r, "hypothesis": h}
@@ -407,11 +590,45 @@ def _write_final_results(trainer: TranslationTrainer, test_dataset, parallel: Pa
 
 def main(argv: list[str] | None = None) -> int:
     """Train (and evaluate) a translation model; see `attn train --help`."""
-    recipe, training_args = parse_args(argv)
-    # --push_to_hub: `attn push` uploads the final model once, with its card (not Trainer's checkpoint pushes).
+    return run(*parse_args(argv))
+
+
+class HubSetupError(RuntimeError):
+    """--push_to_hub, but the Hub repository cannot be created: refused before any work."""
+
+
+def _clear_output_dir(output_dir: Path, training_args: Seq2SeqTrainingArguments) -> None:
+    """--overwrite_output_dir: delete the checkpoints (and any staging folder) an earlier run left behind."""
+    with training_args.main_process_first(desc="clearing --output_dir"):
+        if training_args.process_index == 0:
+            for checkpoint in find_checkpoints(output_dir) if output_dir.is_dir() else []:
+                logger.warning(f"--overwrite_output_dir: deleting {checkpoint} of an earlier run")
+                shutil.rmtree(checkpoint)
+            shutil.rmtree(output_dir / STAGING_DIR, ignore_errors=True)
+
+
+def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int:
+    """Train (and evaluate) with the flags `parse_args` returned."""
+    # --push_to_hub: the files of `attn push` (code, card), not Trainer's raw folder: TranslationTrainer pushes the
+    # checkpoints of --hub_strategy, and the final model is pushed after the test, with its scores in the card.
     push, training_args.push_to_hub = training_args.push_to_hub, False
     _setup_logging(training_args)
     output_dir = Path(training_args.output_dir)
+    repo_id = training_args.hub_model_id or output_dir.name
+    if push and training_args.process_index == 0:  # as Trainer's init_hf_repo: the repository exists before any work
+        api = HfApi(token=training_args.hub_token)
+        try:
+            api.create_repo(repo_id, private=training_args.hub_private_repo, exist_ok=True)
+            if training_args.hub_revision is not None:
+                api.create_branch(repo_id, branch=training_args.hub_revision, exist_ok=True)
+        except OSError as error:  # offline, not logged in, no such organisation: huggingface_hub's errors are OSErrors
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise HubSetupError(
+                f"--push_to_hub: cannot create the Hub repository {repo_id} ({reason}); log in (`hf auth login`), "
+                "or leave --push_to_hub out and run `attn push` later"
+            ) from error
+    if recipe.overwrite_output_dir and training_args.do_train:
+        _clear_output_dir(output_dir, training_args)
     set_seed(training_args.seed)
 
     parallel = load_parallel_data(recipe.data, recipe.source_lang, recipe.target_lang, recipe.data_config,
@@ -437,20 +654,11 @@ def main(argv: list[str] | None = None) -> int:
     model = build_model(recipe, tokenizer)
     tokenized = tokenize_splits(parallel, tokenizer, recipe)
 
-    if not training_args.learning_rate_given:
+    if training_args.learning_rate is None:
         d_model = getattr(model.config, "d_model", None) or model.config.hidden_size
         training_args.learning_rate = paper_learning_rate(d_model, paper_warmup_steps(training_args))
-    if training_args.generation_max_length is None:
-        longest = max(len(ids) for ids in tokenized["train"]["labels"])
-        training_args.generation_max_length = min(int(1.5 * longest) + 10, recipe.max_target_length + 10)
-    model.generation_config.update(
-        num_beams=training_args.generation_num_beams,
-        length_penalty=recipe.length_penalty,
-        max_length=training_args.generation_max_length,
-        pad_token_id=model.config.pad_token_id,
-        eos_token_id=model.config.eos_token_id,
-        decoder_start_token_id=model.config.decoder_start_token_id,
-    )
+    # One decoding for the validation during training, the test, every saved folder and `attn push`
+    model.generation_config = paper_generation_config(model, decoding(recipe, training_args))
     logger.info(
         f"model {model.config.model_type}: {model.num_parameters() / 1e6:.2f}M parameters, "
         f"peak learning rate {training_args.learning_rate:.3g} (warmup {training_args.warmup_steps})"
@@ -478,7 +686,10 @@ def main(argv: list[str] | None = None) -> int:
         data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
         compute_metrics=metrics,
         max_tokens_per_batch=recipe.max_tokens_per_batch or None,
+        hub_repo_id=repo_id if push else None,
     )
+    if recipe.early_stopping_patience is not None:
+        trainer.add_callback(EarlyStoppingCallback(recipe.early_stopping_patience, recipe.early_stopping_threshold))
 
     if training_args.do_train:
         result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
@@ -488,6 +699,9 @@ def main(argv: list[str] | None = None) -> int:
         trainer.log_metrics("train", result.metrics)
         trainer.save_metrics("train", result.metrics)
         trainer.save_state()
+        if training_args.load_best_model_at_end:
+            logger.info(f"final model: the best checkpoint, {trainer.state.best_model_checkpoint} (eval "
+                        f"{training_args.metric_for_best_model} {trainer.state.best_metric})")  # fmt: skip
         checkpoints = find_checkpoints(output_dir)[-recipe.average_last_n :]
         if recipe.average_last_n > 1 and len(checkpoints) > 1:
             if trainer.is_world_process_zero():
@@ -510,7 +724,6 @@ def main(argv: list[str] | None = None) -> int:
     elif training_args.do_eval and "validation" in tokenized:
         trainer.save_metrics("eval", trainer.evaluate())
     if push and trainer.is_world_process_zero():
-        repo_id = training_args.hub_model_id or output_dir.name
         url = push_to_hub(output_dir, repo_id, training_args.hub_private_repo, training_args.hub_revision,
                           training_args.hub_token)  # fmt: skip
         logger.info(f"pushed {output_dir} to {url}")
@@ -518,10 +731,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cli_main(argv: list[str] | None = None) -> int:
-    """`main` for the command line: bad data ends with its message (file and line) and exit status 2."""
+    """`main` for the command line: bad flags and bad data end with one line (flag, or file and line) and exit
+    status 2."""
     try:
-        return main(argv)
-    except DataError as error:
+        try:
+            recipe, training_args = parse_args(argv)
+        except ValueError as error:  # a combination of flags that cannot work
+            print(f"attn train: error: {str(error).strip().splitlines()[0]}", file=sys.stderr)
+            return 2
+        return run(recipe, training_args)
+    except (DataError, HubSetupError) as error:
         print(f"attn train: error: {error}", file=sys.stderr)
         return 2
     finally:
@@ -531,4 +750,4 @@ def cli_main(argv: list[str] | None = None) -> int:
             torch.distributed.destroy_process_group()
 
 
-__all__ = ["RecipeArguments", "cli_main", "main", "paper_learning_rate", "paper_schedule", "parse_args"]
+__all__ = ["RecipeArguments", "build_parser", "cli_main", "main", "paper_learning_rate", "parse_args"]

@@ -1,7 +1,7 @@
 """`TranslationTrainer`: transformers' `Seq2SeqTrainer` with token-budget batches, raw-text references and
 checkpoints that are never half-written.
 
-Five changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
+Six changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
 `max_tokens_per_batch` is set (Accelerate shards them over processes as it shards any batch sampler; a
 `training.bpe_dropout.BPEDropoutPairs` training set gets its `BPEDropoutBatchSampler`, one process only); BLEU is
 computed against the raw target sentences of the dataset being evaluated, not against decoded labels; and a
@@ -11,7 +11,9 @@ and deletes old checkpoints with `shutil.rmtree`, so a job killed during a save 
 `get_last_checkpoint` (and `--resume_from_checkpoint last`) would pick and fail on. Here a `checkpoint-*` folder
 appears whole (one `os.replace`) and disappears whole (renamed away before it is deleted). The guarantee is against
 killed processes; the files are not fsync'ed, so a power cut can still lose what the OS had not yet written.
-Last, a run resumed from the checkpoint of its final step trains no further step (Trainer 5.23 would train one).
+A run resumed from the checkpoint of its final step trains no further step (Trainer 5.23 would train one). Last, the
+end-of-training throughput (`train_samples_per_second`, and `train_target_tokens_per_second`) counts the sentences
+and target tokens the steps consumed, not `per_device_train_batch_size` times the steps.
 
 And the training loss skips the logits of padding: with a model whose config has `label_smoothing` (ours), the
 `label_smoothing_factor` moves into the model's own loss (the same loss as Trainer's `LabelSmoother`,
@@ -29,14 +31,20 @@ import inspect
 import logging
 import os
 import shutil
+import tempfile
 from functools import partial
 from pathlib import Path
 
 import datasets
+import torch
+from huggingface_hub import HfApi
 from torch import nn
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker, sort_checkpoints
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, seed_worker, sort_checkpoints
+from transformers.utils.hub import PushInProgress
+
+from modeling_attn.hub import save_for_hub
 
 from .batching import TokenBatchSampler
 from .bpe_dropout import BPEDropoutBatchSampler, BPEDropoutPairs
@@ -80,17 +88,41 @@ def _class_before_fully_shard(cls: type) -> type | None:
     return next(base for base in cls.__bases__ if not issubclass(base, FSDPModule))
 
 
+def hub_uploads(strategy: HubStrategy | str, checkpoint: Path, model_folder: Path) -> list[tuple[Path, str | None]]:
+    """The uploads of one checkpoint save for `--hub_strategy`, as transformers documents the strategies: (folder,
+    path in the repository, None for its root). `model_folder` holds the checkpoint's model as `save_for_hub` wrote it.
+
+    end: none (the final model is pushed after training); every_save: the model; checkpoint: the model, and the
+    checkpoint (optimizer, scheduler, trainer state: what resuming needs) as `last-checkpoint`; all_checkpoints: the
+    model, and the checkpoint under its own name.
+    """
+    strategy = HubStrategy(strategy)
+    if strategy == HubStrategy.END:
+        return []
+    uploads: list[tuple[Path, str | None]] = [(model_folder, None)]
+    if strategy == HubStrategy.CHECKPOINT:
+        uploads.append((checkpoint, "last-checkpoint"))
+    elif strategy == HubStrategy.ALL_CHECKPOINTS:
+        uploads.append((checkpoint, checkpoint.name))
+    return uploads
+
+
 class TranslationTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with batches of at most `max_tokens_per_batch` padded source (and target) tokens per process.
 
     With `max_tokens_per_batch=None` the batches are Trainer's usual `per_device_train_batch_size` sentences.
     """
 
-    def __init__(self, *args, max_tokens_per_batch: int | None = None, **kwargs):
+    def __init__(self, *args, max_tokens_per_batch: int | None = None, hub_repo_id: str | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.max_tokens_per_batch = max_tokens_per_batch
+        # Checkpoint pushes of --hub_strategy (see `_push_checkpoint`); Trainer's own need args.push_to_hub, kept off
+        self.hub_repo_id = hub_repo_id
+        self.push_in_progress: PushInProgress | None = None
+        self._push_folders: list[tempfile.TemporaryDirectory] = []
         self.token_sampler: TokenBatchSampler | None = None
         self._staging_root: Path | None = None
+        self._consumed: dict | None = None  # sentences and target tokens of the training steps; set by `train`
         config = getattr(self.model, "config", None)
         if self.label_smoother is not None and hasattr(config, "label_smoothing"):
             config.label_smoothing = self.label_smoother.epsilon  # the model smooths its own loss
@@ -113,6 +145,41 @@ class TranslationTrainer(Seq2SeqTrainer):
         return super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
+
+    def train(self, *args, **kwargs):
+        """Trainer's, counting the sentences and target tokens the training steps consume (see `log`)."""
+        self._consumed = {"sentences": 0, "target_tokens": 0}
+        return super().train(*args, **kwargs)
+
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        labels = inputs.get("labels")
+        if labels is not None and self._consumed is not None:
+            self._consumed["sentences"] += labels.shape[0]
+            # a tensor on the batch's device: no host sync at each step (label padding is -100)
+            self._consumed["target_tokens"] = self._consumed["target_tokens"] + (labels != -100).sum()
+        return super().training_step(model, inputs, num_items_in_batch)
+
+    def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
+        """Trainer's, with the end-of-training throughput counted from the batches consumed.
+
+        Trainer counts `per_device_train_batch_size` sentences per batch, which token batches do not have: here
+        `train_samples` / `train_samples_per_second` are the sentences the training steps of this call consumed (all
+        processes), `train_target_tokens` / `train_target_tokens_per_second` their target tokens (end token included,
+        padding excluded). Every process calls `log` at the end of training, so the sum over processes is collective.
+        """
+        if "train_runtime" in logs and self._consumed is not None:
+            counts = torch.tensor(
+                [self._consumed["sentences"], int(self._consumed["target_tokens"])], device=self.args.device
+            )
+            sentences, tokens = (int(value) for value in self.accelerator.reduce(counts, reduction="sum"))
+            runtime = logs["train_runtime"]
+            logs.update(
+                train_samples=sentences,
+                train_samples_per_second=round(sentences / runtime, 3),
+                train_target_tokens=tokens,
+                train_target_tokens_per_second=round(tokens / runtime, 3),
+            )
+        super().log(logs, start_time)
 
     def get_train_dataloader(self) -> DataLoader:
         if not self.max_tokens_per_batch:
@@ -216,6 +283,37 @@ class TranslationTrainer(Seq2SeqTrainer):
             self._rotate_checkpoints_atomically(run_dir, staging_root)
             shutil.rmtree(staging_root, ignore_errors=True)
         self.accelerator.wait_for_everyone()
+        if self.hub_repo_id is not None and self.is_world_process_zero():
+            self._push_checkpoint(final)
+
+    def _push_checkpoint(self, checkpoint: Path) -> None:
+        """Trainer's `_push_from_checkpoint` for --hub_strategy, with the files of `attn push`: at each save the
+        checkpoint's model as `save_for_hub` writes it (weights, code, tokenizer, generation config, card) goes to
+        the repository's root, and with `checkpoint` / `all_checkpoints` the checkpoint folder to `last-checkpoint/` /
+        `checkpoint-<step>/`. Uploads run in the background; a save while one runs is skipped unless
+        --hub_always_push (as Trainer does); Trainer waits for the last one at the end of training."""
+        if self.args.hub_strategy == HubStrategy.END:
+            return
+        if not self.args.hub_always_push and self.push_in_progress is not None and not self.push_in_progress.is_done():
+            return
+        if self.push_in_progress is None or self.push_in_progress.is_done():
+            for folder in self._push_folders:  # what the finished uploads read
+                folder.cleanup()
+            self._push_folders = []
+        staged = tempfile.TemporaryDirectory(prefix="attn-push-")
+        self._push_folders.append(staged)
+        save_for_hub(checkpoint, staged.name, self.hub_repo_id)
+        api = HfApi(token=self.args.hub_token)
+        message = f"Training in progress, step {self.state.global_step}"
+        jobs = []
+        for folder, path_in_repo in hub_uploads(self.args.hub_strategy, checkpoint, Path(staged.name)):
+            jobs.append(api.upload_folder(repo_id=self.hub_repo_id, folder_path=folder, path_in_repo=path_in_repo,
+                                          commit_message=message + (", checkpoint" if path_in_repo else ""),
+                                          revision=self.args.hub_revision, run_as_future=True))  # fmt: skip
+        if self.push_in_progress is None or self.push_in_progress.is_done():
+            self.push_in_progress = PushInProgress(jobs)
+        else:  # --hub_always_push: Trainer waits for all of them at the end
+            self.push_in_progress.jobs.extend(jobs)
 
     def _rotate_checkpoints_atomically(self, run_dir: Path, staging_root: Path) -> None:
         """Trainer's `rotate_checkpoints` (keep `save_total_limit`, the newest and the best), but each deleted folder

@@ -10,8 +10,9 @@
    with the average of the last checkpoints (the flags' `average_last_n`), saved in `--output_dir`.
 2. Test: the saved model translates test2016 with `--num_beams` (5, as the reference), via
    `modeling_attn.app.translate.evaluate`, with the length penalty of `--length_penalties` that scores best on the
-   validation split (lowercased tokenized BLEU; 0.6, 1.0, 1.5, 2.0 by default; the choice is written into the model's
-   generation_config.json). The test split plays no part in the choice.
+   validation split (lowercased tokenized BLEU; 0.6, 1.0, 1.5, 2.0 by default; the choice and the beam size are written
+   into the model's generation_config.json by `modeling_attn.hub.paper_generation_config`, the function `attn train`
+   and `attn push` write it with). The test split plays no part in the choice.
 3. Scores: sacreBLEU (cased, 13a) and chrF on the raw text, with signatures, and BLEU on lowercased Moses-tokenized
    text (`bleu.py`: the reference numbers' way). Written to `--output_dir/multi30k_results.json`, the
    translations to `test2016.hyp.<lang>`.
@@ -88,6 +89,7 @@ def train(args: argparse.Namespace, extra: list[str]) -> tuple[list[str], float]
 def evaluate(args: argparse.Namespace) -> dict:
     """Translate test2016 with the model in --output_dir and score it (sacreBLEU, chrF, lowercased tokenized BLEU)."""
     from modeling_attn.app.translate import evaluate as translate_and_score
+    from modeling_attn.hub import paper_generation_config
     from modeling_attn.translation import load_model
     from training.data import load_parallel_data, require_splits
 
@@ -116,9 +118,12 @@ def evaluate(args: argparse.Namespace) -> dict:
             _, hypotheses = translate(validation, length_penalty)
             score, _ = lowercased_tokenized_bleu(hypotheses, list(validation["target"]), args.target_lang)
             selection[length_penalty] = round(score.score, 2)
-        model.generation_config.length_penalty = max(selection, key=selection.get)  # first of equal scores
-        model.generation_config.save_pretrained(output_dir)
-    length_penalty = args.length_penalties[0] if validation is None else model.generation_config.length_penalty
+    length_penalty = args.length_penalties[0] if validation is None else max(selection, key=selection.get)  # 1st tie
+    # The model's decoding (modeling_attn.hub's one owner of it) with the test's beams and length penalty: the folder
+    # saved here, and what `attn push` uploads with multi30k_results.json, decode as the test did.
+    chosen = {"num_beams": args.num_beams, "length_penalty": length_penalty}
+    model.generation_config = paper_generation_config(model, chosen)
+    model.generation_config.save_pretrained(output_dir)
     start = time.perf_counter()
     scores, hypotheses = translate(test, length_penalty)
     seconds = time.perf_counter() - start

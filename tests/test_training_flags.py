@@ -1,0 +1,291 @@
+"""Tests of `attn train`'s command line and flags (training/train.py, issues 24 and 25): the CommandParser convention
+(flags files, aliases of run_translation.py's names, one-line errors), flags that would be silently beaten refused
+up front, output folders never mixed, --load_best_model_at_end, --early_stopping_patience, the throughput Trainer
+logs, and one decoding for the trained folder, the pushed folder and the card.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from huggingface_hub import ModelCard, get_token
+from safetensors.torch import load_file
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+
+import modeling_attn  # noqa: F401
+from modeling_attn.app.cli import main as attn
+from modeling_attn.hub import save_for_hub
+from modeling_attn.translation import translate_batch
+from training.data import load_parallel_data
+from training.metrics import translation_scores
+from training.train import build_parser, cli_main, main, parse_args
+from training.trainer import hub_uploads
+
+TINY = ["--preset", "tiny", "--vocab_size", "200", "--max_train_samples", "120", "--max_eval_samples", "16",
+        "--max_predict_samples", "16", "--max_tokens_per_batch", "200", "--report_to", "none", "--disable_tqdm", "True",
+        "--dataloader_pin_memory", "False"]  # fmt: skip
+REPO = Path(__file__).resolve().parents[1]
+QUIET = ["--eval_strategy", "no", "--do_predict", "False", "--average_last_n", "1"]
+
+
+def one_line_error(capsys) -> str:
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    assert err.startswith("attn train: error: ")
+    return err
+
+
+def test_unknown_and_abbreviated_flags_are_one_line_naming_the_closest(capsys):
+    for flag, closest in (("--datta", "--data"), ("--learning_r", "--learning_rate"), ("--max-step", "--max_steps")):
+        with pytest.raises(SystemExit) as exit_info:
+            attn(["train", flag, "1"])
+        assert exit_info.value.code == 2
+        assert f"did you mean {closest}?" in one_line_error(capsys)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--per_device_train_batch_size", "64"], r"--per_device_train_batch_size: .* give --max_tokens_per_batch 0"),
+        (["--train_sampling_strategy", "sequential"], r"--train_sampling_strategy: these shape batches of sentences"),
+        (["--sortish_sampler"], r"--sortish_sampler does nothing in transformers 5"),
+        (["--generation_config", "x.json"], r"--generation_config: the decoding of `attn train` is set by"),
+        (["--remove_unused_columns", "false"], r"--remove_unused_columns false: the datasets keep each pair's raw"),
+        (["--predict_with_generate", "false"], r"--predict_with_generate false: validation and test scores"),
+        (["--load_best_model_at_end", "--eval_steps", "10", "--save_steps", "10", "--average_last_n", "3"],
+         r"--load_best_model_at_end keeps the best checkpoint .* --average_last_n 3 .* give one of them"),
+        (["--early_stopping_patience", "2", "--eval_strategy", "no"], r"--early_stopping_patience watches the valid"),
+        (["--early_stopping_patience", "2"], r"--early_stopping_patience: name the validation metric .* "
+                                             r"--metric_for_best_model"),
+        (["--early_stopping_patience", "0", "--metric_for_best_model", "bleu"], r"must be a positive integer, got 0"),
+        (["--overwrite_output_dir", "--resume_from_checkpoint", "somewhere"], r"give one of them"),
+    ],
+)  # fmt: skip
+def test_flags_that_would_be_ignored_are_refused_with_the_reason(tmp_path, capsys, flags, message):
+    argv = ["--output_dir", str(tmp_path / "out"), "--report_to", "none", *flags]
+    with pytest.raises(ValueError, match=message):
+        parse_args(argv)
+    assert cli_main(argv) == 2  # on the command line: one line, exit status 2, before any work
+    assert one_line_error(capsys)
+    assert not (tmp_path / "out").exists()
+
+
+def test_sentence_batches_take_trainers_batch_flags(tmp_path):
+    recipe, args = parse_args(["--output_dir", str(tmp_path), "--max_tokens_per_batch", "0",
+                               "--per_device_train_batch_size", "64", "--report_to", "none"])  # fmt: skip
+    assert (recipe.max_tokens_per_batch, args.per_device_train_batch_size) == (0, 64)
+
+
+def test_load_best_model_at_end_turns_averaging_off(tmp_path):
+    recipe, args = parse_args(["--output_dir", str(tmp_path), "--load_best_model_at_end", "--eval_steps", "10",
+                               "--save_steps", "10", "--report_to", "none"])  # fmt: skip
+    assert args.load_best_model_at_end and args.metric_for_best_model == "loss" and recipe.average_last_n == 1
+
+
+def test_run_translation_names_are_aliases_and_both_spellings_work(tmp_path):
+    recipe, _ = parse_args(["--output_dir", str(tmp_path), "--dataset_name", "wmt14", "--dataset-config-name", "de-en",
+                            "--tokenizer_name", "some/tokenizer", "--report_to", "none"])  # fmt: skip
+    assert (recipe.data, recipe.data_config, recipe.tokenizer_name_or_path) == ("wmt14", "de-en", "some/tokenizer")
+    assert recipe.vocab_size == 37000  # --data given (as --dataset_name): the embedded task's defaults do not apply
+    recipe, _ = parse_args(["--output_dir", str(tmp_path), "--tokenizer-name-or-path", "t", "--report_to", "none"])
+    assert recipe.tokenizer_name_or_path == "t" and recipe.vocab_size == 1000  # no --data: the dates task's defaults
+
+
+def test_flags_file_with_overrides_after_it(tmp_path):
+    flags = tmp_path / "recipe.yaml"
+    flags.write_text(f"data: {tmp_path}\noutput_dir: {tmp_path / 'out'}\nmax_steps: 7\nwarmup_steps: 3\n"
+                     "report_to: none\n")  # fmt: skip
+    recipe, args = parse_args([str(flags), "--max_steps", "9"])
+    assert (recipe.data, args.output_dir, args.max_steps, args.warmup_steps) == (str(tmp_path), str(tmp_path / "out"),
+                                                                                9, 3)  # fmt: skip
+    assert args.learning_rate is None  # computed from d_model and the warmup by main()
+    assert recipe.vocab_size == 37000  # the file names --data: the paper's defaults, not the dates task's
+
+
+def test_help_shows_the_defaults_that_apply():
+    text = " ".join(build_parser().format_help().split())
+    assert "--warmup_steps WARMUP_STEPS" in text and "(default: 4000)" in text and "(default: 0.98)" in text
+    assert "computed from the model's d_model and --warmup_steps" in text and "5e-05" not in text
+    assert "--data DATA, --dataset_name DATA" in text
+    assert "--vocab_size 1000" in text  # the description: the embedded task's defaults without --data
+
+
+def run_tiny(output_dir: Path, *flags: str) -> int:
+    return main(["--output_dir", str(output_dir), *TINY, *flags])
+
+
+def test_an_output_dir_with_another_runs_checkpoints_is_refused_overwritten_or_resumed(tmp_path, capsys):
+    """The issue's case: a shorter run into a folder with a longer run's checkpoints would average them in."""
+    out = tmp_path / "out"
+    common = [*QUIET, "--save_steps", "2", "--warmup_steps", "2", "--generation_max_length", "16"]
+    assert run_tiny(out, *common, "--max_steps", "4") == 0
+    assert [path.name for path in sorted(out.glob("checkpoint-*"))] == ["checkpoint-2", "checkpoint-4"]
+    before = (out / "model.safetensors").stat().st_mtime_ns
+    with pytest.raises(ValueError, match=r"holds checkpoints of an earlier run \(checkpoint-2, checkpoint-4\).*"
+                                         r"--resume_from_checkpoint last.*--overwrite_output_dir"):  # fmt: skip
+        run_tiny(out, *common, "--max_steps", "2")
+    capsys.readouterr()  # the first run's progress bars
+    assert cli_main(["--output_dir", str(out), *TINY, *common, "--max_steps", "2"]) == 2
+    assert "holds checkpoints of an earlier run" in one_line_error(capsys)
+    with pytest.raises(ValueError, match=r"also holds later checkpoints \(checkpoint-4\)"):
+        run_tiny(out, *common, "--max_steps", "6", "--resume_from_checkpoint", str(out / "checkpoint-2"))
+    assert (out / "model.safetensors").stat().st_mtime_ns == before  # refused before any work
+    # Continuing it is allowed; so is starting afresh, which deletes the old checkpoints first.
+    assert run_tiny(out, *common, "--max_steps", "6", "--resume_from_checkpoint", "last") == 0
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 6
+    assert run_tiny(out, *common, "--max_steps", "2", "--overwrite_output_dir", "--average_last_n", "5") == 0
+    assert [path.name for path in out.glob("checkpoint-*")] == ["checkpoint-2"]
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 2
+
+
+def test_logged_throughput_counts_the_sentences_and_target_tokens_consumed(tmp_path):
+    """One epoch consumes each of the 120 training pairs once: Trainer would count per_device_train_batch_size (8)
+    sentences per step instead."""
+    out = tmp_path / "out"
+    assert run_tiny(out, *QUIET, "--max_steps", "-1", "--num_train_epochs", "1", "--save_strategy", "no", "--generation_max_length",
+                    "16") == 0  # fmt: skip
+    tokenizer = AutoTokenizer.from_pretrained(out)
+    targets = list(load_parallel_data(None).splits["train"]["target"][:120])
+    tokens = sum(len(ids) for ids in tokenizer(text_target=targets)["input_ids"])
+    final = [entry for entry in json.loads((out / "trainer_state.json").read_text())["log_history"]
+             if "train_runtime" in entry][-1]  # fmt: skip
+    assert (final["train_samples"], final["train_target_tokens"]) == (120, tokens)
+    assert final["train_samples_per_second"] == round(120 / final["train_runtime"], 3)
+    assert final["train_target_tokens_per_second"] == round(tokens / final["train_runtime"], 3)
+    assert json.loads((out / "train_results.json").read_text())["train_samples"] == 120
+
+
+def test_load_best_model_at_end_and_early_stopping(tmp_path):
+    """--early_stopping_patience 1 with a threshold no change reaches: the second evaluation stops the run (step 4
+    of 40); the final model is the best checkpoint's weights, not an average."""
+    out = tmp_path / "out"
+    assert run_tiny(out, "--max_steps", "40", "--eval_steps", "2", "--save_steps", "2", "--warmup_steps", "2",
+                    "--load_best_model_at_end", "--metric_for_best_model", "loss", "--early_stopping_patience", "1",
+                    "--early_stopping_threshold", "1e9", "--generation_max_length", "16",
+                    "--do_predict", "False") == 0  # fmt: skip
+    state = json.loads((out / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    evaluations = [entry["eval_loss"] for entry in state["log_history"] if "eval_loss" in entry]
+    assert len(evaluations) == 2 and state["best_metric"] == min(evaluations)
+    best = Path(state["best_model_checkpoint"])
+    assert best.name == f"checkpoint-{2 * (1 + evaluations.index(min(evaluations)))}"
+    final, expected = load_file(out / "model.safetensors"), load_file(best / "model.safetensors")
+    assert final.keys() == expected.keys() and all(torch.equal(final[name], expected[name]) for name in final)
+
+
+def test_trained_and_pushed_folders_decode_alike_and_the_card_says_how(tmp_path):
+    """The paper's decoding (beam 4, length penalty 0.6, source length + 50, early stop) is the generation config of
+    the trained folder, of its checkpoints, of what `attn push` uploads, and what test_results.json / the card state."""
+    out = tmp_path / "out"
+    assert run_tiny(out, "--max_steps", "2", "--eval_strategy", "no", "--save_steps", "2", "--average_last_n",
+                    "1", "--max_predict_samples", "4") == 0  # fmt: skip
+    assert attn(["push", "--model", str(out), "--repo-id", "me/dates", "--save-to", str(tmp_path / "hub")]) == 0
+    trained, pushed = (GenerationConfig.from_pretrained(folder).to_diff_dict() for folder in (out, tmp_path / "hub"))
+    checkpoint = GenerationConfig.from_pretrained(out / "checkpoint-2").to_diff_dict()
+    assert trained == pushed == checkpoint
+    assert (trained["num_beams"], trained["length_penalty"], trained["early_stopping"]) == (4, 0.6, True)
+    assert trained["max_length_over_source"] == 50
+    recorded = json.loads((out / "test_results.json").read_text())["generation"]
+    assert recorded == {"num_beams": 4, "length_penalty": 0.6, "early_stopping": True, "max_length_over_source": 50}
+    card = ModelCard.load(tmp_path / "hub" / "README.md")
+    assert "decoding with num_beams 4, length_penalty 0.6, early_stopping True, max_length_over_source 50" in card.text
+    # What --hub_strategy every_save / checkpoint uploads at a save: the checkpoint's model with the same decoding
+    save_for_hub(out / "checkpoint-2", tmp_path / "checkpoint-hub", "me/dates")
+    assert GenerationConfig.from_pretrained(tmp_path / "checkpoint-hub").to_diff_dict() == trained
+    assert "2 steps with `attn train`" in ModelCard.load(tmp_path / "checkpoint-hub" / "README.md").text
+
+
+def test_a_fixed_generation_max_length_is_the_decoding_everywhere(tmp_path):
+    out = tmp_path / "out"
+    assert run_tiny(out, *QUIET, "--max_steps", "1", "--save_strategy", "no", "--generation_max_length", "16",
+                    "--generation_num_beams", "2", "--length_penalty", "1.0") == 0  # fmt: skip
+    assert attn(["push", "--model", str(out), "--repo-id", "me/dates", "--save-to", str(tmp_path / "hub")]) == 0
+    trained, pushed = (GenerationConfig.from_pretrained(folder).to_diff_dict() for folder in (out, tmp_path / "hub"))
+    assert trained == pushed
+    assert (trained["num_beams"], trained["length_penalty"], trained["max_length"]) == (2, 1.0, 16)
+    assert trained.get("max_length_over_source") is None
+
+
+def test_hub_strategy_uploads_as_transformers_documents(tmp_path):
+    """What one checkpoint save uploads per --hub_strategy (the uploads themselves need the real Hub: see the opt-in
+    test below)."""
+    checkpoint, model = tmp_path / "checkpoint-20", tmp_path / "for-hub"
+    assert hub_uploads("end", checkpoint, model) == []
+    assert hub_uploads("every_save", checkpoint, model) == [(model, None)]
+    assert hub_uploads("checkpoint", checkpoint, model) == [(model, None), (checkpoint, "last-checkpoint")]
+    assert hub_uploads("all_checkpoints", checkpoint, model) == [(model, None), (checkpoint, "checkpoint-20")]
+    with pytest.raises(ValueError, match="sometimes is not a valid HubStrategy"):
+        hub_uploads("sometimes", checkpoint, model)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(get_token() is None, reason="no Hub token configured (HF_TOKEN or `hf auth login`): uploads to "
+                    "the real Hub are opt-in")  # fmt: skip
+def test_hub_strategy_checkpoint_pushes_to_the_real_hub(tmp_path):
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    repo_id = f"{api.whoami()['name']}/modeling-attn-strategy-{tmp_path.name[-8:]}"
+    try:
+        assert (
+            run_tiny(
+                tmp_path / "out",
+                *QUIET,
+                "--max_steps",
+                "2",
+                "--save_steps",
+                "2",
+                "--push_to_hub",
+                "--hub_model_id",
+                repo_id,
+                "--hub_private_repo",
+                "true",
+                "--hub_strategy",
+                "checkpoint",
+            )
+            == 0
+        )
+        files = set(api.list_repo_files(repo_id))
+        assert {"model.safetensors", "README.md", "generation_config.json", "pipeline_translation.py",
+                "last-checkpoint/trainer_state.json", "last-checkpoint/optimizer.pt"} <= files  # fmt: skip
+    finally:
+        api.delete_repo(repo_id, missing_ok=True)
+
+
+def test_validation_during_training_decodes_with_the_saved_generation_config(tmp_path):
+    """The scores logged by the validation at the last step equal those of the saved model (the same weights: no
+    averaging) translating the validation set with its own generation_config.json (the paper's decoding)."""
+    out = tmp_path / "out"
+    assert run_tiny(out, "--max_steps", "40", "--eval_steps", "40", "--save_steps", "40", "--warmup_steps", "10",
+                    "--average_last_n", "1", "--do_predict", "False") == 0  # fmt: skip
+    logged = [entry for entry in json.loads((out / "trainer_state.json").read_text())["log_history"]
+              if "eval_chrf" in entry][-1]  # fmt: skip
+    model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
+    assert model.generation_config.max_length_over_source == 50 and model.generation_config.early_stopping is True
+    validation = load_parallel_data(None).splits["validation"].select(range(16))
+    with torch.no_grad():
+        hypotheses, _ = translate_batch(model, AutoTokenizer.from_pretrained(out), list(validation["source"]))
+    scores = translation_scores(hypotheses, list(validation["target"]))
+    assert logged["eval_chrf"] > 0
+    assert (logged["eval_bleu"], logged["eval_chrf"]) == pytest.approx((scores["bleu"], scores["chrf"]), abs=1e-9)
+
+
+def test_push_to_hub_without_a_hub_stops_before_any_work(tmp_path):
+    """As Trainer's init_hf_repo, the repository is created first: offline, the run ends with one line, exit status 2,
+    before the data is read."""
+    out = tmp_path / "out"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "training", "--output_dir", str(out), *TINY, *QUIET, "--max_steps", "1",
+               "--push_to_hub", "--hub_model_id", "me/dates", "--hub_strategy", "checkpoint"]  # fmt: skip
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
+    assert re.search(r"^attn train: error: --push_to_hub: cannot create the Hub repository me/dates \(.*offline",
+                     result.stderr.strip().splitlines()[-1], re.IGNORECASE)  # fmt: skip
+    assert not (out / "tokenizer").exists()
