@@ -19,7 +19,8 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration, AttnTransformerConfig
 from modeling_attn import AttnTransformerForConditionalGeneration as Transformer
-from modeling_attn.app.translate import evaluate_main, translate_main
+from modeling_attn.app.evaluate import evaluate_main
+from modeling_attn.app.translate import translate_main
 from modeling_attn.translation import load_model, translate
 from training.tokenizer import train_bpe_tokenizer
 

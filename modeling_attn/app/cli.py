@@ -43,7 +43,8 @@ def main(argv: list[str] | None = None) -> int:
 
         return push_main(argv[1:])
     if argv[:1] in (["translate"], ["evaluate"]):  # their own parsers (translate.py) give `attn translate --help`
-        from .translate import evaluate_main, translate_main
+        from .evaluate import evaluate_main
+        from .translate import translate_main
 
         return (translate_main if argv[0] == "translate" else evaluate_main)(argv[1:])
 
