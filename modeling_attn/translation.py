@@ -234,6 +234,20 @@ def sequence_scores(
     return torch.cat(totals) / lengths**length_penalty
 
 
+def check_nbest(model: PreTrainedModel, num_return_sequences: int, generate_kwargs: dict[str, Any]) -> None:
+    """TranslateError if generate() cannot return `num_return_sequences` hypotheses with these settings."""
+    config = model.generation_config
+    num_beams = generate_kwargs.get("num_beams") or config.num_beams or 1
+    do_sample = generate_kwargs.get("do_sample", config.do_sample)
+    if num_return_sequences < 1:
+        raise TranslateError(f"num_return_sequences must be a positive integer, got {num_return_sequences}")
+    if num_return_sequences > num_beams and (num_beams > 1 or not do_sample):
+        raise TranslateError(
+            f"num_return_sequences={num_return_sequences} is more than num_beams={num_beams}: beam search keeps "
+            "num_beams hypotheses; raise num_beams, or sample (do_sample) with one beam"
+        )
+
+
 @torch.no_grad()
 def translate_nbest(
     model: PreTrainedModel,
@@ -248,16 +262,7 @@ def translate_nbest(
     and one beam they are independent samples (set the seed with `transformers.set_seed` to repeat them). An empty
     sentence gets `num_return_sequences` empty hypotheses scored NaN (the model is not run on it).
     """
-    config = model.generation_config
-    num_beams = generate_kwargs.get("num_beams") or config.num_beams or 1
-    do_sample = generate_kwargs.get("do_sample", config.do_sample)
-    if num_return_sequences < 1:
-        raise TranslateError(f"num_return_sequences must be a positive integer, got {num_return_sequences}")
-    if num_return_sequences > num_beams and (num_beams > 1 or not do_sample):
-        raise TranslateError(
-            f"num_return_sequences={num_return_sequences} is more than num_beams={num_beams}: beam search keeps "
-            "num_beams hypotheses; raise num_beams, or sample (do_sample) with one beam"
-        )
+    check_nbest(model, num_return_sequences, generate_kwargs)
     empty = [Hypothesis("", float("nan"))] * num_return_sequences
     hypotheses = [list(empty) for _ in sentences]
     rows = [row for row, sentence in enumerate(sentences) if sentence.strip()]
@@ -268,7 +273,7 @@ def translate_nbest(
         input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
         num_return_sequences=num_return_sequences, **generate_kwargs,
     )  # fmt: skip
-    length_penalty = generate_kwargs.get("length_penalty", config.length_penalty)
+    length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
     scores = sequence_scores(
         model,
         encoded["input_ids"].repeat_interleave(num_return_sequences, dim=0),
@@ -301,6 +306,7 @@ __all__ = [
     "SentenceTooLong",
     "TranslateError",
     "batches",
+    "check_nbest",
     "check_tokenizer_fits",
     "load_model",
     "resolve_device",

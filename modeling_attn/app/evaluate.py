@@ -32,7 +32,7 @@ from training.arguments import CommandParser
 from training.data import SPLIT_STEMS, DataError, read_lines
 
 from ..translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
-from .translate import DecodingArguments, atomic_output, generation_overrides, parse_flags
+from .translate import DecodingArguments, atomic_output, generation_overrides, parse_flags, shown_defaults
 
 _TEXT_FORMATS = ("tsv", "jsonl")
 
@@ -100,11 +100,13 @@ class EvaluateArguments:
 
 
 def evaluate_parser() -> CommandParser:
-    return CommandParser(
-        (EvaluateArguments, DecodingArguments),
-        prog="attn evaluate",
-        description="BLEU, chrF and TER (sacreBLEU, with signatures) of a model's translations of a test set, or "
-        "of a file of translations, as JSON.",
+    return shown_defaults(
+        CommandParser(
+            (EvaluateArguments, DecodingArguments),
+            prog="attn evaluate",
+            description="BLEU, chrF and TER (sacreBLEU, with signatures) of a model's translations of a test set, or "
+            "of a file of translations, as JSON.",
+        )
     )
 
 

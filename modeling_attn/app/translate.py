@@ -41,7 +41,15 @@ from typing import Any, TextIO
 from training.arguments import CommandParser
 
 from ..heatmaps import ALIGNMENT_MODES, TranslationAttention, figure_class
-from ..translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch, translate_nbest
+from ..translation import (
+    SentenceTooLong,
+    TranslateError,
+    batches,
+    check_nbest,
+    load_model,
+    translate_batch,
+    translate_nbest,
+)
 
 SAMPLING_FLAGS = ("top_k", "top_p", "temperature", "seed")
 
@@ -123,7 +131,7 @@ class SamplingArguments:
             raise ValueError(f"--temperature must be positive, got {self.temperature}")
         given = [f"--{name}" for name in SAMPLING_FLAGS if getattr(self, name) is not None]
         if given and not self.do_sample:
-            raise ValueError(f"{', '.join(given)} only apply when sampling: add --do_sample")
+            raise ValueError(f"{', '.join(given)}: a sampling setting, with no --do_sample; add --do_sample")
 
 
 @dataclass
@@ -149,6 +157,18 @@ class PictureArguments:
 TRANSLATE_ARGUMENTS = (TranslateArguments, DecodingArguments, SamplingArguments, PictureArguments)
 
 
+def shown_defaults(parser: CommandParser) -> CommandParser:
+    """`parser` with "(default: None)" left out of `--help`: a flag not given means the model's own setting, or
+    nothing, as its help says. (argparse appends the default to any help without a `%(default)` field; an empty
+    `%(default).0s` is one.)"""
+    for action in parser._actions:
+        if action.help and "%(default" not in action.help and action.default in (None, False):
+            action.help += "%(default).0s"
+        if "--no_progress" in action.option_strings:
+            action.help = "No progress bar.%(default).0s"
+    return parser
+
+
 def translate_parser() -> CommandParser:
     parser = CommandParser(
         TRANSLATE_ARGUMENTS,
@@ -158,7 +178,7 @@ def translate_parser() -> CommandParser:
     parser.add_argument(
         "text", nargs="*", metavar="TEXT", help="sentences to translate (default: --input, else stdin)"
     )
-    return parser
+    return shown_defaults(parser)
 
 
 def parse_flags(parser: CommandParser, argv: list[str] | None) -> SimpleNamespace:
@@ -349,6 +369,8 @@ def _translate(args: SimpleNamespace) -> int:
         torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model, args.device, eager=bool(pictures.templates))
     overrides = generation_overrides(args)
+    if args.num_return_sequences:
+        check_nbest(model, args.num_return_sequences, overrides)  # before any output
     if args.seed is not None:
         from transformers import set_seed
 
@@ -413,6 +435,7 @@ __all__ = [
     "atomic_output",
     "generation_overrides",
     "parse_flags",
+    "shown_defaults",
     "translate_main",
     "translate_parser",
 ]
