@@ -115,13 +115,26 @@ def load_model(
         raise FileNotFoundError(
             f"{model_name_or_path}: no config.json (a folder written by save_pretrained or attn train)"
         )
-    config = AutoConfig.from_pretrained(model_name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(model_name_or_path)
+    except ValueError as error:  # e.g. a model type transformers does not know; its message runs over lines
+        raise TranslateError(f"{model_name_or_path}: {str(error).splitlines()[0]}") from error
+    if folder.is_dir() and not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise TranslateError(
+            f"{model_name_or_path}: no tokenizer (tokenizer.json / tokenizer_config.json); save the tokenizer the "
+            "model was trained with in the same folder (tokenizer.save_pretrained)"
+        )
     kwargs = {"attn_implementation": "eager"} if eager and config.model_type == "attn_transformer" else {}
     try:
         model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, **kwargs)
     except SafetensorError as error:  # its own message names no file
         raise OSError(f"{model_name_or_path}: the safetensors weights are corrupt or truncated ({error})") from error
-    tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+    except ValueError as error:
+        raise TranslateError(
+            f"{model_name_or_path}: cannot load the tokenizer: {str(error).splitlines()[0]}"
+        ) from error
     check_tokenizer_fits(model, tokenizer, str(model_name_or_path))
     return model.to(target).eval(), tokenizer
 

@@ -286,9 +286,18 @@ def test_cuda_on_a_machine_without_it_is_one_line(transformer_dir, capsys):
     assert line.startswith("attn evaluate: error: device 'cuda:0': CUDA is not available")
 
 
-def test_missing_model_folder_is_one_line(tmp_path, capsys):
+def test_a_missing_or_broken_model_folder_is_one_line(transformer_dir, tmp_path, capsys):
     line = error_line(translate_main, ["--model", str(tmp_path / "nope"), "x"], capsys)
     assert line == f"attn translate: error: {tmp_path / 'nope'}: no such model folder"
+    (tmp_path / "unknown").mkdir()
+    (tmp_path / "unknown" / "config.json").write_text('{"model_type": "no_such_type"}')
+    line = error_line(translate_main, ["--model", str(tmp_path / "unknown"), "x"], capsys)
+    assert line.startswith(f"attn translate: error: {tmp_path / 'unknown'}: ") and "no_such_type" in line
+    (tmp_path / "no_tokenizer").mkdir()
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        (tmp_path / "no_tokenizer" / name).write_bytes((transformer_dir / name).read_bytes())
+    line = error_line(evaluate_main, ["--model", str(tmp_path / "no_tokenizer")], capsys)
+    assert line.startswith(f"attn evaluate: error: {tmp_path / 'no_tokenizer'}: no tokenizer (tokenizer.json")
 
 
 @pytest.mark.parametrize(
