@@ -261,7 +261,7 @@ def error_line(main, argv, capsys) -> str:
     ("argv", "expected"),
     [
         (["--batch-sise", "2", "x"], "unrecognized flag --batch-sise; did you mean --batch_size?"),
-        (["--num_beams", "0", "x"], "--num_beams must be a positive integer, got 0"),
+        (["--num_beams", "0", "x"], "argument --num_beams: must be a positive integer, got 0"),
         (["--top_k", "3", "x"], "--top_k: a sampling setting, with no --do_sample; add --do_sample"),
         (["--do_sample", "--top_p", "1.5", "x"], "--top_p must be in (0, 1], got 1.5"),
         (["--num_return_sequences", "3", "--num_beams", "2", "x"], "num_return_sequences=3 is more than num_beams=2"),

@@ -80,7 +80,7 @@ class EvaluateArguments:
 
     def __post_init__(self) -> None:
         if self.max_samples is not None and self.max_samples < 1:
-            raise ValueError(f"--max_samples must be a positive integer, got {self.max_samples}")
+            raise ValueError(f"argument --max_samples: must be a positive integer, got {self.max_samples}")
         data_flags = [f"--{name}" for name in ("data", "data_config") if getattr(self, name) is not None]
         if self.hypotheses_file is not None:
             if self.references_file is None:
@@ -201,7 +201,8 @@ def _parallel_files(source_path: Path, target_path: Path) -> tuple[list[str], li
 
 def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> EvaluationSet | None:
     """The pairs of files `{stem}.*` in `folder` (TSV, JSONL or one plain file per language), or None if none."""
-    details = {"data": str(folder), "split": args.split, "files": stem}
+    details = {"data": str(folder), "split": args.split, "file_stem": stem}
+    where = f"the {args.split} split of {folder}"
     if path := _file(folder, f"{stem}.tsv"):
         pairs = []
         for number, line in enumerate(read_lines(path), 1):
@@ -214,7 +215,7 @@ def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> Evalua
         if not pairs:
             raise DataError(f"{path}: empty file (no sentence pair)")
         sources, references = _checked_pairs(pairs)
-        return EvaluationSet(sources, references, f"{path}", {**details, "source_lang": args.source_lang or "src",
+        return EvaluationSet(sources, references, where, {**details, "source_lang": args.source_lang or "src",
                                                         "target_lang": args.target_lang or "tgt"})  # fmt: skip
     if path := _file(folder, f"{stem}.jsonl"):
         if not (args.source_lang and args.target_lang):
@@ -237,7 +238,7 @@ def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> Evalua
         if not pairs:
             raise DataError(f"{path}: empty file (no sentence pair)")
         sources, references = _checked_pairs(pairs)
-        return EvaluationSet(sources, references, f"{path}",
+        return EvaluationSet(sources, references, where,
                        {**details, "source_lang": args.source_lang, "target_lang": args.target_lang})  # fmt: skip
     languages = sorted(
         {path.name.removesuffix(".gz").split(".", 1)[1] for path in folder.glob(f"{stem}.*")} - set(_TEXT_FORMATS)
@@ -258,7 +259,7 @@ def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> Evalua
     sources, targets = _parallel_files(source_path, target_path)
     locations = [f"{source_path}:{n} / {target_path}:{n}" for n in range(1, len(sources) + 1)]
     sources, references = _checked_pairs(list(zip(sources, targets, locations, strict=True)))
-    return EvaluationSet(sources, references, f"{source_path}",
+    return EvaluationSet(sources, references, where,
                    {**details, "source_lang": source_lang, "target_lang": target_lang})  # fmt: skip
 
 

@@ -57,7 +57,7 @@ SAMPLING_FLAGS = ("top_k", "top_p", "temperature", "seed")
 def _positive(values: Any, names: Iterable[str]) -> None:
     for name in names:
         if (value := getattr(values, name)) is not None and value < 1:
-            raise ValueError(f"--{name} must be a positive integer, got {value}")
+            raise ValueError(f"argument --{name}: must be a positive integer, got {value}")
 
 
 @dataclass
