@@ -217,6 +217,14 @@ def test_cli_pictures_the_first_non_empty_sentence(reverser, tmp_path, capsys):
     assert "every sentence was empty: no attention picture written" in capsys.readouterr().err
     assert not (tmp_path / "none.png").exists()
 
+    argv = ["--model", str(tmp_path / "model"), "a b", "--self-attention-png", str(tmp_path / "self.png")]
+    assert translate_main(argv) == 2
+    message = capsys.readouterr().err.splitlines()[-1]
+    assert (
+        message == f"attn translate: error: --self-attention-png: {tmp_path / 'model'} is an RNN model, with no "
+        "self-attention to picture"
+    )
+
 
 def test_cli_nbest_scores_of_translations_that_end(reverser, tmp_path, capsys):
     """The reverser ends its translations with </s>: the n-best scores count the tokens up to it, as generate()'s

@@ -368,6 +368,8 @@ def _translate(args: SimpleNamespace) -> int:
 
         torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model, args.device, eager=bool(pictures.templates))
+    if args.self_attention_png and model.config.model_type == "attn_rnn":
+        raise TranslateError(f"--self-attention-png: {args.model} is an RNN model, with no self-attention to picture")
     overrides = generation_overrides(args)
     if args.num_return_sequences:
         check_nbest(model, args.num_return_sequences, overrides)  # before any output
