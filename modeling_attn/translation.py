@@ -184,6 +184,8 @@ def translate_batch(
 
     Empty sentences translate to empty strings without reaching the model.
     """
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise TranslateError("translate_batch returns one translation per sentence; use translate_nbest for several")
     translations = [""] * len(sentences)
     rows = [row for row, sentence in enumerate(sentences) if sentence.strip()]
     attentions: list[TranslationAttention | None] | None = [None] * len(sentences) if output_attentions else None

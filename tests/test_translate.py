@@ -26,7 +26,7 @@ from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration, AttnTr
 from modeling_attn import AttnTransformerForConditionalGeneration as Transformer
 from modeling_attn.app.evaluate import evaluate_main
 from modeling_attn.app.translate import translate_main
-from modeling_attn.translation import load_model, translate, translate_nbest
+from modeling_attn.translation import TranslateError, load_model, translate, translate_batch, translate_nbest
 from training.tokenizer import train_bpe_tokenizer
 
 CORPUS = [
@@ -345,6 +345,8 @@ def test_nbest_scores_are_the_sequences_scores_of_generate(model_dir, length_pen
         assert [hypothesis.score for hypothesis in block] == pytest.approx([score for _, score in expected], abs=1e-5)
     assert [hypothesis.text for hypothesis in nbest[-1]] == ["", "", ""]  # the empty sentence
     assert all(math.isnan(hypothesis.score) for hypothesis in nbest[-1])
+    with pytest.raises(TranslateError, match="use translate_nbest"):  # one translation per sentence there
+        translate_batch(model, tokenizer, SENTENCES, num_return_sequences=2)
 
 
 def test_nbest_list_format(transformer_dir, capsys, monkeypatch):
