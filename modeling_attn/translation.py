@@ -227,24 +227,35 @@ def sequence_scores(
     the sum of the log-probabilities of their tokens up to and including the first end-of-sentence token, divided by
     (that many tokens) ** `length_penalty`: beam search's `sequences_scores`, computed teacher-forced.
 
-    `input_ids`/`attention_mask` are the sources, one row per sequence. `rows_per_pass` rows go through the model at
-    a time, so that the (rows, length, vocabulary) logits stay small.
+    `input_ids`/`attention_mask` are the sources; each has `len(sequences) // len(input_ids)` consecutive sequences
+    (generate()'s `num_return_sequences` layout). A source is encoded once for all its sequences; about
+    `rows_per_pass` sequences go through the decoder at a time, so that the (rows, length, vocabulary) logits stay
+    small.
     """
+    per_source = len(sequences) // len(input_ids)
+    if per_source * len(input_ids) != len(sequences):
+        raise ValueError(f"{len(sequences)} sequences for {len(input_ids)} sources: not a whole number per source")
     decoder_input_ids, targets = sequences[:, :-1], sequences[:, 1:]
     eos = torch.tensor(_eos_ids(model), device=sequences.device)
     ends = torch.isin(targets, eos).int()
     # Tokens after the first end-of-sentence are padding; a sequence cut at the length limit counts every token.
     counted = (ends.cumsum(dim=1) - ends) == 0
     totals = []
-    for start in range(0, len(sequences), rows_per_pass):
-        part = slice(start, start + rows_per_pass)
+    step = max(1, rows_per_pass // per_source)
+    for start in range(0, len(input_ids), step):
+        sources, rows = slice(start, start + step), slice(start * per_source, (start + step) * per_source)
+        encoded = model.get_encoder()(input_ids=input_ids[sources], attention_mask=attention_mask[sources])
+        # As generate() expands them for its beams: every tensor of the encoder's output repeated along the batch.
+        for key, value in encoded.items():
+            if isinstance(value, torch.Tensor):
+                encoded[key] = value.repeat_interleave(per_source, dim=0)
         logits = model(
-            input_ids=input_ids[part], attention_mask=attention_mask[part], decoder_input_ids=decoder_input_ids[part],
-            use_cache=False,
+            attention_mask=attention_mask[sources].repeat_interleave(per_source, dim=0), encoder_outputs=encoded,
+            decoder_input_ids=decoder_input_ids[rows], use_cache=False,
         ).logits.float()  # fmt: skip
-        token_logits = logits.gather(-1, targets[part, :, None]).squeeze(-1)
+        token_logits = logits.gather(-1, targets[rows, :, None]).squeeze(-1)
         log_probs = token_logits - logits.logsumexp(dim=-1)
-        totals.append((log_probs * counted[part]).sum(dim=1))
+        totals.append((log_probs * counted[rows]).sum(dim=1))
     lengths = counted.sum(dim=1).clamp(min=1).float()
     return torch.cat(totals) / lengths**length_penalty
 
@@ -291,8 +302,8 @@ def translate_nbest(
     length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
     scores = sequence_scores(
         model,
-        encoded["input_ids"].repeat_interleave(num_return_sequences, dim=0),
-        encoded["attention_mask"].repeat_interleave(num_return_sequences, dim=0),
+        encoded["input_ids"],
+        encoded["attention_mask"],
         sequences,
         1.0 if length_penalty is None else length_penalty,
     ).tolist()
