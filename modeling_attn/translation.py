@@ -1,11 +1,16 @@
-"""Translate text with a saved model, in Python: `load_model`, `translate_batch`, `translate`.
+"""Translate text with a saved model, in Python: `load_model`, `translate_batch`, `translate`, `translate_nbest`.
 
 - `load_model(path)` loads a model folder or Hub repository with its tokenizer, in eval mode, and checks that the
-  tokenizer fits the model's vocabulary (`check_tokenizer_fits`).
+  tokenizer fits the model's vocabulary (`check_tokenizer_fits`) and that the device exists (`resolve_device`).
 - `translate_batch(model, tokenizer, sentences)` is one `generate()` call with the model's own `generation_config`
-  (or the settings given); with `output_attentions` it also returns each translation's attention
-  (`heatmaps.TranslationAttention`).
+  (or the settings given: `num_beams`, `do_sample`, `top_k`, `top_p`, `temperature`...); with `output_attentions` it
+  also returns each translation's attention (`heatmaps.TranslationAttention`).
 - `translate(...)` streams translations of any number of sentences, `batch_size` at a time, in input order.
+- `translate_nbest(model, tokenizer, sentences, num_return_sequences=N)` gives N scored hypotheses per sentence
+  (beam search's N best, or N samples with `do_sample=True`), best first. A hypothesis's score is its
+  log-probability under the model divided by `length ** length_penalty`, the quantity beam search ranks by and
+  returns as `sequences_scores`; it is computed for every decoding by one teacher-forced pass over the hypotheses
+  (`sequence_scores`), so sampled and greedy hypotheses get the same score a beam would.
 
 A sentence longer than the Transformer's position table (`max_position_embeddings`) is refused, never cut
 (`SentenceTooLong` names its row). The `attn translate` / `attn evaluate` commands (`app/translate.py`) and the
@@ -17,11 +22,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from safetensors import SafetensorError
-from transformers import AutoConfig, AutoModelForSeq2SeqLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoConfig,
+    AutoModelForSeq2SeqLM,
+    AutoTokenizer,
+    BatchEncoding,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+)
 
 from .heatmaps import TranslationAttention, attention_from_generate
 
@@ -58,6 +70,33 @@ def check_tokenizer_fits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerB
             )
 
 
+class Hypothesis(NamedTuple):
+    """One translation of an n-best list and its score (see the module docstring)."""
+
+    text: str
+    score: float
+
+
+def resolve_device(device: str | None) -> torch.device:
+    """`device` as a torch.device (default: CUDA if available, else CPU); TranslateError naming it if this machine
+    or this build of torch does not have it."""
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        resolved = torch.device(device)
+    except RuntimeError:
+        raise TranslateError(f"device {device!r}: not a device name (cpu, cuda, cuda:1, mps...)") from None
+    if resolved.type == "cuda":
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA support" if torch.version.cuda is None else "no GPU is visible"
+            raise TranslateError(f"device {device!r}: CUDA is not available ({why}); use --device cpu")
+        if resolved.index is not None and resolved.index >= torch.cuda.device_count():
+            raise TranslateError(f"device {device!r}: there are {torch.cuda.device_count()} CUDA devices")
+    if resolved.type == "mps" and not torch.backends.mps.is_available():
+        raise TranslateError(f"device {device!r}: MPS is not available on this machine; use --device cpu")
+    return resolved
+
+
 def load_model(
     model_name_or_path: str, device: str | None = None, eager: bool = False
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
@@ -67,6 +106,8 @@ def load_model(
     """
     import modeling_attn  # noqa: F401  (registers the model types with the Auto classes)
 
+    target = resolve_device(device)  # before the (slow) load
+
     folder = Path(model_name_or_path).expanduser()
     if not folder.exists() and _looks_local(str(model_name_or_path)):
         raise FileNotFoundError(f"{model_name_or_path}: no such model folder")
@@ -74,16 +115,28 @@ def load_model(
         raise FileNotFoundError(
             f"{model_name_or_path}: no config.json (a folder written by save_pretrained or attn train)"
         )
-    config = AutoConfig.from_pretrained(model_name_or_path)
+    try:
+        config = AutoConfig.from_pretrained(model_name_or_path)
+    except ValueError as error:  # e.g. a model type transformers does not know; its message runs over lines
+        raise TranslateError(f"{model_name_or_path}: {str(error).splitlines()[0]}") from error
+    if folder.is_dir() and not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
+        raise TranslateError(
+            f"{model_name_or_path}: no tokenizer (tokenizer.json / tokenizer_config.json); save the tokenizer the "
+            "model was trained with in the same folder (tokenizer.save_pretrained)"
+        )
     kwargs = {"attn_implementation": "eager"} if eager and config.model_type == "attn_transformer" else {}
     try:
         model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, **kwargs)
     except SafetensorError as error:  # its own message names no file
         raise OSError(f"{model_name_or_path}: the safetensors weights are corrupt or truncated ({error})") from error
-    tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
+    except ValueError as error:
+        raise TranslateError(
+            f"{model_name_or_path}: cannot load the tokenizer: {str(error).splitlines()[0]}"
+        ) from error
     check_tokenizer_fits(model, tokenizer, str(model_name_or_path))
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    return model.to(device).eval(), tokenizer
+    return model.to(target).eval(), tokenizer
 
 
 def batches(items: Iterable[str], batch_size: int) -> Iterator[list[str]]:
@@ -92,27 +145,13 @@ def batches(items: Iterable[str], batch_size: int) -> Iterator[list[str]]:
         yield batch
 
 
-@torch.no_grad()
-def translate_batch(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    sentences: list[str],
-    output_attentions: bool = False,
-    **generate_kwargs: Any,
-) -> tuple[list[str], list[TranslationAttention] | None]:
-    """Translations of `sentences` (one generate() call) and, with `output_attentions`, their attention.
-
-    Empty sentences translate to empty strings without reaching the model.
-    """
-    translations = [""] * len(sentences)
-    rows = [row for row, sentence in enumerate(sentences) if sentence.strip()]
-    attentions: list[TranslationAttention] | None = [] if output_attentions else None
-    if not rows:
-        return translations, attentions
+def _encode(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sentences: list[str], rows: list[int],
+            generate_kwargs: dict[str, Any]) -> BatchEncoding:  # fmt: skip
+    """The tokenized `sentences[row] for row in rows`, padded, on the model's device; SentenceTooLong (naming its
+    index in `sentences`) for a sentence the position table cannot hold, never cut."""
     encoded = tokenizer(
         [sentences[row] for row in rows], padding=True, return_tensors="pt", return_token_type_ids=False
     ).to(model.device)
-    # Sentences are never cut: a sentence longer than the position table is refused, naming it.
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and encoded["input_ids"].shape[1] > limit:
         lengths = encoded["attention_mask"].sum(dim=1).tolist()
@@ -129,6 +168,30 @@ def translate_batch(
             f"max_new_tokens={new_tokens} is more than the model's max_position_embeddings={limit}: the decoder has "
             f"no position for a longer translation; use at most {limit}"
         )
+    return encoded
+
+
+@torch.no_grad()
+def translate_batch(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: list[str],
+    output_attentions: bool = False,
+    **generate_kwargs: Any,
+) -> tuple[list[str], list[TranslationAttention | None] | None]:
+    """Translations of `sentences` (one generate() call) and, with `output_attentions`, their attention (None for
+    an empty sentence).
+
+    Empty sentences translate to empty strings without reaching the model.
+    """
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise TranslateError("translate_batch returns one translation per sentence; use translate_nbest for several")
+    translations = [""] * len(sentences)
+    rows = [row for row, sentence in enumerate(sentences) if sentence.strip()]
+    attentions: list[TranslationAttention | None] | None = [None] * len(sentences) if output_attentions else None
+    if not rows:
+        return translations, attentions
+    encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
     if output_attentions:
         generate_kwargs.update(output_attentions=True, return_dict_in_generate=True)
     outputs = model.generate(
@@ -138,12 +201,118 @@ def translate_batch(
     for row, text in zip(rows, tokenizer.batch_decode(sequences, skip_special_tokens=True), strict=True):
         translations[row] = text
     if output_attentions:
-        attention_by_row = {
-            row: attention_from_generate(outputs, encoded["input_ids"], encoded["attention_mask"], index, tokenizer)
-            for index, row in enumerate(rows)
-        }
-        attentions = [attention_by_row.get(row) for row in range(len(sentences))]
+        for index, row in enumerate(rows):
+            attentions[row] = attention_from_generate(
+                outputs, encoded["input_ids"], encoded["attention_mask"], index, tokenizer
+            )
     return translations, attentions
+
+
+def _eos_ids(model: PreTrainedModel) -> list[int]:
+    eos = model.generation_config.eos_token_id
+    eos = model.config.eos_token_id if eos is None else eos
+    return [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
+
+
+@torch.no_grad()
+def sequence_scores(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    sequences: torch.Tensor,
+    length_penalty: float = 1.0,
+    rows_per_pass: int = 16,
+) -> torch.Tensor:
+    """Scores of generated `sequences` (decoder start token first, as generate() returns them), one per row:
+    the sum of the log-probabilities of their tokens up to and including the first end-of-sentence token, divided by
+    (that many tokens) ** `length_penalty`: beam search's `sequences_scores`, computed teacher-forced.
+
+    `input_ids`/`attention_mask` are the sources; each has `len(sequences) // len(input_ids)` consecutive sequences
+    (generate()'s `num_return_sequences` layout). A source is encoded once for all its sequences; about
+    `rows_per_pass` sequences go through the decoder at a time, so that the (rows, length, vocabulary) logits stay
+    small.
+    """
+    per_source = len(sequences) // len(input_ids)
+    if per_source * len(input_ids) != len(sequences):
+        raise ValueError(f"{len(sequences)} sequences for {len(input_ids)} sources: not a whole number per source")
+    decoder_input_ids, targets = sequences[:, :-1], sequences[:, 1:]
+    eos = torch.tensor(_eos_ids(model), device=sequences.device)
+    ends = torch.isin(targets, eos).int()
+    # Tokens after the first end-of-sentence are padding; a sequence cut at the length limit counts every token.
+    counted = (ends.cumsum(dim=1) - ends) == 0
+    totals = []
+    step = max(1, rows_per_pass // per_source)
+    for start in range(0, len(input_ids), step):
+        sources, rows = slice(start, start + step), slice(start * per_source, (start + step) * per_source)
+        encoded = model.get_encoder()(input_ids=input_ids[sources], attention_mask=attention_mask[sources])
+        # As generate() expands them for its beams: every tensor of the encoder's output repeated along the batch.
+        for key, value in encoded.items():
+            if isinstance(value, torch.Tensor):
+                encoded[key] = value.repeat_interleave(per_source, dim=0)
+        logits = model(
+            attention_mask=attention_mask[sources].repeat_interleave(per_source, dim=0), encoder_outputs=encoded,
+            decoder_input_ids=decoder_input_ids[rows], use_cache=False,
+        ).logits.float()  # fmt: skip
+        token_logits = logits.gather(-1, targets[rows, :, None]).squeeze(-1)
+        log_probs = token_logits - logits.logsumexp(dim=-1)
+        totals.append((log_probs * counted[rows]).sum(dim=1))
+    lengths = counted.sum(dim=1).clamp(min=1).float()
+    return torch.cat(totals) / lengths**length_penalty
+
+
+def check_nbest(model: PreTrainedModel, num_return_sequences: int, generate_kwargs: dict[str, Any]) -> None:
+    """TranslateError if generate() cannot return `num_return_sequences` hypotheses with these settings."""
+    config = model.generation_config
+    num_beams = generate_kwargs.get("num_beams") or config.num_beams or 1
+    do_sample = generate_kwargs.get("do_sample", config.do_sample)
+    if num_return_sequences < 1:
+        raise TranslateError(f"num_return_sequences must be a positive integer, got {num_return_sequences}")
+    if num_return_sequences > num_beams and (num_beams > 1 or not do_sample):
+        raise TranslateError(
+            f"num_return_sequences={num_return_sequences} is more than num_beams={num_beams}: beam search keeps "
+            "num_beams hypotheses; raise num_beams, or sample (do_sample) with one beam"
+        )
+
+
+@torch.no_grad()
+def translate_nbest(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: list[str],
+    num_return_sequences: int = 1,
+    **generate_kwargs: Any,
+) -> list[list[Hypothesis]]:
+    """`num_return_sequences` scored translations of each of `sentences` (one generate() call), best first.
+
+    Beam search returns its `num_return_sequences` best hypotheses (at most `num_beams`); with `do_sample=True`
+    and one beam they are independent samples (set the seed with `transformers.set_seed` to repeat them). An empty
+    sentence gets `num_return_sequences` empty hypotheses scored NaN (the model is not run on it).
+    """
+    check_nbest(model, num_return_sequences, generate_kwargs)
+    empty = [Hypothesis("", float("nan"))] * num_return_sequences
+    hypotheses = [list(empty) for _ in sentences]
+    rows = [row for row, sentence in enumerate(sentences) if sentence.strip()]
+    if not rows:
+        return hypotheses
+    encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
+    sequences = model.generate(
+        input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
+        num_return_sequences=num_return_sequences, **generate_kwargs,
+    )  # fmt: skip
+    length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
+    scores = sequence_scores(
+        model,
+        encoded["input_ids"],
+        encoded["attention_mask"],
+        sequences,
+        1.0 if length_penalty is None else length_penalty,
+    ).tolist()
+    texts = tokenizer.batch_decode(sequences, skip_special_tokens=True)
+    for index, row in enumerate(rows):
+        block = slice(index * num_return_sequences, (index + 1) * num_return_sequences)
+        found = [Hypothesis(text, score) for text, score in zip(texts[block], scores[block], strict=True)]
+        hypotheses[row] = sorted(found, key=lambda hypothesis: -hypothesis.score)  # samples come unordered
+    return hypotheses
 
 
 def translate(
@@ -159,11 +328,16 @@ def translate(
 
 
 __all__ = [
+    "Hypothesis",
     "SentenceTooLong",
     "TranslateError",
     "batches",
+    "check_nbest",
     "check_tokenizer_fits",
     "load_model",
+    "resolve_device",
+    "sequence_scores",
     "translate",
     "translate_batch",
+    "translate_nbest",
 ]

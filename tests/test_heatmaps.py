@@ -198,6 +198,56 @@ def test_cli_writes_the_pictures_of_the_reverser(reverser, tmp_path, capsys):
 
 
 @needs_matplotlib
+def test_cli_pictures_the_first_non_empty_sentence(reverser, tmp_path, capsys):
+    """An empty sentence has no attention: FILE pictures the first non-empty one, {n} skips it with a note."""
+    reverser.save_pretrained(tmp_path / "model")
+    letter_tokenizer().save_pretrained(tmp_path / "model")
+    argv = ["--model", str(tmp_path / "model"), "", "a b c", "--attention-png", str(tmp_path / "align-{n}.png"),
+            "--attention-json", str(tmp_path / "first.json")]  # fmt: skip
+    capsys.readouterr()
+    assert translate_main(argv) == 0
+    captured = capsys.readouterr()
+    assert captured.out.splitlines() == ["", "c b a"]
+    assert "attn translate: sentence 0 is empty: no attention picture for it" in captured.err
+    assert {path.name for path in tmp_path.iterdir()} == {"model", "align-1.png", "first.json"}
+    assert json.loads((tmp_path / "first.json").read_text())["encoder_tokens"] == ["a", "b", "c"]
+
+    argv = ["--model", str(tmp_path / "model"), "", "--attention-png", str(tmp_path / "none.png")]
+    assert translate_main(argv) == 0
+    assert "every sentence was empty: no attention picture written" in capsys.readouterr().err
+    assert not (tmp_path / "none.png").exists()
+
+    argv = ["--model", str(tmp_path / "model"), "a b", "--self-attention-png", str(tmp_path / "self.png")]
+    assert translate_main(argv) == 2
+    message = capsys.readouterr().err.splitlines()[-1]
+    assert (
+        message == f"attn translate: error: --self-attention-png: {tmp_path / 'model'} is an RNN model, with no "
+        "self-attention to picture"
+    )
+
+
+def test_cli_nbest_scores_of_translations_that_end(reverser, tmp_path, capsys):
+    """The reverser ends its translations with </s>: the n-best scores count the tokens up to it, as generate()'s
+    sequences_scores do, for sentences of different lengths in one batch."""
+    reverser.save_pretrained(tmp_path / "model")
+    letter_tokenizer().save_pretrained(tmp_path / "model")
+    sentences = ["a b c d e f", "m l k", "b d f h j l"]
+    argv = ["--model", str(tmp_path / "model"), "--num_return_sequences", "3", "--num_beams", "3",
+            "--length_penalty", "0.6", "--no_progress", *sentences]  # fmt: skip
+    capsys.readouterr()
+    assert translate_main(argv) == 0
+    rows = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
+    encoded = letter_tokenizer()(sentences, padding=True, return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        outputs = reverser.generate(**encoded, num_beams=3, num_return_sequences=3, length_penalty=0.6,
+                                    output_scores=True, return_dict_in_generate=True)  # fmt: skip
+    assert (outputs.sequences == 2).any(dim=1).all()  # every hypothesis ends with </s>
+    assert rows[0][1] == "f e d c b a" and rows[3][1] == "k l m"
+    assert [row[1] for row in rows] == letter_tokenizer().batch_decode(outputs.sequences, skip_special_tokens=True)
+    assert [float(row[2]) for row in rows] == pytest.approx(outputs.sequences_scores.tolist(), abs=1e-4)
+
+
+@needs_matplotlib
 def test_cli_writes_transformer_self_attention_grids(tmp_path, capsys):
     folder = tmp_path / "model"
     tiny_model("sdpa", vocab_size=16).save_pretrained(folder)  # the command switches to eager attention itself

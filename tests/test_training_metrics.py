@@ -1,9 +1,10 @@
-"""Tests of training/metrics.py: sacreBLEU BLEU / chrF with signatures, from generated ids."""
+"""Tests of training/metrics.py: sacreBLEU BLEU / chrF / TER with signatures, from generated ids."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import sacrebleu
 from sacrebleu.metrics import BLEU
 from transformers import EvalPrediction
 
@@ -13,7 +14,7 @@ from training.tokenizer import train_bpe_tokenizer, writes_lowercase
 
 def test_scores_and_signature():
     scores = translation_scores(["the cat sat on the mat", "a dog"], ["the cat sat on the mat", "a dog"])
-    assert scores["bleu"] == pytest.approx(100) and scores["chrf"] == pytest.approx(100)
+    assert scores["bleu"] == pytest.approx(100) and scores["chrf"] == pytest.approx(100) and scores["ter"] == 0
     assert scores["exact_match"] == 100
     assert "tok:13a" in scores["bleu_signature"] and "nrefs:1" in scores["bleu_signature"]
     hypotheses, references = ["the cat sat on a mat", "a big dog"], ["the cat sat on the mat", "a dog"]
@@ -21,6 +22,24 @@ def test_scores_and_signature():
     assert translation_scores(hypotheses, references)["bleu"] == pytest.approx(expected)
     with pytest.raises(ValueError, match="2 hypotheses but 1 references"):
         translation_scores(hypotheses, references[:1])
+
+
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_scores_equal_sacrebleus_corpus_functions(lowercase):
+    hypotheses = ["The cat sat on a mat .", "a big dog barked", "", "Zwei Hunde spielen im Schnee."]
+    references = ["the cat sat on the mat .", "a dog barked", "ein Hund", "Zwei Hunde spielen im Schnee ."]
+    scores = translation_scores(hypotheses, references, lowercase=lowercase)
+    assert scores["bleu"] == sacrebleu.corpus_bleu(hypotheses, [references], lowercase=lowercase).score
+    assert scores["chrf"] == sacrebleu.metrics.CHRF(lowercase=lowercase).corpus_score(hypotheses, [references]).score
+    assert scores["ter"] == sacrebleu.corpus_ter(hypotheses, [references], case_sensitive=not lowercase).score
+    assert 0 < scores["ter"] < 100  # an edit rate: 0 is a perfect match
+    case = "lc" if lowercase else "mixed"
+    assert (
+        scores["ter_signature"]
+        == f"nrefs:1|case:{case}|tok:tercom|norm:no|punct:yes|asian:no|version:{sacrebleu.__version__}"
+    )
+    assert scores["bleu_signature"].startswith(f"nrefs:1|case:{case}|eff:no|tok:13a")
+    assert scores["chrf_signature"].startswith(f"nrefs:1|case:{case}|eff:yes|nc:6|nw:0")
 
 
 def test_compute_metrics_decodes_generated_ids():

@@ -1,26 +1,32 @@
-"""`attn translate` and `attn evaluate` (modeling_attn/app/translate.py, modeling_attn/translation.py) on tiny saved models of both types, each with a
-real BPE tokenizer trained by the recipe's `train_bpe_tokenizer`.
+"""`attn translate` and `attn evaluate` (modeling_attn/app/translate.py, app/evaluate.py, modeling_attn/translation.py)
+on tiny saved models of both types, each with a real BPE tokenizer trained by the recipe's `train_bpe_tokenizer`.
 
 Reference checks: the command's output equals `model.generate` run in Python one sentence at a time, for stdin,
-a file and arguments, for every batch size; `attn evaluate`'s BLEU equals sacreBLEU run directly.
+a file and arguments, for every batch size; n-best scores equal generate()'s `sequences_scores` (beam search) and
+the log-probabilities of generate()'s own logits (sampling); `attn evaluate`'s BLEU, chrF and TER equal sacreBLEU
+run directly, for every way of giving the test set.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import math
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import sacrebleu
 import torch
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, set_seed
 
 from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration, AttnTransformerConfig
 from modeling_attn import AttnTransformerForConditionalGeneration as Transformer
-from modeling_attn.app.translate import evaluate_main, translate_main
-from modeling_attn.translation import load_model, translate
+from modeling_attn.app.evaluate import evaluate_main
+from modeling_attn.app.translate import translate_main
+from modeling_attn.translation import TranslateError, load_model, translate, translate_batch, translate_nbest
 from training.tokenizer import train_bpe_tokenizer
 
 CORPUS = [
@@ -61,6 +67,12 @@ def save_tiny_model(folder, model_type: str):
 @pytest.fixture(scope="module", params=["attn_transformer", "attn_rnn"])
 def model_dir(request, tmp_path_factory):
     return save_tiny_model(tmp_path_factory.mktemp(request.param), request.param)
+
+
+@pytest.fixture(scope="module")
+def transformer_dir(tmp_path_factory):
+    """One model for the tests of the command's mechanics (flags, files, errors)."""
+    return save_tiny_model(tmp_path_factory.mktemp("transformer"), "attn_transformer")
 
 
 def reference_translations(folder, sentences, **generate_kwargs) -> list[str]:
@@ -192,3 +204,317 @@ def test_a_closed_pipe_ends_translate_quietly(model_dir, tmp_path):
     stderr = process.stderr.read()
     assert process.wait(timeout=120) == 141 and first.strip() != ""
     assert "Traceback" not in stderr and "BrokenPipeError" not in stderr
+
+
+# -- the attn command-line convention ----------------------------------------------------------------------------
+
+
+def test_both_flag_spellings_and_a_flags_file_translate_alike(transformer_dir, tmp_path, capsys, monkeypatch):
+    expected = reference_translations(transformer_dir, SENTENCES, num_beams=1)
+    dashes = ["--model", str(transformer_dir), "--batch-size", "2", "--num-beams", "1", "--no-progress", *SENTENCES]
+    underscores = [
+        "--model",
+        str(transformer_dir),
+        "--batch_size",
+        "2",
+        "--num_beams",
+        "1",
+        "--no_progress",
+        *SENTENCES,
+    ]
+    flags = tmp_path / "flags.yaml"
+    flags.write_text(f"model: {transformer_dir}\nbatch-size: 2\nnum_beams: 1\nprogress: false\n")
+    assert run_translate(dashes, capsys, monkeypatch) == expected
+    assert run_translate(underscores, capsys, monkeypatch) == expected
+    assert run_translate([str(flags), *SENTENCES], capsys, monkeypatch) == expected
+
+
+def test_help_shows_the_defaults_that_apply(capsys):
+    for main in (translate_main, evaluate_main):
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--help"])
+        assert exit_info.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())
+        assert "--batch_size BATCH_SIZE, --batch-size BATCH_SIZE Sentences per generate() call. (default: 32)" in text
+        assert "Beam size (default: the model's generation_config)." in text and "(default: None)" not in text
+    with pytest.raises(SystemExit):
+        evaluate_main(["--help"])
+    assert "--source_lang SOURCE_LANG, --source-lang SOURCE_LANG" in capsys.readouterr().out
+
+
+def error_line(main, argv, capsys) -> str:
+    """The one stderr line of a command that refuses `argv` with exit status 2."""
+    capsys.readouterr()
+    try:
+        code = main(argv)
+    except SystemExit as exit_info:  # the parser's own errors
+        code = exit_info.code
+    captured = capsys.readouterr()
+    # transformers' own "Loading weights" bar comes before errors found once the model is loaded
+    lines = [line for line in captured.err.replace("\r", "\n").splitlines() if line and "Loading weights" not in line]
+    assert code == 2 and len(lines) == 1, captured.err
+    assert captured.out == ""
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--batch-sise", "2", "x"], "unrecognized flag --batch-sise; did you mean --batch_size?"),
+        (["--num_beams", "0", "x"], "argument --num_beams: must be a positive integer, got 0"),
+        (["--top_k", "3", "x"], "--top_k: a sampling setting, with no --do_sample; add --do_sample"),
+        (["--do_sample", "--top_p", "1.5", "x"], "--top_p must be in (0, 1], got 1.5"),
+        (["--num_return_sequences", "3", "--num_beams", "2", "x"], "num_return_sequences=3 is more than num_beams=2"),
+        (["--num_return_sequences", "2", "--attention-png", "a.png", "x"], "drop --num_return_sequences"),
+        (["--device", "gpu", "x"], "device 'gpu': not a device name"),
+        (["--input", "{tmp}/missing.txt"], "No such file or directory"),
+        (["--output", "{tmp}/no/folder.txt", "x"], "the folder {tmp}/no does not exist"),
+        (["x", "--input", "{tmp}/x.txt"], "give the sentences as arguments or with --input, not both"),
+    ],
+)
+def test_translate_user_errors_are_one_line(transformer_dir, tmp_path, capsys, argv, expected):
+    argv = [argument.replace("{tmp}", str(tmp_path)) for argument in argv]
+    line = error_line(translate_main, ["--model", str(transformer_dir), *argv], capsys)
+    assert line.startswith("attn translate: error: ") and expected.replace("{tmp}", str(tmp_path)) in line
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_cuda_on_a_machine_without_it_is_one_line(transformer_dir, capsys):
+    line = error_line(translate_main, ["--model", str(transformer_dir), "--device", "cuda", "x"], capsys)
+    assert "device 'cuda': CUDA is not available" in line
+    line = error_line(evaluate_main, ["--model", str(transformer_dir), "--device", "cuda:0"], capsys)
+    assert line.startswith("attn evaluate: error: device 'cuda:0': CUDA is not available")
+
+
+def test_a_missing_or_broken_model_folder_is_one_line(transformer_dir, tmp_path, capsys):
+    line = error_line(translate_main, ["--model", str(tmp_path / "nope"), "x"], capsys)
+    assert line == f"attn translate: error: {tmp_path / 'nope'}: no such model folder"
+    (tmp_path / "unknown").mkdir()
+    (tmp_path / "unknown" / "config.json").write_text('{"model_type": "no_such_type"}')
+    line = error_line(translate_main, ["--model", str(tmp_path / "unknown"), "x"], capsys)
+    assert line.startswith(f"attn translate: error: {tmp_path / 'unknown'}: ") and "no_such_type" in line
+    (tmp_path / "no_tokenizer").mkdir()
+    for name in ("config.json", "generation_config.json", "model.safetensors"):
+        (tmp_path / "no_tokenizer" / name).write_bytes((transformer_dir / name).read_bytes())
+    line = error_line(evaluate_main, ["--model", str(tmp_path / "no_tokenizer")], capsys)
+    assert line.startswith(f"attn evaluate: error: {tmp_path / 'no_tokenizer'}: no tokenizer (tokenizer.json")
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["--sorce-lang", "en"], "unrecognized flag --sorce-lang; did you mean --source_lang?"),
+        (["--hypotheses_file", "h.txt"], "--hypotheses_file needs --references_file"),
+        (["--model", "m", "--hypotheses_file", "h", "--references_file", "r"], "drop --model"),
+        (["--sources_file", "s.txt", "--model", "m"], "--sources_file and --references_file go together"),
+        (["--split", "dev", "--model", "m"], "argument --split: invalid choice: 'dev'"),
+        (["--model", "{tmp}/m"], "{tmp}/m: no such model folder"),
+        (["--model", "{tmp}/m", "--data", "{tmp}/d"], "{tmp}/d: no such folder, and not a dataset"),
+        (["--hypotheses_file", "{tmp}/h.txt", "--references_file", "{tmp}/r.txt"], "{tmp}/h.txt has 2 lines but"),
+    ],
+)
+def test_evaluate_user_errors_are_one_line(tmp_path, capsys, argv, expected):
+    (tmp_path / "h.txt").write_text("a\nb\n")
+    (tmp_path / "r.txt").write_text("a\n")
+    line = error_line(evaluate_main, [argument.replace("{tmp}", str(tmp_path)) for argument in argv], capsys)
+    assert line.startswith("attn evaluate: error: ") and expected.replace("{tmp}", str(tmp_path)) in line
+
+
+# -- n-best lists and sampling -----------------------------------------------------------------------------------
+
+
+def beam_reference(folder, sentence: str, num_beams: int, **generate_kwargs) -> list[tuple[str, float]]:
+    """generate()'s own n-best list of one sentence: texts and sequences_scores."""
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    encoded = tokenizer([sentence], return_tensors="pt", return_token_type_ids=False)
+    with torch.no_grad():
+        outputs = model.generate(**encoded, num_beams=num_beams, num_return_sequences=num_beams, output_scores=True,
+                                 return_dict_in_generate=True, **generate_kwargs)  # fmt: skip
+    texts = tokenizer.batch_decode(outputs.sequences, skip_special_tokens=True)
+    return list(zip(texts, outputs.sequences_scores.tolist(), strict=True))
+
+
+@pytest.mark.parametrize("length_penalty", [1.0, 0.6])
+def test_nbest_scores_are_the_sequences_scores_of_generate(model_dir, length_penalty):
+    model, tokenizer = load_model(str(model_dir))
+    settings = {"length_penalty": length_penalty, "max_new_tokens": 8}
+    nbest = translate_nbest(model, tokenizer, [*SENTENCES, ""], num_return_sequences=3, num_beams=3, **settings)
+    for sentence, block in zip(SENTENCES, nbest, strict=False):
+        expected = beam_reference(model_dir, sentence, 3, **settings)
+        assert [hypothesis.text for hypothesis in block] == [text for text, _ in expected]
+        assert [hypothesis.score for hypothesis in block] == pytest.approx([score for _, score in expected], abs=1e-5)
+    assert [hypothesis.text for hypothesis in nbest[-1]] == ["", "", ""]  # the empty sentence
+    assert all(math.isnan(hypothesis.score) for hypothesis in nbest[-1])
+    with pytest.raises(TranslateError, match="use translate_nbest"):  # one translation per sentence there
+        translate_batch(model, tokenizer, SENTENCES, num_return_sequences=2)
+
+
+def test_nbest_list_format(transformer_dir, capsys, monkeypatch):
+    argv = ["--model", str(transformer_dir), "--num_return_sequences", "2", "--num_beams", "2", "--no_progress",
+            SENTENCES[0], "", SENTENCES[1]]  # fmt: skip
+    rows = [line.split(" ||| ") for line in run_translate(argv, capsys, monkeypatch)]
+    assert [row[0] for row in rows] == ["0", "0", "1", "1", "2", "2"] and all(len(row) == 3 for row in rows)
+    assert [row[1:] for row in rows[2:4]] == [["", "nan"], ["", "nan"]]
+    for number, sentence in ((0, SENTENCES[0]), (2, SENTENCES[1])):
+        expected = beam_reference(transformer_dir, sentence, 2)
+        block = [row for row in rows if row[0] == str(number)]
+        assert [row[1] for row in block] == [text for text, _ in expected]
+        assert [float(row[2]) for row in block] == pytest.approx([score for _, score in expected], abs=1e-4)
+
+
+def sampled_reference(folder, sentences, seed: int, num_return_sequences: int, **sampling) -> list[list[tuple]]:
+    """One seeded generate(do_sample=True) call on the padded batch, scored from generate()'s own logits: the
+    log-softmax of each chosen token's logits, up to and including the first end of sentence, best first."""
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    encoded = tokenizer(sentences, padding=True, return_tensors="pt", return_token_type_ids=False)
+    set_seed(seed)
+    with torch.no_grad():
+        outputs = model.generate(**encoded, do_sample=True, num_beams=1, num_return_sequences=num_return_sequences,
+                                 output_logits=True, return_dict_in_generate=True, **sampling)  # fmt: skip
+    transition = model.compute_transition_scores(outputs.sequences, outputs.logits, normalize_logits=True)
+    generated = outputs.sequences[:, 1:]
+    ends = (generated == model.generation_config.eos_token_id).int()
+    counted = (ends.cumsum(dim=1) - ends) == 0
+    scores = (transition * counted).sum(dim=1) / counted.sum(dim=1) ** (model.generation_config.length_penalty or 1)
+    texts = tokenizer.batch_decode(outputs.sequences, skip_special_tokens=True)
+    pairs = list(zip(texts, scores.tolist(), strict=True))
+    blocks = [pairs[i : i + num_return_sequences] for i in range(0, len(pairs), num_return_sequences)]
+    return [sorted(block, key=lambda pair: -pair[1]) for block in blocks]
+
+
+def test_seeded_sampling_repeats_and_scores_the_samples(model_dir, capsys, monkeypatch):
+    argv = ["--model", str(model_dir), "--do_sample", "--temperature", "1.5", "--top_k", "30", "--max_new_tokens", "8",
+            "--num_return_sequences", "3", "--batch_size", "64", "--no_progress", *SENTENCES]  # fmt: skip
+    first = run_translate([*argv, "--seed", "7"], capsys, monkeypatch)
+    assert run_translate([*argv, "--seed", "7"], capsys, monkeypatch) == first  # same seed, same samples
+    assert run_translate([*argv, "--seed", "8"], capsys, monkeypatch) != first
+    expected = sampled_reference(model_dir, SENTENCES, 7, 3, temperature=1.5, top_k=30, max_new_tokens=8)
+    rows = [line.split(" ||| ") for line in first]
+    assert [row[1] for row in rows] == [text for block in expected for text, _ in block]
+    assert [float(row[2]) for row in rows] == pytest.approx(
+        [score for block in expected for _, score in block], abs=1e-4
+    )
+    assert len({row[1] for row in rows}) > len(SENTENCES)  # samples, not one translation repeated
+
+
+# -- output, threads, progress -----------------------------------------------------------------------------------
+
+
+def test_output_file_holds_what_stdout_would(transformer_dir, tmp_path, capsys, monkeypatch):
+    printed = run_translate(["--model", str(transformer_dir), *SENTENCES], capsys, monkeypatch)
+    output = tmp_path / "out.txt"
+    assert (
+        run_translate(["--model", str(transformer_dir), "--output", str(output), *SENTENCES], capsys, monkeypatch)
+        == []
+    )
+    assert output.read_text().splitlines() == printed
+    assert [path.name for path in tmp_path.iterdir()] == ["out.txt"]  # no temporary file left
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_run_leaves_no_partial_output(transformer_dir, tmp_path, signum):
+    """The output appears only when the run ends well: killed halfway, an existing file is left as it was."""
+    source, output = tmp_path / "many.txt", tmp_path / "out.txt"
+    source.write_text("\n".join(SENTENCES * 2000) + "\n")
+    output.write_text("the previous run\n")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "modeling_attn.app.cli", "translate", "--model", str(transformer_dir), "--input",
+         str(source), "--output", str(output), "--batch_size", "4", "--num_beams", "1", "--no_progress"],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    while not any(path.stat().st_size > 0 for path in tmp_path.glob(".out.txt.*.partial")):  # halfway
+        assert process.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    process.send_signal(signum)
+    stderr = process.communicate(timeout=60)[1]
+    assert process.returncode == (130 if signum == signal.SIGINT else 143), stderr
+    assert "Traceback" not in stderr
+    assert output.read_text() == "the previous run\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["many.txt", "out.txt"]
+
+
+def test_threads_sets_torch_threads(transformer_dir, capsys, monkeypatch):
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run_translate(["--model", str(transformer_dir), "--threads", "1", "x"], capsys, monkeypatch)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_progress_bar_on_stdin_that_is_not_a_terminal(transformer_dir, capsys, monkeypatch):
+    lines = "\n".join(SENTENCES) + "\n"
+    monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
+    assert translate_main(["--model", str(transformer_dir)]) == 0
+    captured = capsys.readouterr()
+    assert f"translating:{len(SENTENCES)}sent[" in captured.err.replace(" ", "")  # a count: the size is not known
+    assert len(captured.out.splitlines()) == len(SENTENCES)
+    monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
+    assert translate_main(["--model", str(transformer_dir), "--no_progress"]) == 0
+    assert "translating" not in capsys.readouterr().err
+
+
+# -- attn evaluate: any test set -------------------------------------------------------------------------------
+
+
+def sacrebleu_scores(hypotheses, references, lowercase: bool = False) -> dict[str, float]:
+    return {
+        "bleu": sacrebleu.corpus_bleu(hypotheses, [references], lowercase=lowercase).score,
+        "chrf": sacrebleu.corpus_chrf(hypotheses, [references]).score
+        if not lowercase
+        else sacrebleu.metrics.CHRF(lowercase=True).corpus_score(hypotheses, [references]).score,
+        "ter": sacrebleu.corpus_ter(hypotheses, [references], case_sensitive=not lowercase).score,
+    }
+
+
+@pytest.mark.parametrize("layout", ["text files", "tsv", "jsonl", "sources file"])
+def test_evaluate_scores_a_test_only_folder_or_files(transformer_dir, tmp_path, capsys, layout):
+    hypotheses = reference_translations(transformer_dir, SENTENCES, num_beams=1)
+    references = [h if i % 2 == 0 else s for i, (h, s) in enumerate(zip(hypotheses, SENTENCES, strict=True))]
+    data = tmp_path / "data"
+    data.mkdir()  # test files only: no train split
+    if layout == "text files":
+        (data / "test.en").write_text("".join(f"{s}\n" for s in SENTENCES))
+        (data / "test.de").write_text("".join(f"{r}\n" for r in references))
+        flags = ["--data", str(data), "--source-lang", "en", "--target-lang", "de"]
+    elif layout == "tsv":  # no header line
+        (data / "test.tsv").write_text("".join(f"{s}\t{r}\n" for s, r in zip(SENTENCES, references, strict=True)))
+        flags = ["--data", str(data)]
+    elif layout == "jsonl":
+        rows = [json.dumps({"translation": {"en": s, "de": r}}) for s, r in zip(SENTENCES, references, strict=True)]
+        (data / "test.jsonl").write_text("\n".join(rows) + "\n")
+        flags = ["--data", str(data), "--source_lang", "en", "--target_lang", "de"]
+    else:
+        (data / "sources.txt").write_text("".join(f"{s}\n" for s in SENTENCES))
+        (data / "references.txt").write_text("".join(f"{r}\n" for r in references))
+        flags = ["--sources_file", str(data / "sources.txt"), "--references_file", str(data / "references.txt")]
+    capsys.readouterr()
+    assert evaluate_main(["--model", str(transformer_dir), "--num_beams", "1", "--no_progress", *flags]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    expected = sacrebleu_scores(hypotheses, references)
+    assert {name: printed[name] for name in expected} == pytest.approx(expected)
+    assert 0 < printed["bleu"] < 100 and printed["ter"] > 0
+    assert printed["ter_signature"].startswith("nrefs:1|case:mixed|tok:tercom")
+    assert printed["sentences"] == len(SENTENCES)
+
+
+@pytest.mark.parametrize("lowercase", [False, True])
+def test_evaluate_scores_a_file_of_translations_without_a_model(tmp_path, capsys, lowercase):
+    hypotheses = ["The cat sat on a mat .", "A dog ran in the park", "", "Die Katze saß."]
+    references = ["the cat sat on the mat .", "A dog ran in a park", "ein Hund", "Die Katze saß auf der Matte."]
+    (tmp_path / "hyp.txt").write_text("".join(f"{h}\n" for h in hypotheses))
+    (tmp_path / "ref.txt").write_text("".join(f"{r}\n" for r in references))
+    argv = ["--hypotheses_file", str(tmp_path / "hyp.txt"), "--references_file", str(tmp_path / "ref.txt"),
+            "--output", str(tmp_path / "scores.json"), *(["--lowercase"] if lowercase else [])]  # fmt: skip
+    capsys.readouterr()
+    assert evaluate_main(argv) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == json.loads((tmp_path / "scores.json").read_text())
+    expected = sacrebleu_scores(hypotheses, references, lowercase=lowercase)
+    assert {name: printed[name] for name in expected} == pytest.approx(expected)
+    case = "lc" if lowercase else "mixed"
+    for name in ("bleu", "chrf", "ter"):
+        assert printed[f"{name}_signature"].startswith(f"nrefs:1|case:{case}|")
+    assert printed["sentences"] == 4 and "model" not in printed

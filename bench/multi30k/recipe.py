@@ -88,7 +88,7 @@ def train(args: argparse.Namespace, extra: list[str]) -> tuple[list[str], float]
 
 def evaluate(args: argparse.Namespace) -> dict:
     """Translate test2016 with the model in --output_dir and score it (sacreBLEU, chrF, lowercased tokenized BLEU)."""
-    from modeling_attn.app.translate import evaluate as translate_and_score
+    from modeling_attn.app.evaluate import evaluate as translate_and_score
     from modeling_attn.hub import paper_generation_config
     from modeling_attn.translation import load_model
     from training.data import load_parallel_data, require_splits

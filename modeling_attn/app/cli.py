@@ -169,7 +169,8 @@ def _command(name: str) -> Callable[[list[str]], int]:
 
         return cli_main
     if name in ("translate", "evaluate"):
-        from .translate import evaluate_main, translate_main
+        from .evaluate import evaluate_main
+        from .translate import translate_main
 
         return translate_main if name == "translate" else evaluate_main
     if name == "push":

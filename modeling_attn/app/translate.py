@@ -1,126 +1,266 @@
-"""`attn translate` and `attn evaluate`: translate text with a trained model, and score it with sacreBLEU.
+"""`attn translate`: translate text with a trained model, one translation (or an n-best block) per input line.
 
-Both are built on `modeling_attn.translation` (`load_model`, `translate_batch`: the model's own
-`generation_config` unless a setting is given on the command line).
-- `translate_main(argv)` is `attn translate --model DIR_OR_REPO [TEXT ... | --input FILE | stdin]`: one
-  translation per line on stdout (a progress bar on stderr for files), optionally attention pictures
-  (`--attention-png`, `--self-attention-png`) and a bertviz JSON (`--attention-json`) of chosen sentences.
-- `evaluate_main(argv)` is `attn evaluate --model M --data D --split test`: translates a split read by the
-  training recipe's loader (`training.data.load_parallel_data`, same formats as `attn train --data`) and prints
-  BLEU and chrF with their sacreBLEU signatures (`training.metrics.translation_scores`) as JSON.
+Built on `modeling_attn.translation` (`load_model`, `translate_batch`, `translate_nbest`: the model's own
+`generation_config` unless a setting is given on the command line). The flags are dataclasses parsed by
+`training.arguments.CommandParser`, the one `attn` convention: `--a_b` and `--a-b` alike, `attn translate flags.yaml`,
+`--help` with the defaults, and a user error as one line `attn translate: error: ...` with exit status 2.
+
+`attn translate --model DIR_OR_REPO [TEXT ... | --input FILE | stdin]`:
+- output: one translation per input line, on stdout or written atomically to `--output FILE` (a temporary file in
+  FILE's folder, renamed to FILE at the end: an interrupted run leaves no partial FILE);
+- `--num_return_sequences N`: an n-best list, N lines per input line, best first, as Moses and fairseq write them:
+  `i ||| hypothesis ||| score`, with `i` the 0-based input line and `score` the hypothesis's log-probability divided
+  by length ** length_penalty (`translation.translate_nbest`); an empty input line gets N empty hypotheses scored nan;
+- `--do_sample` with `--top_k/--top_p/--temperature`, repeatable with `--seed` (same seed, input and batch size:
+  same output); sampling uses one beam unless `--num_beams` says otherwise;
+- `--threads N`: torch's CPU threads (on a shared machine one thread per process is often fastest);
+- a progress bar on stderr when the number of sentences is known (arguments, `--input FILE`) or stdin is not a
+  terminal (`--no_progress` turns it off);
+- attention pictures (`--attention-png`, `--self-attention-png`) and a bertviz JSON (`--attention-json`) of the
+  first non-empty sentence, or of every sentence n with `{n}` in the file name.
 
 Bad input stops with a message naming it: a model folder that does not exist or holds a corrupt weights file, a
-tokenizer with more tokens than the model's vocabulary, an input file that is not UTF-8 (file and line), a sentence
-longer than the Transformer's position table (`max_position_embeddings`; it is refused, never cut silently). On the
-command line these end with `attn translate: error: ...` and exit status 2.
+tokenizer with more tokens than the model's vocabulary, a device this machine or torch build lacks, an input file
+that is not UTF-8 (file and line), a sentence longer than the Transformer's position table (`max_position_embeddings`;
+refused, never cut silently).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import os
+import signal
 import sys
-import time
+import tempfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, TextIO
 
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from training.arguments import CommandParser
 
 from ..heatmaps import ALIGNMENT_MODES, TranslationAttention, figure_class
-from ..translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
+from ..translation import (
+    SentenceTooLong,
+    TranslateError,
+    batches,
+    check_nbest,
+    load_model,
+    translate_batch,
+    translate_nbest,
+)
 
-GENERATION_FLAGS = ("num_beams", "length_penalty", "max_new_tokens")
-
-
-def generation_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """The generation settings given on the command line; the others come from the model's generation_config."""
-    return {name: getattr(args, name) for name in GENERATION_FLAGS if getattr(args, name) is not None}
-
-
-# -- attn translate --------------------------------------------------------------------------------------------
-
-
-def _picture_path(template: str | None, number: int) -> Path | None:
-    """Where the picture of sentence `number` (0-based) goes: every sentence if the template has `{n}`, else the
-    first sentence only."""
-    if template is None:
-        return None
-    if "{n}" in template:
-        return Path(template.replace("{n}", str(number)))
-    return Path(template) if number == 0 else None
+SAMPLING_FLAGS = ("top_k", "top_p", "temperature", "seed")
 
 
-def _write_pictures(args: argparse.Namespace, number: int, attention: TranslationAttention | None) -> None:
-    from ..heatmaps import plot_alignment, plot_self_attention, save_bertviz_json
-
-    if attention is None:  # an empty line
-        return
-    if path := _picture_path(args.attention_png, number):
-        plot_alignment(attention, mode=args.attention_mode, path=path)
-    if path := _picture_path(args.self_attention_png, number):
-        for stack in ("encoder", "decoder"):
-            plot_self_attention(attention, stack, path=path.with_name(f"{path.stem}.{stack}{path.suffix}"))
-    if path := _picture_path(args.attention_json, number):
-        save_bertviz_json(attention, path)
+def _positive(values: Any, names: Iterable[str]) -> None:
+    for name in names:
+        if (value := getattr(values, name)) is not None and value < 1:
+            raise ValueError(f"argument --{name}: must be a positive integer, got {value}")
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, got {value}")
-    return value
+@dataclass
+class DecodingArguments:
+    """Flags shared by `attn translate` and `attn evaluate`."""
 
+    _argument_group_name = "decoding"
 
-def _add_model_flags(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", required=True, help="model folder or Hub repo (with its tokenizer)")
-    parser.add_argument("--batch_size", type=_positive_int, default=32, help="sentences per generate() call (32)")
-    parser.add_argument("--num_beams", type=_positive_int, help="beam size (default: the model's generation_config)")
-    parser.add_argument("--length_penalty", type=float, help="beam length penalty (default: generation_config)")
-    parser.add_argument(
-        "--max_new_tokens", type=_positive_int, help="longest translation (default: generation_config)"
+    batch_size: int = field(default=32, metadata={"help": "Sentences per generate() call."})
+    num_beams: int | None = field(
+        default=None, metadata={"help": "Beam size (default: the model's generation_config)."}
     )
-    parser.add_argument("--device", help="cpu, cuda, cuda:1... (default: cuda if available)")
+    length_penalty: float | None = field(
+        default=None, metadata={"help": "Beam search length penalty (default: the model's generation_config)."}
+    )
+    max_new_tokens: int | None = field(
+        default=None, metadata={"help": "Longest translation in tokens (default: the model's generation_config)."}
+    )
+    device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1... (default: cuda if available)."})
+    threads: int | None = field(
+        default=None, metadata={"help": "CPU threads for torch (torch.set_num_threads; default: torch's own choice)."}
+    )
+    progress: bool = field(default=True, metadata={"help": "A progress bar on stderr (--no_progress: none)."})
+
+    def __post_init__(self) -> None:
+        _positive(self, ("batch_size", "num_beams", "max_new_tokens", "threads"))
 
 
-def translate_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="attn translate",
-        description="Translate sentences (arguments, --input FILE, or one per line on stdin), one per output line.",
+@dataclass
+class TranslateArguments:
+    """`attn translate`'s own flags."""
+
+    _argument_group_name = "input and output"
+
+    model: str = field(
+        metadata={"help": "Model folder or Hub repo (with its tokenizer).", "aliases": ["--model_name_or_path"]}
     )
-    parser.add_argument("text", nargs="*", help="sentences to translate (default: --input, else stdin)")
-    parser.add_argument("--input", help="file of sentences, one per line ('-' for stdin)")
-    _add_model_flags(parser)
-    pictures = parser.add_argument_group(
-        "attention pictures", "FILE pictures the first sentence; put {n} in FILE to picture every sentence n (0-based)"
+    input: str | None = field(
+        default=None,
+        metadata={"help": "File of sentences, one per line ('-': stdin; default: the TEXT arguments, else stdin)."},
     )
-    pictures.add_argument("--attention-png", dest="attention_png", metavar="FILE", help="cross-attention heatmap")
-    pictures.add_argument(
-        "--attention-mode",
-        dest="attention_mode",
-        choices=ALIGNMENT_MODES,
+    output: str | None = field(
+        default=None, metadata={"help": "Write the translations to this file (atomically) instead of stdout."}
+    )
+    num_return_sequences: int | None = field(
+        default=None,
+        metadata={"help": "Write an n-best list: N lines `i ||| hypothesis ||| score` per input line, best first."},
+    )
+
+    def __post_init__(self) -> None:
+        _positive(self, ("num_return_sequences",))
+
+
+@dataclass
+class SamplingArguments:
+    _argument_group_name = "sampling"
+
+    do_sample: bool = field(
+        default=False, metadata={"help": "Sample instead of searching (with one beam unless --num_beams is given)."}
+    )
+    top_k: int | None = field(default=None, metadata={"help": "Sample from the k most likely tokens."})
+    top_p: float | None = field(default=None, metadata={"help": "Nucleus sampling: the smallest set with mass p."})
+    temperature: float | None = field(default=None, metadata={"help": "Divide the logits by this before sampling."})
+    seed: int | None = field(default=None, metadata={"help": "Random seed: the same seed gives the same samples."})
+
+    def __post_init__(self) -> None:
+        _positive(self, ("top_k",))
+        if self.top_p is not None and not 0 < self.top_p <= 1:
+            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
+        if self.temperature is not None and self.temperature <= 0:
+            raise ValueError(f"--temperature must be positive, got {self.temperature}")
+        given = [f"--{name}" for name in SAMPLING_FLAGS if getattr(self, name) is not None]
+        if given and not self.do_sample:
+            raise ValueError(f"{', '.join(given)}: a sampling setting, with no --do_sample; add --do_sample")
+
+
+@dataclass
+class PictureArguments:
+    _argument_group_name = "attention pictures (FILE pictures the first non-empty sentence; {n} in FILE: sentence n)"
+
+    attention_png: str | None = field(default=None, metadata={"help": "Cross-attention heatmap.", "metavar": "FILE"})
+    attention_mode: str = field(
         default="average",
-        help="average over layers and heads (default), or one panel per layer averaged over heads",
+        metadata={"help": "Average over layers and heads, or one panel per layer averaged over heads.",
+                  "choices": ALIGNMENT_MODES},
+    )  # fmt: skip
+    self_attention_png: str | None = field(
+        default=None,
+        metadata={"help": "Transformer self-attention head grids, as FILE's name + .encoder / .decoder.",
+                  "metavar": "FILE"},
+    )  # fmt: skip
+    attention_json: str | None = field(
+        default=None, metadata={"help": "Tokens and attention in bertviz's layout.", "metavar": "FILE"}
     )
-    pictures.add_argument(
-        "--self-attention-png",
-        dest="self_attention_png",
-        metavar="FILE",
-        help="Transformer self-attention head grids, written as FILE's name + .encoder / .decoder",
-    )
-    pictures.add_argument(
-        "--attention-json", dest="attention_json", metavar="FILE", help="tokens and attention in bertviz's layout"
-    )
+
+
+TRANSLATE_ARGUMENTS = (TranslateArguments, DecodingArguments, SamplingArguments, PictureArguments)
+
+
+def shown_defaults(parser: CommandParser) -> CommandParser:
+    """`parser` with "(default: None)" left out of `--help`: a flag not given means the model's own setting, or
+    nothing, as its help says. (argparse appends the default to any help without a `%(default)` field; an empty
+    `%(default).0s` is one.)"""
+    for action in parser._actions:
+        if action.help and "%(default" not in action.help and action.default in (None, False):
+            action.help += "%(default).0s"
+        if "--no_progress" in action.option_strings:
+            action.help = "No progress bar.%(default).0s"
     return parser
 
 
-def _input_lines(args: argparse.Namespace, files: contextlib.ExitStack) -> tuple[Iterable[str], int | None]:
+def translate_parser() -> CommandParser:
+    parser = CommandParser(
+        TRANSLATE_ARGUMENTS,
+        prog="attn translate",
+        description="Translate sentences (arguments, --input FILE, or one per line on stdin), one per output line.",
+    )
+    parser.add_argument(
+        "text", nargs="*", metavar="TEXT", help="sentences to translate (default: --input, else stdin)"
+    )
+    return shown_defaults(parser)
+
+
+def parse_flags(parser: CommandParser, argv: list[str] | None) -> SimpleNamespace:
+    """The command's dataclasses (and positional arguments) as one namespace."""
+    values: dict[str, Any] = {}
+    for parsed in parser.parse(argv):  # the dataclasses, then a Namespace of the positional arguments if any
+        values.update(vars(parsed))
+    return SimpleNamespace(**values)
+
+
+def generation_overrides(args: SimpleNamespace) -> dict[str, Any]:
+    """The generation settings given on the command line; the others come from the model's generation_config."""
+    names = ("num_beams", "length_penalty", "max_new_tokens", "top_k", "top_p", "temperature")
+    overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    if getattr(args, "do_sample", False):
+        overrides["do_sample"] = True
+        overrides.setdefault("num_beams", 1)  # plain sampling, not the beam sampling a saved num_beams would give
+    return overrides
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | os.PathLike) -> Iterator[TextIO]:
+    """A UTF-8 text file that appears at `path` only once the block has finished without an error: it is written
+    as a temporary file in the same folder and renamed into place (an existing file keeps its permissions)."""
+    target = Path(path)
+    if target.is_dir():
+        raise TranslateError(f"{path}: is a folder, not a file to write")
+    folder = target.parent
+    if not folder.is_dir():
+        raise TranslateError(f"{path}: the folder {folder} does not exist")
+    if target.exists():
+        mode = target.stat().st_mode & 0o7777
+    else:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below, before the rename)
+        "w", encoding="utf-8", dir=folder, prefix=f".{target.name}.", suffix=".partial", delete=False
+    )
+    try:
+        yield handle
+        handle.flush()
+        os.fsync(handle.fileno())
+        handle.close()
+        os.chmod(handle.name, mode)
+        os.replace(handle.name, target)
+    finally:
+        handle.close()
+        Path(handle.name).unlink(missing_ok=True)
+
+
+@contextlib.contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """SIGTERM (kill, a job scheduler) raises SystemExit(143) while the block runs, so that `atomic_output` removes
+    its temporary file as it does on Ctrl-C."""
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: leave the signal alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+# -- input -----------------------------------------------------------------------------------------------------
+
+
+def _reads_stdin(args: SimpleNamespace) -> bool:
+    return not args.text and args.input in (None, "-")
+
+
+def _input_lines(args: SimpleNamespace, files: contextlib.ExitStack) -> tuple[Iterable[str], int | None]:
     """The sentences and, when known, their count (for the progress bar)."""
     if args.text:
         return args.text, len(args.text)
-    if args.input and args.input != "-":
+    if not _reads_stdin(args):
         handle = files.enter_context(open(args.input, "rb"))  # noqa: SIM115 (the stack closes it)
         total = sum(1 for _ in handle)
         handle.seek(0)
@@ -144,163 +284,160 @@ def _decoded_lines(handle, path: str) -> Iterator[str]:
         yield line.rstrip("\r\n")
 
 
+# -- attention pictures ----------------------------------------------------------------------------------------
+
+
+class Pictures:
+    """Which sentences get attention pictures: with `{n}` in a file name, every non-empty sentence n (0-based);
+    without, the first non-empty sentence. An empty sentence has no attention: it is skipped with a note on stderr."""
+
+    def __init__(self, args: SimpleNamespace):
+        self.args = args
+        self.templates = [t for t in (args.attention_png, args.self_attention_png, args.attention_json) if t]
+        self.first_pending = any("{n}" not in template for template in self.templates)
+
+    def wanted(self) -> bool:
+        """Whether the next batch needs attention weights."""
+        return self.first_pending or any("{n}" in template for template in self.templates)
+
+    def _path(self, template: str | None, number: int, first: bool) -> Path | None:
+        if template is None:
+            return None
+        if "{n}" in template:
+            return Path(template.replace("{n}", str(number)))
+        return Path(template) if first else None
+
+    def write(self, number: int, attention: TranslationAttention | None) -> None:
+        from ..heatmaps import plot_alignment, plot_self_attention, save_bertviz_json
+
+        if attention is None:
+            if any("{n}" in template for template in self.templates):
+                print(f"attn translate: sentence {number} is empty: no attention picture for it", file=sys.stderr)
+            return
+        first, self.first_pending = self.first_pending, False
+        args = self.args
+        if path := self._path(args.attention_png, number, first):
+            plot_alignment(attention, mode=args.attention_mode, path=path)
+        if path := self._path(args.self_attention_png, number, first):
+            for stack in ("encoder", "decoder"):
+                plot_self_attention(attention, stack, path=path.with_name(f"{path.stem}.{stack}{path.suffix}"))
+        if path := self._path(args.attention_json, number, first):
+            save_bertviz_json(attention, path)
+
+    def finish(self) -> None:
+        if self.first_pending:
+            print("attn translate: every sentence was empty: no attention picture written", file=sys.stderr)
+
+
+# -- attn translate --------------------------------------------------------------------------------------------
+
+
 def translate_main(argv: list[str] | None = None) -> int:
-    """`attn translate`: see `translate_parser`."""
-    args = translate_parser().parse_args(argv)
+    """`attn translate`: see the module docstring and `attn translate --help`."""
+    args = parse_flags(translate_parser(), argv)
     try:
-        return _translate(args)
+        with terminated_as_exit() if args.output else contextlib.nullcontext():
+            return _translate(args)
     except BrokenPipeError:  # the reader went away (`attn translate ... | head`): stop quietly, as Unix tools do
         # Python's recipe: point stdout at devnull so the interpreter's final flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141  # 128 + SIGPIPE
+    except KeyboardInterrupt:
+        print("attn translate: interrupted", file=sys.stderr)
+        return 130
     except (OSError, TranslateError) as error:
-        print(f"attn translate: error: {error}", file=sys.stderr)
+        print(f"attn translate: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
 
 
-def _translate(args: argparse.Namespace) -> int:
-    templates = (args.attention_png, args.self_attention_png, args.attention_json)
+def _check_combinations(args: SimpleNamespace) -> None:
+    if args.text and args.input is not None:
+        raise TranslateError("give the sentences as arguments or with --input, not both")
+    pictures = [flag for flag in ("attention_png", "self_attention_png", "attention_json") if getattr(args, flag)]
+    if pictures and args.num_return_sequences is not None:
+        raise TranslateError(f"--{pictures[0]} pictures one translation per sentence; drop --num_return_sequences")
+
+
+def _translate(args: SimpleNamespace) -> int:
+    _check_combinations(args)
+    pictures = Pictures(args)
     if args.attention_png or args.self_attention_png:
         figure_class()  # fail before translating when matplotlib is missing
-    model, tokenizer = load_model(args.model, args.device, eager=any(templates))
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    model, tokenizer = load_model(args.model, args.device, eager=bool(pictures.templates))
+    if args.self_attention_png and model.config.model_type == "attn_rnn":
+        raise TranslateError(f"--self-attention-png: {args.model} is an RNN model, with no self-attention to picture")
     overrides = generation_overrides(args)
+    if args.num_return_sequences:
+        check_nbest(model, args.num_return_sequences, overrides)  # before any output
+    if args.seed is not None:
+        from transformers import set_seed
+
+        set_seed(args.seed)
+    interactive = _reads_stdin(args) and sys.stdin.isatty()
     # A person typing at a terminal wants each line back at once, not after a full batch.
-    batch_size = 1 if (args.input is None and not args.text and sys.stdin.isatty()) else args.batch_size
+    batch_size = 1 if interactive else args.batch_size
     with contextlib.ExitStack() as files:
         lines, total = _input_lines(args, files)
+        out = files.enter_context(atomic_output(args.output)) if args.output else sys.stdout
         progress = None
-        if total is not None and args.input:
+        if args.progress and (total is not None or not interactive):
             from tqdm.auto import tqdm
 
             progress = files.enter_context(tqdm(total=total, unit="sent", desc="translating", file=sys.stderr))
         number = 0
         for batch in batches(lines, batch_size):
-            wanted = [_picture_path(template, number + i) for template in templates for i in range(len(batch))]
             try:
-                translations, attentions = translate_batch(
-                    model, tokenizer, batch, output_attentions=any(wanted), **overrides
-                )
+                if args.num_return_sequences:
+                    nbest = translate_nbest(model, tokenizer, batch, args.num_return_sequences, **overrides)
+                    text = "".join(
+                        f"{number + offset} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n"
+                        for offset, block in enumerate(nbest)
+                        for hypothesis in block
+                    )
+                    attentions = None
+                else:
+                    translations, attentions = translate_batch(
+                        model, tokenizer, batch, output_attentions=pictures.wanted(), **overrides
+                    )
+                    text = "".join(f"{translation}\n" for translation in translations)
             except SentenceTooLong as error:
                 line = number + error.row + 1
-                from_file = args.input and args.input != "-"
-                where = f"{args.input}:{line}" if from_file else f"argument {line}" if args.text else f"stdin:{line}"
+                where = (
+                    f"argument {line}"
+                    if args.text
+                    else f"stdin:{line}"
+                    if _reads_stdin(args)
+                    else f"{args.input}:{line}"
+                )
                 raise TranslateError(f"{where}: the sentence {error.detail}") from None
-            for offset, translation in enumerate(translations):
-                print(translation, flush=True)
-                if attentions is not None:
-                    _write_pictures(args, number + offset, attentions[offset])
+            # The bar and the translations may share a terminal: clear the bar while writing.
+            with progress.external_write_mode(file=out) if progress is not None else contextlib.nullcontext():
+                out.write(text)
+                if out is sys.stdout:
+                    out.flush()
+            for offset, attention in enumerate(attentions or []):
+                pictures.write(number + offset, attention)
             number += len(batch)
             if progress is not None:
                 progress.update(len(batch))
+        if pictures.templates:
+            pictures.finish()
     return 0
 
 
-# -- attn evaluate ---------------------------------------------------------------------------------------------
-
-
-def evaluate(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    sources: list[str],
-    references: list[str],
-    batch_size: int = 32,
-    progress: bool = False,
-    **generate_kwargs: Any,
-) -> tuple[dict[str, Any], list[str]]:
-    """BLEU, chrF, exact match and the sacreBLEU signatures of the model's translations of `sources`, and the
-    translations themselves. A model whose tokenizer lowercases is scored case-insensitively (signature `case:lc`)."""
-    from training.metrics import translation_scores
-    from training.tokenizer import writes_lowercase
-
-    chunks = batches(sources, batch_size)
-    if progress:
-        from tqdm.auto import tqdm
-
-        chunks = tqdm(chunks, total=-(-len(sources) // batch_size), unit="batch", desc="translating", file=sys.stderr)
-    hypotheses: list[str] = []
-    for batch in chunks:
-        try:
-            hypotheses += translate_batch(model, tokenizer, batch, **generate_kwargs)[0]
-        except SentenceTooLong as error:  # its index among all the sources, not in the batch
-            raise SentenceTooLong(error.detail, len(hypotheses) + error.row) from None
-    return translation_scores(hypotheses, references, lowercase=writes_lowercase(tokenizer)), hypotheses
-
-
-def evaluate_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="attn evaluate",
-        description="Translate a data split and print BLEU and chrF (sacreBLEU, with signatures) as JSON.",
-    )
-    _add_model_flags(parser)
-    parser.add_argument(
-        "--data",
-        help="data as `attn train --data` reads it (folder of {split}.{lang} / .tsv / .jsonl, save_to_disk folder, "
-        "dataset name); default: the embedded dates task",
-    )
-    parser.add_argument("--data_config", help="dataset configuration, e.g. de-en for wmt14")
-    parser.add_argument("--source_lang", help="source language code (file suffix / JSON key)")
-    parser.add_argument("--target_lang", help="target language code")
-    parser.add_argument("--split", default="test", choices=["train", "validation", "test"], help="split (test)")
-    parser.add_argument("--max_samples", type=_positive_int, help="score only the first N pairs")
-    parser.add_argument("--output", help="also write the JSON to this file")
-    parser.add_argument("--hypotheses", help="write the translations to this file, one per line")
-    return parser
-
-
-def evaluate_main(argv: list[str] | None = None) -> int:
-    """`attn evaluate`: see `evaluate_parser`."""
-    from training.data import DataError, load_parallel_data, require_splits
-
-    args = evaluate_parser().parse_args(argv)
-    try:
-        parallel = load_parallel_data(args.data, args.source_lang, args.target_lang, args.data_config)
-        require_splits(parallel, [args.split], args.data)
-    except DataError as error:
-        print(f"attn evaluate: error: {error}", file=sys.stderr)
-        return 2
-    table = parallel.splits[args.split]
-    if args.max_samples is not None:
-        table = table.select(range(min(args.max_samples, len(table))))
-    try:
-        model, tokenizer = load_model(args.model, args.device)
-    except (OSError, TranslateError) as error:
-        print(f"attn evaluate: error: {error}", file=sys.stderr)
-        return 2
-    overrides = generation_overrides(args)
-    start = time.perf_counter()
-    try:
-        scores, hypotheses = evaluate(
-            model, tokenizer, list(table["source"]), list(table["target"]), args.batch_size, progress=True, **overrides
-        )
-    except SentenceTooLong as error:
-        where = f"the {args.split} split of {args.data or 'the embedded dates task'}, pair {error.row + 1}"
-        print(f"attn evaluate: error: {where}: the source sentence {error.detail}", file=sys.stderr)
-        return 2
-    except TranslateError as error:
-        print(f"attn evaluate: error: {error}", file=sys.stderr)
-        return 2
-    settings = {
-        key: overrides.get(key, getattr(model.generation_config, key, None))
-        for key in ("num_beams", "length_penalty", "max_length", "max_new_tokens")
-    }
-    result = {
-        "model": args.model,
-        "data": args.data or "embedded dates task",
-        "split": args.split,
-        "source_lang": parallel.source_lang,
-        "target_lang": parallel.target_lang,
-        "sentences": len(hypotheses),
-        **scores,
-        "generation": settings,
-        "seconds": round(time.perf_counter() - start, 2),
-    }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.output:
-        Path(args.output).write_text(text + "\n")
-    if args.hypotheses:
-        Path(args.hypotheses).write_text("".join(f"{line}\n" for line in hypotheses), encoding="utf-8")
-    return 0
-
-
-__all__ = ["evaluate", "evaluate_main", "translate_main"]
+__all__ = [
+    "DecodingArguments",
+    "PictureArguments",
+    "SamplingArguments",
+    "TranslateArguments",
+    "atomic_output",
+    "generation_overrides",
+    "parse_flags",
+    "shown_defaults",
+    "translate_main",
+    "translate_parser",
+]

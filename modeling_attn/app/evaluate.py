@@ -1,0 +1,358 @@
+"""`attn evaluate`: BLEU, chrF and TER (sacreBLEU, with their signatures) of a model on a test set, or of a file of
+existing translations, printed as JSON.
+
+Three ways to give the test set:
+- `--model M [--data D] [--split test]`: a split of the data `attn train --data` reads. In a folder of plain files
+  only that split's files are read (`{split}.{src}`/`{split}.{tgt}`, `{split}.tsv` as source TAB target with no
+  header line, `{split}.jsonl`; `.gz` too; a test set may be any one `test*` stem such as `test_2016_flickr`), so a
+  folder holding only test files works and the training data is not read. Other data (a `save_to_disk` folder, a
+  dataset name, none: the embedded dates task) goes through the recipe's loader, `training.data.load_parallel_data`.
+- `--model M --sources_file S --references_file R`: translate S, score against R (one sentence per line).
+- `--hypotheses_file H --references_file R`: score existing translations; no model is loaded.
+
+`evaluate(model, tokenizer, sources, references)` is the Python function behind the first two. The flags follow the
+`attn` convention (`training.arguments.CommandParser`); bad data ends with one line naming the file and line, and
+exit status 2.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, Literal
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from training.arguments import CommandParser
+from training.data import SPLIT_STEMS, DataError, read_lines
+
+from ..translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
+from .translate import DecodingArguments, atomic_output, generation_overrides, parse_flags, shown_defaults
+
+_TEXT_FORMATS = ("tsv", "jsonl")
+
+
+@dataclass
+class EvaluateArguments:
+    """`attn evaluate`'s flags besides the decoding ones."""
+
+    _argument_group_name = "test set and output"
+
+    model: str | None = field(
+        default=None,
+        metadata={"help": "Model folder or Hub repo to translate with (not needed with --hypotheses_file).",
+                  "aliases": ["--model_name_or_path"]},
+    )  # fmt: skip
+    data: str | None = field(
+        default=None,
+        metadata={"help": "Data as `attn train --data` reads it (folder of {split}.{lang} / .tsv / .jsonl files, "
+                  "save_to_disk folder, dataset name); default: the embedded dates task.", "aliases": ["--dataset_name"]},
+    )  # fmt: skip
+    data_config: str | None = field(
+        default=None,
+        metadata={"help": "Dataset configuration, e.g. de-en for wmt14.", "aliases": ["--dataset_config_name"]},
+    )
+    source_lang: str | None = field(default=None, metadata={"help": "Source language code (file suffix / JSON key)."})
+    target_lang: str | None = field(default=None, metadata={"help": "Target language code."})
+    split: Literal["train", "validation", "test"] = field(default="test", metadata={"help": "The split to score."})
+    max_samples: int | None = field(default=None, metadata={"help": "Score only the first N pairs."})
+    sources_file: str | None = field(
+        default=None, metadata={"help": "Translate this file (one sentence per line) instead of --data."}
+    )
+    references_file: str | None = field(
+        default=None,
+        metadata={"help": "Reference translations, one per line, for --sources_file / --hypotheses_file."},
+    )
+    hypotheses_file: str | None = field(
+        default=None, metadata={"help": "Score these translations (one per line) against --references_file; no model."}
+    )
+    lowercase: bool = field(
+        default=False,
+        metadata={"help": "Score case-insensitively (always so for a model whose tokenizer lowercases)."},
+    )
+    output: str | None = field(default=None, metadata={"help": "Also write the JSON to this file."})
+    hypotheses: str | None = field(default=None, metadata={"help": "Write the model's translations to this file."})
+
+    def __post_init__(self) -> None:
+        if self.max_samples is not None and self.max_samples < 1:
+            raise ValueError(f"argument --max_samples: must be a positive integer, got {self.max_samples}")
+        data_flags = [f"--{name}" for name in ("data", "data_config") if getattr(self, name) is not None]
+        if self.hypotheses_file is not None:
+            if self.references_file is None:
+                raise ValueError("--hypotheses_file needs --references_file (the reference translations)")
+            clashing = [f"--{name}" for name in ("model", "sources_file", "hypotheses") if getattr(self, name)]
+            if clashing + data_flags:
+                raise ValueError(
+                    f"--hypotheses_file scores existing translations: drop {', '.join(clashing + data_flags)}"
+                )
+            return
+        if self.model is None:
+            raise ValueError("give --model (to translate a test set) or --hypotheses_file with --references_file")
+        if (self.sources_file is None) != (self.references_file is None):
+            raise ValueError("--sources_file and --references_file go together (the sentences and their references)")
+        if self.sources_file is not None and data_flags:
+            raise ValueError(f"--sources_file is the test set: drop {', '.join(data_flags)}")
+
+
+def evaluate_parser() -> CommandParser:
+    return shown_defaults(
+        CommandParser(
+            (EvaluateArguments, DecodingArguments),
+            prog="attn evaluate",
+            description="BLEU, chrF and TER (sacreBLEU, with signatures) of a model's translations of a test set, or "
+            "of a file of translations, as JSON.",
+        )
+    )
+
+
+def evaluate(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: list[str],
+    references: list[str],
+    batch_size: int = 32,
+    progress: bool = False,
+    lowercase: bool = False,
+    **generate_kwargs: Any,
+) -> tuple[dict[str, Any], list[str]]:
+    """BLEU, chrF, TER, exact match and the sacreBLEU signatures of the model's translations of `sources`, and the
+    translations themselves. A model whose tokenizer lowercases is scored case-insensitively (signatures `case:lc`),
+    as is any model with `lowercase`."""
+    from training.metrics import translation_scores
+    from training.tokenizer import writes_lowercase
+
+    chunks = batches(sources, batch_size)
+    if progress:
+        from tqdm.auto import tqdm
+
+        chunks = tqdm(chunks, total=-(-len(sources) // batch_size), unit="batch", desc="translating", file=sys.stderr)
+    hypotheses: list[str] = []
+    for batch in chunks:
+        try:
+            hypotheses += translate_batch(model, tokenizer, batch, **generate_kwargs)[0]
+        except SentenceTooLong as error:  # its index among all the sources, not in the batch
+            raise SentenceTooLong(error.detail, len(hypotheses) + error.row) from None
+    lowercase = lowercase or writes_lowercase(tokenizer)
+    return translation_scores(hypotheses, references, lowercase=lowercase), hypotheses
+
+
+# -- the test set ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class EvaluationSet:
+    """What `attn evaluate` scores: sources to translate, or translations already made, and their references."""
+
+    sources: list[str] | None  # None: `hypotheses` are given
+    references: list[str]
+    where: str  # for messages: "pair N" is appended
+    details: dict[str, Any]  # what the JSON says about the test set
+    hypotheses: list[str] | None = None
+
+    def first(self, count: int) -> None:
+        """Keep the first `count` pairs."""
+        self.references = self.references[:count]
+        self.sources = None if self.sources is None else self.sources[:count]
+        self.hypotheses = None if self.hypotheses is None else self.hypotheses[:count]
+
+
+def _file(folder: Path, name: str) -> Path | None:
+    return next((path for path in (folder / name, folder / f"{name}.gz") if path.is_file()), None)
+
+
+def _split_stems(folder: Path, split: str) -> list[str]:
+    """The file stems of `split` present in `folder`: its names (`SPLIT_STEMS`), else for test any one `test*`."""
+
+    def present(stem: str) -> bool:
+        return any(path.name.startswith(f"{stem}.") for path in folder.iterdir())
+
+    stems = [stem for stem in SPLIT_STEMS[split] if present(stem)]
+    if stems or split != "test":
+        return stems[:1]
+    found = sorted({path.name.split(".")[0] for path in folder.glob("test*.*")})
+    if len(found) > 1:
+        raise DataError(f"{folder}: several test sets {found}; choose one with --sources_file/--references_file")
+    return found
+
+
+def _checked_pairs(pairs: list[tuple[str, str, str]]) -> tuple[list[str], list[str]]:
+    for source, target, location in pairs:
+        if not source.strip() or not target.strip():
+            side = "source" if not source.strip() else "reference"
+            raise DataError(f"{location}: empty {side} sentence (a test pair needs both)")
+    return [source.strip() for source, _, _ in pairs], [target.strip() for _, target, _ in pairs]
+
+
+def _parallel_files(source_path: Path, target_path: Path) -> tuple[list[str], list[str]]:
+    sources, targets = read_lines(source_path), read_lines(target_path)
+    if len(sources) != len(targets):
+        raise DataError(
+            f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: one line each per sentence"
+        )
+    if not sources:
+        raise DataError(f"{source_path} and {target_path} are empty")
+    return sources, targets
+
+
+def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> EvaluationSet | None:
+    """The pairs of files `{stem}.*` in `folder` (TSV, JSONL or one plain file per language), or None if none."""
+    details = {"data": str(folder), "split": args.split, "file_stem": stem}
+    where = f"the {args.split} split of {folder}"
+    if path := _file(folder, f"{stem}.tsv"):
+        pairs = []
+        for number, line in enumerate(read_lines(path), 1):
+            fields = line.split("\t")
+            if len(fields) != 2:
+                raise DataError(
+                    f"{path}:{number}: expected 2 tab-separated fields (source, target), found {len(fields)}"
+                )
+            pairs.append((fields[0], fields[1], f"{path}:{number}"))
+        if not pairs:
+            raise DataError(f"{path}: empty file (no sentence pair)")
+        sources, references = _checked_pairs(pairs)
+        return EvaluationSet(sources, references, where, {**details, "source_lang": args.source_lang or "src",
+                                                        "target_lang": args.target_lang or "tgt"})  # fmt: skip
+    if path := _file(folder, f"{stem}.jsonl"):
+        if not (args.source_lang and args.target_lang):
+            raise DataError(f"{path}: JSONL data needs --source_lang and --target_lang (the JSON keys)")
+        pairs = []
+        for number, line in enumerate(read_lines(path), 1):
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DataError(f"{path}:{number}: invalid JSON ({error.msg} at column {error.colno})") from None
+            record = record.get("translation", record) if isinstance(record, dict) else None
+            if not isinstance(record, dict) or not all(
+                isinstance(record.get(key), str) for key in (args.source_lang, args.target_lang)
+            ):
+                raise DataError(
+                    f"{path}:{number}: expected an object with string fields {args.source_lang!r} and "
+                    f"{args.target_lang!r} (optionally inside 'translation')"
+                )
+            pairs.append((record[args.source_lang], record[args.target_lang], f"{path}:{number}"))
+        if not pairs:
+            raise DataError(f"{path}: empty file (no sentence pair)")
+        sources, references = _checked_pairs(pairs)
+        return EvaluationSet(sources, references, where,
+                       {**details, "source_lang": args.source_lang, "target_lang": args.target_lang})  # fmt: skip
+    languages = sorted(
+        {path.name.removesuffix(".gz").split(".", 1)[1] for path in folder.glob(f"{stem}.*")} - set(_TEXT_FORMATS)
+    )
+    if not languages:
+        return None
+    source_lang, target_lang = args.source_lang, args.target_lang
+    if not (source_lang and target_lang):
+        if len(languages) != 2:
+            raise DataError(
+                f"{folder}: files {stem}.{{{','.join(languages)}}}; choose with --source_lang/--target_lang"
+            )
+        source_lang, target_lang = languages
+    source_path, target_path = _file(folder, f"{stem}.{source_lang}"), _file(folder, f"{stem}.{target_lang}")
+    if source_path is None or target_path is None:
+        missing = f"{stem}.{source_lang}" if source_path is None else f"{stem}.{target_lang}"
+        raise DataError(f"{folder}: {missing}[.gz] is missing (the {args.split} split needs one file per language)")
+    sources, targets = _parallel_files(source_path, target_path)
+    locations = [f"{source_path}:{n} / {target_path}:{n}" for n in range(1, len(sources) + 1)]
+    sources, references = _checked_pairs(list(zip(sources, targets, locations, strict=True)))
+    return EvaluationSet(sources, references, where,
+                   {**details, "source_lang": source_lang, "target_lang": target_lang})  # fmt: skip
+
+
+def _loaded_split(args: SimpleNamespace) -> EvaluationSet:
+    """The split through the training recipe's loader (embedded task, save_to_disk folder, dataset name)."""
+    from training.data import load_parallel_data, require_splits
+
+    parallel = load_parallel_data(args.data, args.source_lang, args.target_lang, args.data_config)
+    require_splits(parallel, [args.split], args.data)
+    table = parallel.splits[args.split]
+    name = args.data or "the embedded dates task"
+    details = {"data": args.data or "embedded dates task", "split": args.split,
+               "source_lang": parallel.source_lang, "target_lang": parallel.target_lang}  # fmt: skip
+    return EvaluationSet(list(table["source"]), list(table["target"]), f"the {args.split} split of {name}", details)
+
+
+def load_evaluation_set(args: SimpleNamespace) -> EvaluationSet:
+    """The sentences and references `args` name (see the module docstring); DataError naming what is wrong."""
+    if args.hypotheses_file or args.sources_file:
+        first = Path(args.hypotheses_file or args.sources_file)
+        given, references = _parallel_files(first, Path(args.references_file))
+        key = "hypotheses_file" if args.hypotheses_file else "sources_file"
+        details = {key: str(first), "references_file": args.references_file}
+        if args.hypotheses_file:
+            return EvaluationSet(None, references, str(first), details, hypotheses=given)
+        for number, sentence in enumerate(given, 1):
+            if not sentence.strip():
+                raise DataError(f"{first}:{number}: empty source sentence")
+        return EvaluationSet([sentence.strip() for sentence in given], references, str(first), details)
+    folder = Path(args.data) if args.data else None
+    if folder is not None and folder.is_dir() and not (folder / "dataset_dict.json").is_file():
+        for stem in _split_stems(folder, args.split):
+            if (found := _read_folder_split(folder, stem, args)) is not None:
+                return found
+    return _loaded_split(args)
+
+
+# -- attn evaluate ---------------------------------------------------------------------------------------------
+
+
+def evaluate_main(argv: list[str] | None = None) -> int:
+    """`attn evaluate`: see the module docstring and `attn evaluate --help`."""
+    args = parse_flags(evaluate_parser(), argv)
+    try:
+        return _evaluate(args)
+    except KeyboardInterrupt:
+        print("attn evaluate: interrupted", file=sys.stderr)
+        return 130
+    except (OSError, DataError, TranslateError) as error:
+        print(f"attn evaluate: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+
+
+def _evaluate(args: SimpleNamespace) -> int:
+    from training.metrics import translation_scores
+
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    tests = load_evaluation_set(args)
+    if args.max_samples is not None:
+        tests.first(args.max_samples)
+    start = time.perf_counter()
+    if tests.hypotheses is not None:  # a file of translations
+        hypotheses = tests.hypotheses
+        scores = translation_scores(hypotheses, tests.references, lowercase=args.lowercase)
+        result = {**tests.details, "sentences": len(hypotheses), **scores}
+    else:
+        model, tokenizer = load_model(args.model, args.device)
+        overrides = generation_overrides(args)
+        try:
+            scores, hypotheses = evaluate(model, tokenizer, tests.sources, tests.references, args.batch_size,
+                                          progress=args.progress, lowercase=args.lowercase, **overrides)  # fmt: skip
+        except SentenceTooLong as error:
+            raise TranslateError(f"{tests.where}, pair {error.row + 1}: the source sentence {error.detail}") from None
+        settings = {
+            key: overrides.get(key, getattr(model.generation_config, key, None))
+            for key in ("num_beams", "length_penalty", "max_length", "max_new_tokens")
+        }
+        result = {"model": args.model, **tests.details, "sentences": len(hypotheses), **scores, "generation": settings}
+    result["seconds"] = round(time.perf_counter() - start, 2)
+    text = json.dumps(result, indent=2)
+    with contextlib.ExitStack() as files:  # every file is complete, or none is written
+        outputs = [(files.enter_context(atomic_output(args.output)), text + "\n")] if args.output else []
+        if args.hypotheses:
+            outputs.append(
+                (files.enter_context(atomic_output(args.hypotheses)), "".join(f"{h}\n" for h in hypotheses))
+            )
+        for handle, content in outputs:
+            handle.write(content)
+    print(text)
+    return 0
+
+
+__all__ = ["EvaluateArguments", "EvaluationSet", "evaluate", "evaluate_main", "evaluate_parser", "load_evaluation_set"]
