@@ -61,11 +61,13 @@ def recipe_for(tmp_path: Path, corpus: Path, *extra: str):
     return recipe
 
 
-def test_arrow_path_gives_the_token_ids_and_batches_of_the_in_memory_path(tmp_path, corpus, cache):
+def test_arrow_path_gives_the_token_ids_and_batches_of_the_in_memory_path(tmp_path, corpus, cache, caplog):
     tokenizer = train_bpe_tokenizer([s for _, s in generate_pairs(300, seed=1)], vocab_size=200)
     recipe = recipe_for(tmp_path, corpus, "--preprocessing_num_workers", "2")
     parallel = load_parallel_data(str(corpus), "en", "de")
-    tokenized = tokenize_splits(parallel, tokenizer, recipe)
+    with caplog.at_level(logging.WARNING, logger="training"):
+        tokenized = tokenize_splits(parallel, tokenizer, recipe)
+    assert "train: truncated 5 pair(s) to 48/256 tokens" in caplog.text
     assert tokenized["train"].cache_files  # on disk, not in memory
 
     # The old path: every line in a Python list, tokenized in one call, truncated as the recipe does.

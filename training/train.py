@@ -30,7 +30,7 @@ from importlib import resources
 from pathlib import Path
 
 import datasets
-import numpy as np
+import pyarrow.compute as pc
 import torch
 import transformers
 import yaml
@@ -383,7 +383,7 @@ def tokenize_splits(parallel: ParallelData, tokenizer: PreTrainedTokenizerBase, 
             new_fingerprint=tokenized_fingerprint(table, tokenizer, limits),
             desc=f"tokenizing {split}",
         )
-        if count := int(np.count_nonzero(table.with_format("numpy")["truncated"])):
+        if count := pc.sum(table.data.column("truncated")).as_py():  # Arrow, not a Python loop over the rows
             logger.warning(
                 f"{split}: truncated {count} pair(s) to {recipe.max_source_length}/{recipe.max_target_length} tokens"
             )

@@ -3,8 +3,8 @@ time to the first training step.
 
 `python bench/scale/run.py /tmp/wmt-synth --label 4.5M -- --max_steps 20` runs
 `attn train --data /tmp/wmt-synth --preset small --max_steps 20 ...` (extra flags after `--`), samples the resident
-memory (RSS) of the command and all its children every 0.2 s, and prints one JSON line: peak RSS summed over the
-process tree (and of the largest single process), seconds from start to the first logged training step, the
+memory of the command and all its children every 0.2 s, and prints one JSON line: peak RSS summed over the
+process tree (and of the largest single process), peak PSS summed over the tree, seconds from start to the first logged training step, the
 recipe's own timings of reading and tokenizing (from its log), and the load average at start and end (the machine
 is shared). Run it twice on the same data to measure a run that reuses the cache.
 """
@@ -34,13 +34,16 @@ TIMINGS = {
 }
 
 
-def tree_rss(process: psutil.Process) -> tuple[int, int]:
-    """(sum, max) of the RSS of `process` and its descendants, in bytes."""
-    sizes = []
+def tree_memory(process: psutil.Process) -> tuple[int, int, int]:
+    """(RSS sum, RSS max, PSS sum) over `process` and its descendants, in bytes. The RSS sum counts pages shared by
+    forked workers once per worker; PSS divides each shared page among its sharers (their sum is the real total)."""
+    rss, pss = [], []
     for member in [process, *process.children(recursive=True)]:
         with contextlib.suppress(psutil.Error):  # exited between listing and reading
-            sizes.append(member.memory_info().rss)
-    return sum(sizes), max(sizes, default=0)
+            info = member.memory_full_info()
+            rss.append(info.rss)
+            pss.append(info.pss)
+    return sum(rss), max(rss, default=0), sum(pss)
 
 
 def main() -> None:
@@ -54,7 +57,7 @@ def main() -> None:
     output_dir = args.output_dir or Path(tempfile.mkdtemp(prefix="attn-scale-"))
     command = [sys.executable, "-m", "training", "--data", str(args.data), "--source_lang", "en", "--target_lang", "de",
                "--preset", "small", "--output_dir", str(output_dir), "--max_steps", "20",
-               "--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--do_predict", "False",
+               "--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--do_eval", "False", "--do_predict", "False",
                "--report_to", "none", "--average_last_n", "1", *extra]  # fmt: skip
     log_path = args.log or output_dir.with_suffix(".log")
     load_start = os.getloadavg()
@@ -66,13 +69,17 @@ def main() -> None:
         peak_sum = peak_max = 0
         done = threading.Event()
 
-        peak_before_training = 0
+        peak_before_training = peak_pss = 0
 
         def sample() -> None:
-            nonlocal peak_sum, peak_max, peak_before_training
+            nonlocal peak_sum, peak_max, peak_before_training, peak_pss
             while not done.is_set():
-                total, largest = tree_rss(watched)
-                peak_sum, peak_max = max(peak_sum, total), max(peak_max, largest)
+                total, largest, proportional = tree_memory(watched)
+                peak_sum, peak_max, peak_pss = (
+                    max(peak_sum, total),
+                    max(peak_max, largest),
+                    max(peak_pss, proportional),
+                )
                 if not first_step:
                     peak_before_training = peak_sum
                 time.sleep(SAMPLE_SECONDS)
@@ -81,6 +88,7 @@ def main() -> None:
         sampler.start()
         for line in process.stdout:
             log.write(line)
+            log.flush()
             if not first_step and re.search(r"['\"]loss['\"]:", line):
                 first_step.append(time.monotonic() - start)
         returncode = process.wait()
@@ -95,6 +103,7 @@ def main() -> None:
         "label": args.label,
         "returncode": returncode,
         "peak_rss_tree_gb": round(peak_sum / 1e9, 3),
+        "peak_pss_tree_gb": round(peak_pss / 1e9, 3),
         "peak_rss_largest_process_gb": round(peak_max / 1e9, 3),
         "peak_rss_tree_before_first_step_gb": round(peak_before_training / 1e9, 3),
         "seconds_to_first_step": round(first_step[0], 1) if first_step else None,
