@@ -96,3 +96,57 @@ def test_pack_into_grows_the_budget_by_steps_of_one_percent_when_count_is_smalle
     assert pack_into([10] * 10, [10] * 10, 40, 3) == pack_batches([10] * 10, [10] * 10, 40)
     with pytest.raises(ValueError, match="cannot pack 10 pairs into 11 batches"):
         pack_into([10] * 10, [10] * 10, 40, 11)
+
+
+def reference_pack_batches(source_lengths, target_lengths, max_tokens, seed=0):
+    """The Python-list packing that `pack_batches` replaced (kept verbatim as the reference)."""
+    import torch
+
+    shuffled = torch.randperm(len(source_lengths), generator=torch.Generator().manual_seed(seed)).tolist()
+    order = sorted(
+        shuffled, key=lambda i: (max(source_lengths[i], target_lengths[i]), source_lengths[i], target_lengths[i])
+    )
+    batches, batch, longest_source, longest_target = [], [], 0, 0
+    for index in order:
+        new_source = max(longest_source, source_lengths[index])
+        new_target = max(longest_target, target_lengths[index])
+        if batch and (len(batch) + 1) * max(new_source, new_target) > max_tokens:
+            batches.append(batch)
+            batch, new_source, new_target = [], source_lengths[index], target_lengths[index]
+        batch.append(index)
+        longest_source, longest_target = new_source, new_target
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def reference_padding_fraction(batches, source_lengths, target_lengths):
+    padded = real = 0
+    for batch in batches:
+        for lengths in (source_lengths, target_lengths):
+            batch_lengths = [lengths[i] for i in batch]
+            padded += len(batch) * max(batch_lengths)
+            real += sum(batch_lengths)
+    return 1 - real / padded if padded else 0.0
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.tuples(st.integers(1, 60), st.integers(1, 60)), min_size=0, max_size=400),
+    st.integers(60, 2000),
+    st.integers(0, 5),
+)
+def test_numpy_packing_equals_the_python_reference(lengths, max_tokens, seed):
+    """The numpy packing (lengths as arrays, batches as views) gives exactly the batches of the list version."""
+    import numpy as np
+
+    source, target = [s for s, _ in lengths], [t for _, t in lengths]
+    expected = reference_pack_batches(source, target, max_tokens, seed)
+    assert pack_batches(source, target, max_tokens, seed) == expected
+    assert pack_batches(np.array(source), np.array(target), max_tokens, seed) == expected
+    sampler = TokenBatchSampler(np.array(source, dtype=np.int32), np.array(target), max_tokens, seed, shuffle=False)
+    assert list(sampler) == expected
+    assert sampler.padding_fraction == pytest.approx(reference_padding_fraction(expected, source, target), abs=1e-12)
+    assert padding_fraction(expected, source, target) == pytest.approx(
+        reference_padding_fraction(expected, source, target), abs=1e-12
+    )

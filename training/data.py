@@ -8,22 +8,37 @@ Three sources, chosen by `--data`:
   (a Hub dataset with a `translation` column, WMT style, e.g. `--data wmt14 --data_config de-en`);
 - nothing: the embedded dates task of `training.synthetic`.
 
-Every file is read and checked before training starts. Non-UTF-8 bytes, a wrong number of fields and mismatched
-line counts raise `DataError` naming the file and line. Empty sentences raise too, unless `drop_empty=True`, which
-drops them and reports how many and where. A UTF-8 byte-order mark at the start of a file is dropped (Windows
-editors write one). A `--data` that is neither a folder nor a dataset `datasets` can open raises `DataError` naming it.
+Every file is read and checked before training starts, as a stream: text, TSV and JSONL files are written to an
+Arrow file in the `datasets` cache (`cache_folder()`, keyed by the files' paths, sizes and modification times, so a
+second run opens it memory-mapped instead of reading the text again), datasets are converted with `Dataset.map`; no
+split is ever held as Python lists. Non-UTF-8 bytes, a wrong number of fields and mismatched line counts raise
+`DataError` naming the file and line. Empty sentences raise too, unless `drop_empty=True`, which drops them and
+reports how many and where. A UTF-8 byte-order mark at the start of a file is dropped (Windows editors write one). A
+`--data` that is neither a folder nor a dataset `datasets` can open raises `DataError` naming it.
+
+`streaming=True` (`--streaming`) makes the training split a `datasets.IterableDataset` read as it is iterated, checked
+as it goes (a bad line stops training when it is reached, not before it starts).
 """
 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import logging
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import datasets
-from datasets import Dataset, DatasetDict
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from datasets import Dataset, DatasetDict, Features, IterableDataset, Value
+from datasets.arrow_writer import ArrowWriter
+from datasets.fingerprint import Hasher
 
 from . import synthetic
 
@@ -35,6 +50,9 @@ SPLIT_STEMS = {"train": ["train"], "validation": ["validation", "valid", "val", 
 _SHOWN_LOCATIONS = 5
 # Suffixes of files that `datasets.load_dataset` reads itself (a folder of train.parquet is not a language "parquet").
 _DATA_FORMATS = {"parquet", "arrow", "csv", "json", "txt"}
+# Part of the cache key of the Arrow files read from text files: bump it when the readers' output changes.
+READER_VERSION = 1
+_ROWS_PER_WRITE = 20_000
 
 
 class DataError(ValueError):
@@ -75,22 +93,27 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
-def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file (gzipped if its name ends in .gz), without line ends; DataError on bad bytes."""
-    lines = []
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line without its line end) of a UTF-8 text file (gzipped if its name ends in .gz), read as a
+    stream; DataError naming the file and line on bad bytes, naming the file if it is truncated or unreadable."""
     try:
         with _open_binary(path) as handle:
             for number, raw in enumerate(handle, 1):
                 try:
-                    lines.append(raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n"))
+                    text = raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
                 except UnicodeDecodeError as error:
                     raise DataError(
                         f"{path}:{number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
                         "re-encode the file as UTF-8"
                     ) from None
+                yield number, text
     except (OSError, EOFError) as error:  # e.g. a truncated or corrupt .gz file
         raise DataError(f"{path}: cannot be read: {error}") from None
-    return lines
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file (gzipped if its name ends in .gz), without line ends; DataError on bad bytes."""
+    return [line for _, line in iter_lines(path)]
 
 
 def _find(folder: Path, stem: str, suffix: str) -> Path | None:
@@ -114,27 +137,6 @@ def _split_stem(folder: Path, split: str, suffix: str) -> str | None:
     return None
 
 
-def _pairs_table(split: str, pairs: list[tuple[str, str, str]], drop_empty: bool, report: DataReport) -> Dataset:
-    """A Dataset of the (source, target, location) triples; empty sides raise or are dropped with a count."""
-    sources, targets = [], []
-    for source, target, location in pairs:
-        source, target = source.strip(), target.strip()
-        if not source or not target:
-            if not drop_empty:
-                side = "source" if not source else "target"
-                raise DataError(
-                    f"{location}: empty {side} sentence; remove the pair or pass --drop_empty_pairs to drop such pairs "
-                    "(they are counted and reported)"
-                )
-            report.drop(split, location)
-            continue
-        sources.append(source)
-        targets.append(target)
-    if not sources:
-        raise DataError(f"split {split!r} holds no sentence pair")
-    return Dataset.from_dict({"source": sources, "target": targets})
-
-
 def _languages_in(folder: Path) -> list[str]:
     stems = {stem for stems in SPLIT_STEMS.values() for stem in stems}
     langs = set()
@@ -145,46 +147,48 @@ def _languages_in(folder: Path) -> list[str]:
     return sorted(langs)
 
 
-def _read_text_pair(folder: Path, stem: str, source_lang: str, target_lang: str) -> list[tuple[str, str, str]]:
-    source_path, target_path = _find(folder, stem, source_lang), _find(folder, stem, target_lang)
-    if source_path is None or target_path is None:
-        missing = f"{stem}.{source_lang}" if source_path is None else f"{stem}.{target_lang}"
-        raise DataError(f"{folder}: {missing}[.gz] is missing (split {stem!r} needs one file per language)")
-    sources, targets = read_lines(source_path), read_lines(target_path)
-    if not sources and not targets:
-        raise DataError(f"{source_path} and {target_path} are empty (split {stem!r} holds no sentence pair)")
-    if len(sources) != len(targets):
-        longer, shorter = (source_path, target_path) if len(sources) > len(targets) else (target_path, source_path)
-        first_unmatched = min(len(sources), len(targets)) + 1
-        raise DataError(
-            f"{longer}:{first_unmatched}: line has no counterpart: {source_path.name} has {len(sources)} lines but "
-            f"{target_path.name} has {len(targets)}; {shorter} ends after line {first_unmatched - 1}"
-        )
-    return [
-        (s, t, f"{source_path}:{n} / {target_path}:{n}")
-        for n, (s, t) in enumerate(zip(sources, targets, strict=True), 1)
-    ]
+# The generators below yield the rows of one split: the pair (stripped) and the line it came from. `_generate` writes
+# them to an Arrow file in slices of `_ROWS_PER_WRITE` rows, so only one slice is in memory at a time.
+ROW_FEATURES = Features({"source": Value("string"), "target": Value("string"), "line": Value("int64")})
 
 
-def _read_tsv(path: Path) -> list[tuple[str, str, str]]:
-    pairs = []
-    lines = read_lines(path)
-    if not lines:
-        raise DataError(f"{path}: empty file (no sentence pair)")
-    for number, line in enumerate(lines, 1):
+def _text_pair_rows(source_path: str, target_path: str) -> Iterator[tuple[str, str, int]]:
+    source_file, target_file = Path(source_path), Path(target_path)
+    sources, targets = iter_lines(source_file), iter_lines(target_file)
+    number = 0
+    while True:
+        source, target = next(sources, None), next(targets, None)
+        if source is None or target is None:
+            break
+        number += 1
+        yield source[1].strip(), target[1].strip(), number
+    if source is None and target is None:
+        if number == 0:
+            raise DataError(f"{source_file} and {target_file} are empty (the split holds no sentence pair)")
+        return
+    source_count = number + (source is not None) + sum(1 for _ in sources)
+    target_count = number + (target is not None) + sum(1 for _ in targets)
+    longer, shorter = (source_file, target_file) if source_count > target_count else (target_file, source_file)
+    raise DataError(
+        f"{longer}:{number + 1}: line has no counterpart: {source_file.name} has {source_count} lines but "
+        f"{target_file.name} has {target_count}; {shorter} ends after line {number}"
+    )
+
+
+def _tsv_rows(path: str) -> Iterator[tuple[str, str, int]]:
+    number = 0
+    for number, line in iter_lines(Path(path)):
         fields = line.split("\t")
         if len(fields) != 2:
             raise DataError(f"{path}:{number}: expected 2 tab-separated fields (source, target), found {len(fields)}")
-        pairs.append((fields[0], fields[1], f"{path}:{number}"))
-    return pairs
-
-
-def _read_jsonl(path: Path, source_lang: str, target_lang: str) -> list[tuple[str, str, str]]:
-    pairs = []
-    lines = read_lines(path)
-    if not lines:
+        yield fields[0].strip(), fields[1].strip(), number
+    if number == 0:
         raise DataError(f"{path}: empty file (no sentence pair)")
-    for number, line in enumerate(lines, 1):
+
+
+def _jsonl_rows(path: str, source_lang: str, target_lang: str) -> Iterator[tuple[str, str, int]]:
+    number = 0
+    for number, line in iter_lines(Path(path)):
         if not line.strip():
             raise DataError(f"{path}:{number}: empty line (each line must be one JSON object)")
         try:
@@ -197,11 +201,82 @@ def _read_jsonl(path: Path, source_lang: str, target_lang: str) -> list[tuple[st
                 f"{path}:{number}: expected an object with string fields {source_lang!r} and {target_lang!r} "
                 "(optionally inside 'translation')"
             )
-        pairs.append((record[source_lang], record[target_lang], f"{path}:{number}"))
-    return pairs
+        yield record[source_lang].strip(), record[target_lang].strip(), number
+    if number == 0:
+        raise DataError(f"{path}: empty file (no sentence pair)")
 
 
-def _load_folder(folder: Path, source_lang: str | None, target_lang: str | None, drop_empty: bool) -> ParallelData:
+def _file_signature(path: Path) -> tuple[str, int, int]:
+    stat = path.stat()
+    return str(path.resolve()), stat.st_size, stat.st_mtime_ns
+
+
+def _row_dicts(rows, **gen_kwargs) -> Iterator[dict]:
+    for source, target, line in rows(**gen_kwargs):
+        yield {"source": source, "target": target, "line": line}
+
+
+def cache_folder() -> Path:
+    """Where the Arrow files read from text files are kept: `<datasets cache>/attn_text` (`HF_DATASETS_CACHE`,
+    default ~/.cache/huggingface/datasets); the tokenized splits are written beside them by `Dataset.map`."""
+    return Path(datasets.config.HF_DATASETS_CACHE) / "attn_text"
+
+
+def _generate(rows, gen_kwargs: dict, files: list[Path], streaming: bool) -> Dataset | IterableDataset:
+    """The rows of `rows(**gen_kwargs)` as a memory-mapped Arrow Dataset, cached under a fingerprint of the files'
+    paths, sizes and modification times (a changed file is read again); or, streaming, as an IterableDataset."""
+    if streaming:
+        return IterableDataset.from_generator(_row_dicts, features=ROW_FEATURES,
+                                              gen_kwargs={"rows": rows, **gen_kwargs})  # fmt: skip
+    fingerprint = Hasher.hash(
+        [READER_VERSION, rows.__name__, sorted(gen_kwargs.items()), [_file_signature(f) for f in files]]
+    )
+    path = cache_folder() / f"{rows.__name__.strip('_')}-{fingerprint}.arrow"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial_path = path.with_name(f"{path.name}.{os.getpid()}.incomplete")
+        try:
+            with ArrowWriter(features=ROW_FEATURES, path=str(partial_path)) as writer:
+                iterator = rows(**gen_kwargs)
+                while chunk := list(itertools.islice(iterator, _ROWS_PER_WRITE)):
+                    sources, targets, lines = zip(*chunk, strict=True)
+                    writer.write_batch({"source": list(sources), "target": list(targets), "line": list(lines)})
+                writer.finalize()
+            os.replace(partial_path, path)  # a killed read leaves no file that looks complete
+        finally:
+            partial_path.unlink(missing_ok=True)
+    return Dataset.from_file(str(path))
+
+
+def _check_empty(split: str, table: Dataset, where, drop_empty: bool, report: DataReport) -> Dataset:
+    """`table` without its `line` column; a pair with an empty side raises DataError at its location, or with
+    `drop_empty` is dropped and counted in `report`. The check runs on Arrow columns, not Python lists."""
+    if len(table) == 0:
+        raise DataError(f"split {split!r} holds no sentence pair")
+    empty = {side: _empty_rows(table, side) for side in ("source", "target")}
+    rows = np.flatnonzero(empty["source"] | empty["target"])
+    if len(rows):
+        lines = table.data.column("line").take(pa.array(rows[:_SHOWN_LOCATIONS])).to_pylist()
+        if not drop_empty:
+            side = "source" if empty["source"][rows[0]] else "target"
+            raise DataError(
+                f"{where(lines[0])}: empty {side} sentence; remove the pair or pass --drop_empty_pairs to drop such "
+                "pairs (they are counted and reported)"
+            )
+        report.dropped[split] = report.dropped.get(split, 0) + len(rows)
+        report.locations.setdefault(split, []).extend(where(line) for line in lines)
+        if len(rows) == len(table):
+            raise DataError(f"split {split!r} holds no sentence pair")
+        table = table.select(np.flatnonzero(~(empty["source"] | empty["target"])))
+    return table.remove_columns("line")
+
+
+def _empty_rows(table: Dataset, column: str) -> np.ndarray:
+    return pc.equal(pc.utf8_length(table.data.column(column)), 0).to_numpy(zero_copy_only=False)
+
+
+def _load_folder(folder: Path, source_lang: str | None, target_lang: str | None, drop_empty: bool,
+                 streaming: bool = False) -> ParallelData:  # fmt: skip
     report = DataReport()
     if _split_stem(folder, "train", "tsv") or _split_stem(folder, "train", "jsonl"):
         kind = "tsv" if _split_stem(folder, "train", "tsv") else "jsonl"
@@ -231,17 +306,62 @@ def _load_folder(folder: Path, source_lang: str | None, target_lang: str | None,
         if stem is None:
             continue
         if kind == "text":
-            pairs = _read_text_pair(folder, stem, source_lang, target_lang)
-        elif kind == "tsv":
-            pairs = _read_tsv(_find(folder, stem, "tsv"))
+            source_path, target_path = _find(folder, stem, source_lang), _find(folder, stem, target_lang)
+            if source_path is None or target_path is None:
+                missing = f"{stem}.{source_lang}" if source_path is None else f"{stem}.{target_lang}"
+                raise DataError(f"{folder}: {missing}[.gz] is missing (split {stem!r} needs one file per language)")
+            files = [source_path, target_path]
+            generator, gen_kwargs = _text_pair_rows, {"source_path": str(source_path), "target_path": str(target_path)}
+            where = partial("{0}:{2} / {1}:{2}".format, source_path, target_path)
         else:
-            pairs = _read_jsonl(_find(folder, stem, "jsonl"), source_lang, target_lang)
-        splits[split] = _pairs_table(split, pairs, drop_empty, report)
+            path = _find(folder, stem, kind)
+            files, where = [path], partial("{0}:{1}".format, path)
+            generator = _tsv_rows if kind == "tsv" else _jsonl_rows
+            gen_kwargs = {"path": str(path)} | ({} if kind == "tsv" else {"source_lang": source_lang,
+                                                                          "target_lang": target_lang})  # fmt: skip
+        streamed = streaming and split == "train"
+        table = _generate(generator, gen_kwargs, files, streamed)
+        splits[split] = (
+            _stream_checked(split, table, where, drop_empty)
+            if streamed
+            else _check_empty(split, table, where, drop_empty, report)
+        )
     return ParallelData(DatasetDict(splits), source_lang, target_lang, report)
 
 
+def _stream_checked(split: str, table: IterableDataset, where, drop_empty: bool) -> IterableDataset:
+    """A streamed split checked as it is read: an empty side raises at its location (dropped with `drop_empty`; a
+    stream cannot count them up front)."""
+
+    def check(batch: dict) -> bool | list[bool]:
+        keep = []
+        for source, target, line in zip(batch["source"], batch["target"], batch["line"], strict=True):
+            if not source or not target:
+                if not drop_empty:
+                    side = "source" if not source else "target"
+                    raise DataError(
+                        f"{where(line)}: empty {side} sentence; remove the pair or pass --drop_empty_pairs to drop "
+                        "such pairs"
+                    )
+                logger.warning(f"split {split!r}: dropped the pair at {where(line)} (an empty side)")
+            keep.append(bool(source and target))
+        return keep
+
+    return table.filter(check, batched=True).remove_columns("line")
+
+
+def _hub_rows(batch: dict, indices: list[int], name: str, split_name: str, source_lang: str, target_lang: str) -> dict:
+    sources, targets = [], []
+    for index, row in zip(indices, batch["translation"], strict=True):
+        if not isinstance(row, dict) or source_lang not in row or target_lang not in row:
+            raise DataError(f"dataset {name}, split {split_name!r}, row {index}: no {source_lang!r}/{target_lang!r}")
+        sources.append((row[source_lang] or "").strip())
+        targets.append((row[target_lang] or "").strip())
+    return {"source": sources, "target": targets, "line": indices}
+
+
 def _load_hub(name: str, config: str | None, source_lang: str | None, target_lang: str | None,
-              drop_empty: bool) -> ParallelData:  # fmt: skip
+              drop_empty: bool, streaming: bool = False) -> ParallelData:  # fmt: skip
     path = Path(name)
     if path.is_file():
         raise DataError(
@@ -249,11 +369,12 @@ def _load_hub(name: str, config: str | None, source_lang: str | None, target_lan
             "(or a dataset name)"
         )
     try:
-        loaded = (
-            datasets.load_from_disk(name)
-            if (path / "dataset_dict.json").is_file()
-            else datasets.load_dataset(name, config)
-        )
+        if (path / "dataset_dict.json").is_file():
+            loaded = datasets.load_from_disk(name)
+            if streaming:
+                loaded = {split: table.to_iterable_dataset() for split, table in loaded.items()}
+        else:
+            loaded = datasets.load_dataset(name, config, streaming=streaming)
     except (FileNotFoundError, ConnectionError, datasets.exceptions.DatasetNotFoundError) as error:
         where = "no such folder" if not path.exists() else "a folder with no train.* files"
         raise DataError(
@@ -266,36 +387,45 @@ def _load_hub(name: str, config: str | None, source_lang: str | None, target_lan
         if split is None or split in splits:
             logger.warning(f"dataset {name}: split {split_name!r} is not used (not train/validation/test)")
             continue
-        if "translation" not in table.column_names:
+        if table.column_names is not None and "translation" not in table.column_names:
             raise DataError(
                 f"dataset {name}, split {split_name!r}: no 'translation' column (has {table.column_names})"
             )
-        rows = table["translation"]
-        languages = sorted(rows[0]) if len(rows) else []
         if not (source_lang and target_lang):
+            first = next(iter(table.take(1) if streaming else table.select(range(min(1, len(table))))), None)
+            languages = sorted(first["translation"]) if first else []
             if len(languages) != 2:
                 raise DataError(f"dataset {name}: languages {languages}; choose with --source_lang and --target_lang")
             source_lang, target_lang = languages
-        pairs = []
-        for number, row in enumerate(rows):
-            if source_lang not in row or target_lang not in row:
-                raise DataError(
-                    f"dataset {name}, split {split_name!r}, row {number}: no {source_lang!r}/{target_lang!r}"
-                )
-            pairs.append(
-                (row[source_lang] or "", row[target_lang] or "", f"dataset {name}, split {split_name!r}, row {number}")
-            )
-        splits[split] = _pairs_table(split, pairs, drop_empty, report)
+        rows = partial(_hub_rows, name=name, split_name=split_name, source_lang=source_lang, target_lang=target_lang)
+        where = partial("dataset {0}, split {1!r}, row {2}".format, name, split_name)
+        remove = table.column_names or ["translation"]
+        if streaming and split == "train":
+            table = table.map(rows, batched=True, with_indices=True, remove_columns=remove, features=ROW_FEATURES)
+            splits[split] = _stream_checked(split, table, where, drop_empty)
+        else:
+            if isinstance(table, IterableDataset):  # a small split of a streamed dataset: prepared in memory
+                table = Dataset.from_list(list(table), features=table.features)
+            table = table.map(rows, batched=True, with_indices=True, remove_columns=remove, features=ROW_FEATURES,
+                              desc=f"reading {split_name}")  # fmt: skip
+            splits[split] = _check_empty(split, table, where, drop_empty, report)
     if "train" not in splits:
         raise DataError(f"dataset {name}: no 'train' split (has {list(loaded)})")
     return ParallelData(DatasetDict(splits), source_lang, target_lang, report)
 
 
 def load_parallel_data(data: str | None, source_lang: str | None = None, target_lang: str | None = None,
-                       data_config: str | None = None, drop_empty: bool = False) -> ParallelData:  # fmt: skip
-    """Load and check the parallel data named by `data` (see the module docstring); None gives the embedded task."""
+                       data_config: str | None = None, drop_empty: bool = False,
+                       streaming: bool = False) -> ParallelData:  # fmt: skip
+    """Load and check the parallel data named by `data` (see the module docstring); None gives the embedded task.
+
+    `streaming`: the training split is an `IterableDataset`, read (and checked) as it is iterated instead of being
+    written to an Arrow file up front; the validation and test splits, small, are prepared as usual.
+    """
     if data is None:
         splits = synthetic.build_dataset()
+        if streaming:
+            splits["train"] = splits["train"].to_iterable_dataset()
         return ParallelData(splits, synthetic.SOURCE_LANG, synthetic.TARGET_LANG, DataReport())
     folder = Path(data)
     is_text_folder = folder.is_dir() and any(
@@ -305,9 +435,9 @@ def load_parallel_data(data: str | None, source_lang: str | None = None, target_
         for p in folder.iterdir()
     )
     parallel = (
-        _load_folder(folder, source_lang, target_lang, drop_empty)
+        _load_folder(folder, source_lang, target_lang, drop_empty, streaming)
         if is_text_folder
-        else _load_hub(data, data_config, source_lang, target_lang, drop_empty)
+        else _load_hub(data, data_config, source_lang, target_lang, drop_empty, streaming)
     )
     parallel.report.log()
     return parallel

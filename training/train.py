@@ -36,11 +36,13 @@ import logging
 import re
 import shutil
 import sys
+import time
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 
 import datasets
+import pyarrow.compute as pc
 import torch
 import transformers
 import yaml
@@ -77,6 +79,7 @@ from .bpe_dropout import BPEDropoutPairs
 from .data import DataError, ParallelData, load_parallel_data, require_splits
 from .metrics import TranslationMetrics, translation_scores
 from .plot import plot_history
+from .prepare import bpe_cache_folder, iter_texts, tokenized_fingerprint
 from .tokenizer import splits_punctuation, train_bpe_tokenizer, truncate, writes_lowercase
 from .trainer import STAGING_DIR, TranslationTrainer
 
@@ -129,6 +132,22 @@ class RecipeArguments:
     target_lang: str | None = field(default=None, metadata={"help": "Target language code."})
     drop_empty_pairs: bool = field(default=False, metadata={"help": "Drop pairs with an empty side (counted, logged) "
                                                              "instead of stopping with an error."})  # fmt: skip
+    preprocessing_num_workers: int | None = field(
+        default=None,
+        metadata={"help": "Processes that tokenize the data (datasets' map num_proc). Data read from files is cached: a "
+                  "second run on the same files and tokenizer reuses it (training/prepare.py says where)."},
+    )  # fmt: skip
+    streaming: bool = field(
+        default=False,
+        metadata={"help": "Read and tokenize the data while training (datasets' IterableDataset) instead of preparing "
+                  "it up front: for corpora too large to prepare. Token batches from a bounded length-sorted buffer; "
+                  "needs --max_steps. A resumed run reads the stream again and skips the batches already trained "
+                  "(README, Train)."},
+    )  # fmt: skip
+    streaming_buffer_pairs: int = field(
+        default=100_000,
+        metadata={"help": "--streaming: pairs held at a time to sort by length and cut into token batches."},
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
     max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
     max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
@@ -434,15 +453,21 @@ def build_tokenizer(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgum
     saved = Path(training_args.output_dir) / "tokenizer"
     with training_args.main_process_first(desc="training the BPE vocabulary"):
         if training_args.process_index == 0:  # the other processes load what the first one trained
-            train = parallel.splits["train"]
-            tokenizer = train_bpe_tokenizer(
-                (text for column in ("source", "target") for text in train[column]),
-                vocab_size=recipe.vocab_size,
-                lowercase=recipe.lowercase,
-                split_punctuation=recipe.split_punctuation,
-            )
+            train, start = parallel.splits["train"], time.perf_counter()
+            settings = {"vocab_size": recipe.vocab_size, "lowercase": recipe.lowercase,
+                        "split_punctuation": recipe.split_punctuation}  # fmt: skip
+            cached = bpe_cache_folder(train, settings)
+            if cached is not None and (cached / "tokenizer.json").is_file():
+                tokenizer = AutoTokenizer.from_pretrained(cached)
+                logger.info(f"reusing the joint BPE vocabulary trained on the same data and settings: {cached}")
+            else:
+                tokenizer = train_bpe_tokenizer(iter_texts(train), **settings)
+                logger.info(f"trained a joint BPE vocabulary of {len(tokenizer)} tokens in "
+                            f"{time.perf_counter() - start:.1f} s")  # fmt: skip
+                if cached is not None:
+                    tokenizer.save_pretrained(cached)
             tokenizer.save_pretrained(saved)
-            logger.info(f"trained a joint BPE vocabulary of {len(tokenizer)} tokens, saved in {saved}")
+            logger.info(f"tokenizer saved in {saved}")
         else:
             tokenizer = AutoTokenizer.from_pretrained(saved)
     return tokenizer
@@ -508,14 +533,29 @@ def tokenize_splits(parallel: ParallelData, tokenizer: PreTrainedTokenizerBase, 
         encoded["attention_mask"] = [[1] * len(ids) for ids in encoded["input_ids"]]
         return {**encoded, "truncated": truncated}
 
-    tokenized = parallel.splits.map(encode, batched=True, remove_columns=["source"], desc="tokenizing")
-    for split, table in tokenized.items():
-        count = sum(table["truncated"])
-        if count:
+    tokenized = datasets.DatasetDict()
+    for split, table in parallel.splits.items():
+        if isinstance(table, datasets.IterableDataset):  # --streaming: tokenized as the stream is read, uncounted
+            ids = datasets.List(datasets.Value("int64"))
+            features = datasets.Features({"target": datasets.Value("string"), "input_ids": ids, "labels": ids,
+                                          "attention_mask": ids, "truncated": datasets.Value("bool")})  # fmt: skip
+            streamed = table.map(encode, batched=True, remove_columns=["source"], features=features)
+            tokenized[split] = streamed.remove_columns("truncated")
+            continue
+        table = table.map(
+            encode,
+            batched=True,
+            remove_columns=["source"],
+            num_proc=recipe.preprocessing_num_workers if len(table) > 1 else None,
+            new_fingerprint=tokenized_fingerprint(table, tokenizer, limits),
+            desc=f"tokenizing {split}",
+        )
+        if count := pc.sum(table.data.column("truncated")).as_py():  # Arrow, not a Python loop over the rows
             logger.warning(
                 f"{split}: truncated {count} pair(s) to {recipe.max_source_length}/{recipe.max_target_length} tokens"
             )
-    return tokenized.remove_columns("truncated")
+        tokenized[split] = table.remove_columns("truncated")
+    return tokenized
 
 
 def decoding(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> dict:
@@ -631,8 +671,13 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
         _clear_output_dir(output_dir, training_args)
     set_seed(training_args.seed)
 
-    parallel = load_parallel_data(recipe.data, recipe.source_lang, recipe.target_lang, recipe.data_config,
-                                  recipe.drop_empty_pairs)  # fmt: skip
+    if recipe.streaming and recipe.bpe_dropout:
+        raise ValueError("--bpe_dropout segments the whole training set in memory at each epoch; not with --streaming")
+    start = time.perf_counter()
+    # The first process writes the Arrow cache; the others then open what it wrote.
+    with training_args.main_process_first(desc="reading the data"):
+        parallel = load_parallel_data(recipe.data, recipe.source_lang, recipe.target_lang, recipe.data_config,
+                                      recipe.drop_empty_pairs, recipe.streaming)  # fmt: skip
     needed = (["train"] if training_args.do_train else []) + (
         ["validation"] if training_args.eval_strategy != "no" else []
     )
@@ -644,15 +689,26 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
     }
     for split, limit in limits.items():
         if limit is not None and split in parallel.splits:
-            parallel.splits[split] = parallel.splits[split].select(range(min(limit, len(parallel.splits[split]))))
+            table = parallel.splits[split]
+            parallel.splits[split] = (
+                table.take(limit)
+                if isinstance(table, datasets.IterableDataset)
+                else table.select(range(min(limit, len(table))))
+            )
     logger.info(
         f"data {recipe.data or 'embedded dates task'} ({parallel.source_lang} -> {parallel.target_lang}): "
-        + ", ".join(f"{split} {len(table)} pairs" for split, table in parallel.splits.items())
-    )
+        + ", ".join(f"{split} {len(table) if isinstance(table, datasets.Dataset) else 'streamed'} pairs"
+                    for split, table in parallel.splits.items())
+        + f"; read and checked in {time.perf_counter() - start:.1f} s"
+    )  # fmt: skip
 
     tokenizer = build_tokenizer(recipe, training_args, parallel)
     model = build_model(recipe, tokenizer)
-    tokenized = tokenize_splits(parallel, tokenizer, recipe)
+    start = time.perf_counter()
+    with training_args.main_process_first(desc="tokenizing"):
+        tokenized = tokenize_splits(parallel, tokenizer, recipe)
+    prepared = [table for table in tokenized.values() if isinstance(table, datasets.Dataset)]
+    logger.info(f"tokenized {sum(map(len, prepared))} pairs in {time.perf_counter() - start:.1f} s")
 
     if training_args.learning_rate is None:
         d_model = getattr(model.config, "d_model", None) or model.config.hidden_size
@@ -687,6 +743,7 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
         compute_metrics=metrics,
         max_tokens_per_batch=recipe.max_tokens_per_batch or None,
         hub_repo_id=repo_id if push else None,
+        streaming_buffer_pairs=recipe.streaming_buffer_pairs,
     )
     if recipe.early_stopping_patience is not None:
         trainer.add_callback(EarlyStoppingCallback(recipe.early_stopping_patience, recipe.early_stopping_threshold))

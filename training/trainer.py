@@ -36,6 +36,7 @@ from functools import partial
 from pathlib import Path
 
 import datasets
+import numpy as np
 import torch
 from huggingface_hub import HfApi
 from torch import nn
@@ -46,7 +47,7 @@ from transformers.utils.hub import PushInProgress
 
 from modeling_attn.hub import save_for_hub
 
-from .batching import TokenBatchSampler
+from .batching import StreamingTokenBatches, TokenBatchSampler, column_lengths
 from .bpe_dropout import BPEDropoutBatchSampler, BPEDropoutPairs
 from .metrics import TranslationMetrics
 
@@ -113,9 +114,10 @@ class TranslationTrainer(Seq2SeqTrainer):
     With `max_tokens_per_batch=None` the batches are Trainer's usual `per_device_train_batch_size` sentences.
     """
 
-    def __init__(self, *args, max_tokens_per_batch: int | None = None, hub_repo_id: str | None = None, **kwargs):
+    def __init__(self, *args, max_tokens_per_batch: int | None = None, streaming_buffer_pairs: int = 100_000,
+                 hub_repo_id: str | None = None, **kwargs):  # fmt: skip
         super().__init__(*args, **kwargs)
-        self.max_tokens_per_batch = max_tokens_per_batch
+        self.max_tokens_per_batch, self.streaming_buffer_pairs = max_tokens_per_batch, streaming_buffer_pairs
         # Checkpoint pushes of --hub_strategy (see `_push_checkpoint`); Trainer's own need args.push_to_hub, kept off
         self.hub_repo_id = hub_repo_id
         self.push_in_progress: PushInProgress | None = None
@@ -184,6 +186,8 @@ class TranslationTrainer(Seq2SeqTrainer):
     def get_train_dataloader(self) -> DataLoader:
         if not self.max_tokens_per_batch:
             return super().get_train_dataloader()
+        if isinstance(self.train_dataset, datasets.IterableDataset):
+            return self._streaming_train_dataloader()
         dataset = self.train_dataset
         if isinstance(dataset, datasets.Dataset):  # not `BPEDropoutPairs`, whose rows hold model inputs only
             dataset = self._remove_unused_columns(dataset, description="Training")
@@ -196,11 +200,10 @@ class TranslationTrainer(Seq2SeqTrainer):
                     f"{self.args.dataloader_num_workers} workers)"
                 )
             source_lengths, target_lengths = dataset.longest_lengths()  # what any epoch's segmentation may reach
-        else:
-            source_lengths = [len(ids) for ids in dataset["input_ids"]]
-            target_lengths = [len(ids) for ids in dataset["labels"]]
-        longest = max(range(len(source_lengths)), key=lambda i: max(source_lengths[i], target_lengths[i]), default=0)
-        if source_lengths and max(source_lengths[longest], target_lengths[longest]) > self.max_tokens_per_batch:
+        else:  # numpy arrays read from the Arrow columns
+            source_lengths, target_lengths = column_lengths(dataset, "input_ids"), column_lengths(dataset, "labels")
+        longest = int(np.argmax(np.maximum(source_lengths, target_lengths))) if len(source_lengths) else 0
+        if len(source_lengths) and max(source_lengths[longest], target_lengths[longest]) > self.max_tokens_per_batch:
             raise ValueError(
                 f"--max_tokens_per_batch {self.max_tokens_per_batch} cannot hold training pair {longest} "
                 f"({source_lengths[longest]} source / {target_lengths[longest]} target tokens"
@@ -244,6 +247,25 @@ class TranslationTrainer(Seq2SeqTrainer):
             return super()._save(output_dir, state_dict)
         finally:
             model.__class__ = sharded_class
+
+    def _streaming_train_dataloader(self) -> DataLoader:
+        """Token batches of a streamed training set, packed a buffer of `streaming_buffer_pairs` pairs at a time."""
+        if self.args.world_size > 1 or self.args.dataloader_num_workers > 0:
+            raise ValueError(
+                "--streaming with token batches reads the stream in this process: it needs one training process and "
+                f"--dataloader_num_workers 0 (got {self.args.world_size} processes and "
+                f"{self.args.dataloader_num_workers} workers)"
+            )
+        dataset = self._remove_unused_columns(self.train_dataset, description="Training")
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        batches = StreamingTokenBatches(dataset, self.max_tokens_per_batch, self.streaming_buffer_pairs,
+                                        self.data_collator, seed)  # fmt: skip
+        logger.info(
+            f"token batches of at most {self.max_tokens_per_batch} padded tokens per side, packed from a buffer of "
+            f"{self.streaming_buffer_pairs} streamed pairs at a time"
+        )
+        loader = DataLoader(batches, batch_size=None, pin_memory=self.args.dataloader_pin_memory)
+        return self.accelerator.prepare(loader)
 
     def _run_epoch(self, *args, **kwargs):
         # Trainer 5.23 checks max_steps only after an optimizer step, so a run resumed from the checkpoint of its last

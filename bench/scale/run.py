@@ -1,0 +1,121 @@
+"""Run `attn train` on a big corpus and measure it: peak memory of the whole process tree, preprocessing throughput,
+time to the first training step.
+
+`python bench/scale/run.py /tmp/wmt-synth --label 4.5M -- --max_steps 20` runs
+`attn train --data /tmp/wmt-synth --preset small --max_steps 20 ...` (extra flags after `--`), samples the resident
+memory of the command and all its children every 0.2 s, and prints one JSON line: peak RSS summed over the
+process tree (and of the largest single process), peak PSS summed over the tree, seconds from start to the first logged training step, the
+recipe's own timings of reading and tokenizing (from its log), and the load average at start and end (the machine
+is shared). Run it twice on the same data to measure a run that reuses the cache.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+SAMPLE_SECONDS = 0.2
+# The recipe's own log lines with the time of each preparation step (training/train.py).
+TIMINGS = {
+    "read_and_check": r"read and checked in ([0-9.]+) s",
+    "bpe_training": r"trained a joint BPE vocabulary of \d+ tokens in ([0-9.]+) s",
+    "tokenize": r"tokenized \d+ pairs in ([0-9.]+) s",
+}
+
+
+def tree_memory(process: psutil.Process) -> tuple[int, int, int]:
+    """(RSS sum, RSS max, PSS sum) over `process` and its descendants, in bytes. The RSS sum counts pages shared by
+    forked workers once per worker; PSS divides each shared page among its sharers (their sum is the real total)."""
+    rss, pss = [], []
+    for member in [process, *process.children(recursive=True)]:
+        with contextlib.suppress(psutil.Error):  # exited between listing and reading
+            info = member.memory_full_info()
+            rss.append(info.rss)
+            pss.append(info.pss)
+    return sum(rss), max(rss, default=0), sum(pss)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("data", type=Path)
+    parser.add_argument("--label", default="")
+    parser.add_argument("--output_dir", type=Path, default=None)
+    parser.add_argument("--log", type=Path, default=None, help="Where the run's output goes (default: a temp file).")
+    args, extra = parser.parse_known_args()  # the rest: more `attn train` flags (after --)
+    extra = [flag for flag in extra if flag != "--"]
+    output_dir = args.output_dir or Path(tempfile.mkdtemp(prefix="attn-scale-"))
+    command = [sys.executable, "-m", "training", "--data", str(args.data), "--source_lang", "en", "--target_lang", "de",
+               "--preset", "small", "--output_dir", str(output_dir), "--max_steps", "20",
+               "--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--do_eval", "False", "--do_predict", "False",
+               "--report_to", "none", "--average_last_n", "1", *extra]  # fmt: skip
+    log_path = args.log or output_dir.with_suffix(".log")
+    load_start = os.getloadavg()
+    start = time.monotonic()
+    first_step: list[float] = []
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+        watched = psutil.Process(process.pid)
+        peak_sum = peak_max = 0
+        done = threading.Event()
+
+        peak_before_training = peak_pss = 0
+
+        def sample() -> None:
+            nonlocal peak_sum, peak_max, peak_before_training, peak_pss
+            while not done.is_set():
+                total, largest, proportional = tree_memory(watched)
+                peak_sum, peak_max, peak_pss = (
+                    max(peak_sum, total),
+                    max(peak_max, largest),
+                    max(peak_pss, proportional),
+                )
+                if not first_step:
+                    peak_before_training = peak_sum
+                time.sleep(SAMPLE_SECONDS)
+
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        for line in process.stdout:
+            log.write(line)
+            log.flush()
+            if not first_step and re.search(r"['\"]loss['\"]:", line):
+                first_step.append(time.monotonic() - start)
+        returncode = process.wait()
+        done.set()
+        sampler.join()
+    text = log_path.read_text()
+    timings = {}
+    for key, pattern in TIMINGS.items():
+        if found := re.search(pattern, text):
+            timings[key] = float(found.group(1))
+    result = {
+        "label": args.label,
+        "returncode": returncode,
+        "peak_rss_tree_gb": round(peak_sum / 1e9, 3),
+        "peak_pss_tree_gb": round(peak_pss / 1e9, 3),
+        "peak_rss_largest_process_gb": round(peak_max / 1e9, 3),
+        "peak_rss_tree_before_first_step_gb": round(peak_before_training / 1e9, 3),
+        "seconds_to_first_step": round(first_step[0], 1) if first_step else None,
+        "seconds_total": round(time.monotonic() - start, 1),
+        "timings_s": timings,
+        "load_average_start": [round(x, 2) for x in load_start],
+        "load_average_end": [round(x, 2) for x in os.getloadavg()],
+        "log": str(log_path),
+        "command": " ".join(command),
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
