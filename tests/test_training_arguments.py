@@ -61,6 +61,8 @@ def test_a_flags_file_gives_the_flags_and_later_flags_override_it(tmp_path, suff
         (["--model", "m", "--batch_sise", "4"], "unrecognized flag --batch_sise; did you mean --batch_size?"),
         (["--model", "m", "--atention-png=a.png"], "unrecognized flag --atention-png; did you mean --attention_png?"),
         (["--model", "m", "--zzz"], "unrecognized flag --zzz (see"),
+        (["--modle", "m"], "unrecognized flag --modle; did you mean --model?"),  # not "required: --model"
+        (["--model", "m", "--batch", "4"], "unrecognized flag --batch; did you mean --batch_size?"),  # no prefixes
         (["--model", "m", "stray"], "unexpected argument 'stray'"),
         (["--batch_size", "4"], "the following arguments are required: --model"),
         (["--model", "m", "--batch_size", "many"], "argument --batch_size/--batch-size: invalid int value: 'many'"),

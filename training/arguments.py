@@ -29,7 +29,13 @@ CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 
 class CommandParser(HfArgumentParser):
-    """`HfArgumentParser` with the `attn` convention (see the module docstring)."""
+    """`HfArgumentParser` with the `attn` convention (see the module docstring). Flags are never abbreviated: an
+    abbreviation is an unknown flag (argparse would take `--out` for `--output_dir`, and a later flag could make it
+    ambiguous)."""
+
+    def __init__(self, dataclass_types: Any, **kwargs: Any):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(dataclass_types, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         """One line on stderr and exit status 2, as argparse's own errors, without the usage block."""
@@ -81,6 +87,12 @@ class CommandParser(HfArgumentParser):
             argv = self.config_file_flags(Path(argv[0])) + argv[1:]
         elif argv and not argv[0].startswith("-") and argv[0].endswith(CONFIG_SUFFIXES):
             self.error(f"{argv[0]}: no such flags file")
+        # An unknown flag first: argparse reports a missing required flag before an unknown one, so a misspelt
+        # required flag (`--ouput_dir`) would read as a missing one.
+        flags = set(self.flag_names())
+        for argument in argv[: argv.index("--")] if "--" in argv else argv:
+            if argument.startswith("--") and argument.split("=", 1)[0] not in flags:
+                self._unknown([argument])
         _, unknown = self.parse_known_args(argv)  # argparse's own errors (bad values, missing flags) end here
         if unknown:
             self._unknown(unknown)

@@ -259,7 +259,6 @@ def build_parser(embedded_task: bool = False) -> CommandParser:
         + ", ".join(f"--{key} {value}" for key, value in embedded.items())
         + ". Flags may come from a file: attn train recipe.yaml [flags that override it].",
         formatter_class=_DefaultsHelpFormatter,
-        allow_abbrev=False,  # an abbreviated flag would escape _given_flags; it is an unknown flag instead
     )
     # None: computed from the model's d_model and the warmup (paper_learning_rate) unless a rate is given.
     parser.set_defaults(**PAPER_DEFAULTS, learning_rate=None)

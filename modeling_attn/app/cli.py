@@ -64,7 +64,6 @@ def parse_command(
     default to None (nargs "?") or an empty list (nargs "*"), and is `required` one way or the other.
     """
     parser = CommandParser(arguments, prog=prog, description=description)
-    _refuse_unknown_flags(parser, argv)
     if positional is not None:
         metavar = positional.upper()
         parser.add_argument(
@@ -81,19 +80,6 @@ def parse_command(
         if required and not getattr(args, positional):
             parser.error(f"the following arguments are required: {positional.upper()} (or --{positional})")
     return args, parser
-
-
-def _refuse_unknown_flags(parser: CommandParser, argv: Sequence[str] | None) -> None:
-    """Name a misspelt flag first: argparse reports a missing required flag before an unknown one, so a misspelt
-    required flag (`--ouput_dir`) would read as a missing one."""
-    flags = parser.flag_names()
-    for token in sys.argv[1:] if argv is None else argv:
-        if token == "--":
-            break
-        name = token.split("=", 1)[0]
-        if name.startswith("--") and not any(flag.startswith(name) for flag in flags):  # argparse takes prefixes
-            closest = parser.closest_flag(name)
-            parser.error(f"unrecognized flag {name}" + (f"; did you mean {closest}?" if closest else ""))
 
 
 @dataclass
