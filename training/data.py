@@ -31,6 +31,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
+from typing import BinaryIO
 
 import datasets
 import numpy as np
@@ -93,20 +94,26 @@ def _open_binary(path: Path):
     return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
 
 
+def decode_lines(handle: BinaryIO, name: str | Path) -> Iterator[tuple[int, str]]:
+    """(line number, line without its line end) of a binary stream read as UTF-8 text, a leading byte-order mark
+    dropped; DataError naming `name` and the line on bad bytes. `attn translate` reads its input with it too."""
+    for number, raw in enumerate(handle, 1):
+        try:
+            text = raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as error:
+            raise DataError(
+                f"{name}:{number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
+                "re-encode it as UTF-8"
+            ) from None
+        yield number, text
+
+
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, line without its line end) of a UTF-8 text file (gzipped if its name ends in .gz), read as a
     stream; DataError naming the file and line on bad bytes, naming the file if it is truncated or unreadable."""
     try:
         with _open_binary(path) as handle:
-            for number, raw in enumerate(handle, 1):
-                try:
-                    text = raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
-                except UnicodeDecodeError as error:
-                    raise DataError(
-                        f"{path}:{number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
-                        "re-encode the file as UTF-8"
-                    ) from None
-                yield number, text
+            yield from decode_lines(handle, path)
     except (OSError, EOFError) as error:  # e.g. a truncated or corrupt .gz file
         raise DataError(f"{path}: cannot be read: {error}") from None
 

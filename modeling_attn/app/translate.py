@@ -39,6 +39,7 @@ from types import SimpleNamespace
 from typing import Any, TextIO
 
 from training.arguments import CommandParser
+from training.data import DataError, decode_lines
 
 from ..heatmaps import ALIGNMENT_MODES, TranslationAttention, figure_class
 from ..translation import (
@@ -264,24 +265,10 @@ def _input_lines(args: SimpleNamespace, files: contextlib.ExitStack) -> tuple[It
         handle = files.enter_context(open(args.input, "rb"))  # noqa: SIM115 (the stack closes it)
         total = sum(1 for _ in handle)
         handle.seek(0)
-        return _decoded_lines(handle, args.input), total
+        return (line for _, line in decode_lines(handle, args.input)), total
     if (stream := getattr(sys.stdin, "buffer", None)) is None:  # a text stream put in sys.stdin's place
         return (line.rstrip("\r\n") for line in sys.stdin), None
-    return _decoded_lines(stream, "stdin"), None
-
-
-def _decoded_lines(handle, path: str) -> Iterator[str]:
-    """The lines of a binary file as UTF-8 text (a leading byte-order mark dropped), naming file and line on bad
-    bytes."""
-    for number, raw in enumerate(handle, 1):
-        try:
-            line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-        except UnicodeDecodeError as error:
-            raise TranslateError(
-                f"{path}:{number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
-                "re-encode it as UTF-8"
-            ) from None
-        yield line.rstrip("\r\n")
+    return (line for _, line in decode_lines(stream, "stdin")), None
 
 
 # -- attention pictures ----------------------------------------------------------------------------------------
@@ -345,7 +332,7 @@ def translate_main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("attn translate: interrupted", file=sys.stderr)
         return 130
-    except (OSError, TranslateError) as error:
+    except (OSError, TranslateError, DataError) as error:
         print(f"attn translate: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
 
