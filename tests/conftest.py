@@ -2,7 +2,17 @@
 
 from __future__ import annotations
 
+import atexit
+import os
+import shutil
+import tempfile
 from pathlib import Path
+
+# Each test run keeps the `datasets` cache (the Arrow files of training data, tokenized splits and BPE vocabularies
+# of training/prepare.py) in a folder of its own, set before `datasets` is imported and inherited by the training
+# processes the tests start: runs neither leave files in ~/.cache nor reuse an earlier run's.
+os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="attn-tests-datasets-")
+atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)
 
 # Modules that are marked slow as a whole and are expensive merely to import.
 SLOW_MODULES = {"test_transformers_common.py", "test_transformers_common_rnn.py"}
