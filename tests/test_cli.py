@@ -160,6 +160,35 @@ def test_every_command_of_this_module_is_covered_by_the_error_cases(world):
     assert {argv(world)[0] for argv, _ in CASES} == {"average", "preset", "push", "convert", "export"}
 
 
+# Every subcommand, the same three user errors: a misspelt flag (named with its closest valid flag), a flag no
+# command has, and a bad value. Each ends in one line on stderr and exit status 2, before any model is loaded.
+EVERY_COMMAND = {
+    "train": (["--output_dir", "{w}/t"], "--max_step", "--max_steps", ["--max_steps", "many"]),
+    "translate": (["--model", "{w}/model"], "--batchsize", "--batch_size", ["--batch_size", "many"]),
+    "evaluate": (["--model", "{w}/model"], "--max_sample", "--max_samples", ["--max_samples", "many"]),
+    "average": (["{w}/run", "--output_dir", "{w}/a"], "--lastt", "--last", ["--last", "many"]),
+    "preset": ([], "--nam", "--name", ["tiny", "--name", "small"]),
+    "push": (["--model", "{w}/model", "--repo-id", "a/b"], "--privat", "--private", ["--private", "maybe"]),
+    "convert": (["--to", "{w}/c"], "--from_mariam", "--from_marian", ["--to", "{w}/c", "--from_marian"]),
+    "export": (["{w}/model", "--ctranslate2", "{w}/e"], "--quantisation", "--quantization", ["--quantization", "x"]),
+}
+
+
+def test_the_error_cases_below_cover_every_command():
+    assert set(EVERY_COMMAND) == set(COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(EVERY_COMMAND))
+def test_every_command_refuses_bad_flags_in_one_line(command, world):
+    base, misspelt, closest, bad_value = EVERY_COMMAND[command]
+    base = [argument.format(w=world) for argument in base]
+    line = one_line_error([command, *base, misspelt, "1"])
+    assert f"unrecognized flag {misspelt}; did you mean {closest}?" in line
+    assert "unrecognized flag --no_such_flag_anywhere" in one_line_error([command, *base, "--no_such_flag_anywhere"])
+    one_line_error([command, *base, *(argument.format(w=world) for argument in bad_value)])
+    assert not any((world / name).exists() for name in ("t", "a", "c", "e"))
+
+
 def test_export_without_the_interop_extra_names_it(world, monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # what an environment without ctranslate2 gives: ImportError
     line = one_line_error(["export", str(world / "model"), "--ctranslate2", str(world / "e")])
