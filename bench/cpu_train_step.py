@@ -2,10 +2,10 @@
 
     python bench/cpu_train_step.py --preset multi30k-transformer --batch_size 256 --threads 2
 
-The fast paths (modeling_attn/inputs.py): `linear_token_loss`, the output projection and the label-smoothed loss
+The fast paths (modeling_attn/loss.py, modeling_attn/dropout.py): `linear_token_loss`, the output projection and the label-smoothed loss
 computed in chunks with their gradients, without a (tokens x vocabulary) tensor; and `dropout`, masks from a uniform
 draw instead of Bernoulli sampling. Each variant switches them on or off where they are looked up (`dropout` in
-`modeling_attn.modeling_transformer`, the loss's `fuses_output_loss` in `modeling_attn.inputs`) and runs the same
+`modeling_attn.modeling_transformer`, the loss's `fuses_output_loss` in `modeling_attn.loss`) and runs the same
 training step (forward with `skip_logits=True` as `attn train` does, backward, Adam; label smoothing 0.1, dropout from the preset) on the same batch of Multi30k-like lengths
 (`speed.make_batches`, seed 0); timing is `speed.interleaved` (one warm-up round, then `--reps` rounds in rotating
 order, the CPU clock of this process), the median is reported. Each variant trains its own copy of the same weights.
@@ -28,7 +28,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import speed  # noqa: E402  (this folder's module)
 
-from modeling_attn import inputs, modeling_transformer  # noqa: E402
+from modeling_attn import loss, modeling_transformer  # noqa: E402
 
 
 def torch_dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torch.Tensor:
@@ -44,7 +44,7 @@ VARIANTS: dict[str, dict[str, Callable]] = {
 
 
 # where each switch is looked up when the model runs
-HOMES = {"dropout": modeling_transformer, "fuses_output_loss": inputs}
+HOMES = {"dropout": modeling_transformer, "fuses_output_loss": loss}
 
 
 @contextlib.contextmanager

@@ -3,7 +3,7 @@
     python bench/rnn_train_step.py --preset multi30k-rnn --batch_size 128 --threads 1
 
 `skip_logits=True` (what `attn train` passes) computes the output projection and the label-smoothed loss on the
-labelled positions only, through `modeling_attn.inputs.labelled_token_loss` (the fused CPU loss,
+labelled positions only, through `modeling_attn.loss.labelled_token_loss` (the fused CPU loss,
 `linear_token_loss`, where `fuses_output_loss` allows); the other variant makes the (batch, length, vocabulary)
 logits and takes `token_loss` of them. Both run the same training step (`speed.training_task`: forward, backward,
 Adam; label smoothing 0.1, dropout from the preset) on the same batch of Multi30k-like lengths (`speed.make_batches`,

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modeling_attn import inputs
-from modeling_attn.inputs import dropout, fuses_output_loss, linear_token_loss, token_loss
+from modeling_attn import loss as loss_module
+from modeling_attn.dropout import dropout
+from modeling_attn.loss import fuses_output_loss, linear_token_loss, token_loss
 
 
 def _problem(rows=37, width=8, vocab=23, bias=True, dtype=torch.float32, seed=0):
@@ -36,7 +37,7 @@ def _gradients(loss, tensors):
 @pytest.mark.parametrize("chunk_logits", [23, 5 * 23, 1 << 21])  # one row a chunk, 5 rows (last chunk short), all
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_loss_and_gradients_equal_the_unfused_loss(monkeypatch, smoothing, chunk_logits, with_bias):
-    monkeypatch.setattr(inputs, "LOSS_CHUNK_LOGITS", chunk_logits)
+    monkeypatch.setattr(loss_module, "LOSS_CHUNK_LOGITS", chunk_logits)
     hidden, weight, bias, labels = _problem(bias=with_bias)
     for num_items in (None, 50):  # its own token count, or Trainer's count over accumulated batches
         expected = _reference(hidden, weight, bias, labels, num_items, smoothing)
@@ -60,7 +61,7 @@ def test_hand_computed_value():
 
 
 def test_gradcheck_in_double_precision(monkeypatch):
-    monkeypatch.setattr(inputs, "LOSS_CHUNK_LOGITS", 2 * 7)  # two rows a chunk
+    monkeypatch.setattr(loss_module, "LOSS_CHUNK_LOGITS", 2 * 7)  # two rows a chunk
     hidden, weight, bias, labels = _problem(rows=5, width=3, vocab=7, dtype=torch.float64)
     assert torch.autograd.gradcheck(
         lambda h, w, b: linear_token_loss(h, w, labels, b, label_smoothing=0.2), (hidden, weight, bias)

@@ -9,7 +9,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 from tiny import padded_batch, tiny_model
 
-from modeling_attn.inputs import dropout, word_dropout
+from modeling_attn.dropout import dropout, word_dropout
 
 
 def test_a_whole_token_is_dropped_or_kept_and_scaled():

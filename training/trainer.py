@@ -13,10 +13,12 @@ appears whole (one `os.replace`) and disappears whole (renamed away before it is
 killed processes; the files are not fsync'ed, so a power cut can still lose what the OS had not yet written.
 Last, a run resumed from the checkpoint of its final step trains no further step (Trainer 5.23 would train one).
 
-And the training loss skips the logits of padding: with a model whose config has `label_smoothing` (ours), the
-`label_smoothing_factor` moves into the model's own loss (the same loss as Trainer's `LabelSmoother`,
-tests/test_padding_free.py), and training steps call the model with `skip_logits=True` when it takes it, so the
-output projection runs on labelled positions only. Evaluation and prediction still get the full logits.
+And the training loss skips the logits of padding: with a model whose forward takes `label_smoothing` (ours), the
+`label_smoothing_factor` is passed to the model's own loss at every call (the same loss as Trainer's
+`LabelSmoother`, tests/test_padding_free.py; nothing is written into the model's config, so a saved checkpoint
+trains later with whatever its next Trainer says), and training steps call the model with `skip_logits=True` when
+it takes it, so the output projection runs on labelled positions only. Evaluation and prediction still get the
+full logits.
 """
 
 from __future__ import annotations
@@ -55,15 +57,18 @@ class TranslationTrainer(Seq2SeqTrainer):
         self.max_tokens_per_batch = max_tokens_per_batch
         self.token_sampler: TokenBatchSampler | None = None
         self._staging_root: Path | None = None
-        config = getattr(self.model, "config", None)
-        if self.label_smoother is not None and hasattr(config, "label_smoothing"):
-            config.label_smoothing = self.label_smoother.epsilon  # the model smooths its own loss
-            self.label_smoother = None
         # looked up once here, not at every training step
-        self._takes_skip_logits = "skip_logits" in inspect.signature(self.model.forward).parameters
+        parameters = inspect.signature(self.model.forward).parameters
+        self._takes_skip_logits = "skip_logits" in parameters
+        self._label_smoothing = None  # passed at call time to a model that smooths its own loss
+        if self.label_smoother is not None and "label_smoothing" in parameters:
+            self._label_smoothing, self.label_smoother = self.label_smoother.epsilon, None
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """Trainer's, with `skip_logits=True` for a loss-only call of a model that takes it."""
+        """Trainer's, with `skip_logits=True` for a loss-only call of a model that takes it, and Trainer's
+        `label_smoothing_factor` as the model's `label_smoothing`."""
+        if self._label_smoothing is not None and "labels" in inputs:
+            inputs = {**inputs, "label_smoothing": self._label_smoothing}
         if (
             not return_outputs
             and self.label_smoother is None
