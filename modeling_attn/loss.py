@@ -87,7 +87,7 @@ def linear_token_loss(
     `hidden_states`, `weight` and `bias`; backward only scales them (once differentiable: no `create_graph`
     double backward, no `torch.func` transforms). So the gradient work is done whenever grad mode is on and an
     input requires grad, even if backward never runs. The loss and the gradients are `token_loss`'s on the full
-    logits (tests/test_fast_paths.py). Why: a (N, V) float tensor of a 4,096-token batch is 100 MB, and each of
+    logits (tests/test_loss.py). Why: a (N, V) float tensor of a 4,096-token batch is 100 MB, and each of
     the half dozen the unfused loss allocates costs page faults on the CPU (no caching allocator there), where a
     chunk is reused from the heap (bench/README.md). `fuses_output_loss` says where the models use it.
     """
