@@ -51,6 +51,7 @@ from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPa
 from transformers.utils import can_return_tuple
 
 from .attention import attend
+from .beam_search import CompactBeamSearchMixin
 from .configuration_rnn import AttnRNNConfig
 from .dropout import dropout
 from .encoder_decoder import (
@@ -59,7 +60,7 @@ from .encoder_decoder import (
     EncoderDecoderPreTrainedModel,
     embed_inputs,
 )
-from .generation import CompactBeamSearchMixin, SourceRelativeLengthMixin
+from .generation import SourceRelativeLengthMixin
 from .inputs import check_attention_mask
 from .masks import padding_mask
 from .scores import build_score
@@ -78,7 +79,7 @@ class AttnRNNCache(Cache):
 
     The model's forward creates one when `use_cache` is true and updates it in place; generate() passes it
     back through `past_key_values` and, in beam search, calls `reorder_cache` with the surviving beams (fewer
-    rows than it has when sentences leave the batch: `rows_can_leave`, see generation.py).
+    rows than it has when sentences leave the batch: `rows_can_leave`, see beam_search.py).
     """
 
     batch_dims = {"keys": 0, "hidden": 1, "cell": 1, "feed": 0}

@@ -32,6 +32,7 @@ from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention import MultiHeadAttention
+from .beam_search import CompactBeamSearchMixin
 from .configuration_transformer import AttnTransformerConfig
 from .dropout import dropout
 from .encoder_decoder import (
@@ -40,7 +41,7 @@ from .encoder_decoder import (
     EncoderDecoderPreTrainedModel,
     embed_inputs,
 )
-from .generation import CompactBeamSearchMixin, SourceRelativeLengthMixin
+from .generation import SourceRelativeLengthMixin
 from .inputs import check_attention_mask, check_encoder_states
 from .padding_free import kept_rows, on_rows
 

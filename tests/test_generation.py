@@ -1,4 +1,5 @@
-"""modeling_attn.generation: the beam search that drops closed sentences gives transformers' beam search's result."""
+"""modeling_attn.generation (the per-sentence length limit) and modeling_attn.beam_search: the beam search that drops
+closed sentences gives transformers' beam search's result."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 from tiny import padded_batch, spread_tiny_rnn, tiny_model
 from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList, StoppingCriteriaList
 
-from modeling_attn import generation
+from modeling_attn import beam_search
 from modeling_attn.generation import SourceLengthLimit
 
 
@@ -67,9 +68,9 @@ def test_compact_beam_search_equals_transformers_beam_search(model_type, lengths
     sentences do leave the batch (the decoder sees fewer rows) wherever sentences end before the length limit."""
     limit, must_drop = LENGTHS[lengths]
     decoder_rows, drops = [], []
-    select_rows = generation.select_rows
+    select_rows = beam_search.select_rows
     monkeypatch.setattr(
-        generation, "select_rows", lambda kwargs, rows: (drops.append(1), select_rows(kwargs, rows))[1]
+        beam_search, "select_rows", lambda kwargs, rows: (drops.append(1), select_rows(kwargs, rows))[1]
     )
     for seed in range(2):
         model = MODELS[model_type](seed)
@@ -116,9 +117,9 @@ def test_batch_dependent_settings_go_to_transformers_beam_search(monkeypatch):
             return scores - torch.arange(scores.shape[0], dtype=scores.dtype)[:, None] * 0.01
 
     refusals = []
-    refusal = generation.CompactBeamSearchMixin._compact_beam_search_refusal
+    refusal = beam_search.CompactBeamSearchMixin._compact_beam_search_refusal
     monkeypatch.setattr(
-        generation.CompactBeamSearchMixin,
+        beam_search.CompactBeamSearchMixin,
         "_compact_beam_search_refusal",
         lambda *args: (refusals.append(refusal(*args)), refusals[-1])[1],
     )
@@ -155,7 +156,7 @@ def test_only_caches_whose_rows_can_leave_are_shrunk():
     from tiny import tiny_config
     from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
-    from modeling_attn.generation import rows_can_leave
+    from modeling_attn.beam_search import rows_can_leave
     from modeling_attn.modeling_rnn import AttnRNNCache
 
     static = StaticCache(config=tiny_config(), max_cache_len=8)
