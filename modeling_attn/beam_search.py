@@ -5,7 +5,7 @@ whose best translations are final still has its beams run through the model at e
 `CompactBeamSearchMixin._beam_search` is transformers' algorithm step for step on the sentences still open only:
 once none of a sentence's finished beams can change, they are written out and its rows leave the decoder input,
 the cache and the encoder outputs (`OpenSentences.keep`, `select_rows`). It returns transformers' token ids for the
-settings it accepts (tests/test_generation.py compares them over 216 settings); settings whose outputs,
+settings it accepts (tests/test_beam_search.py compares them over 216 settings); settings whose outputs,
 processors, criteria or cache depend on the batch layout or on time (`return_dict_in_generate`, sampling,
 `synced_gpus`, `max_time`, logits processors or stopping criteria it does not know to be per-row, static caches)
 go to transformers' own beam search.

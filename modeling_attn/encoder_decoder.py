@@ -16,6 +16,10 @@ arguments of `forward`, never config fields: `label_smoothing` (epsilon_ls, Sec.
 `label_smoothing_factor`) and `skip_logits` (the output projection and the loss on the labelled positions only,
 `logits=None`: what a training step needs, without the (B, T, V) logits of the padding).
 
+transformers 5.24 renamed the cache argument and output field from `past_key_values` to `cache` (the old name is
+deprecated there). Remote code runs on whatever transformers the loading user has, so `forward` takes both names
+(`cache_argument`) and outputs carry the cache under the installed version's name (`CACHE_FIELD`).
+
 Shapes: B batch, S source length, T target length, E decoder output width, V target vocabulary.
 """
 
@@ -26,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 from transformers.cache_utils import Cache
-from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import BaseModelOutput, ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
@@ -35,6 +39,20 @@ from .inputs import decoder_inputs_for_labels, labelled_prefix, lookup_embedding
 from .loading import SafetensorsOnly
 from .loss import check_label_smoothing, check_skip_logits, labelled_token_loss, token_loss
 from .remote_code import save_with_remote_code
+
+CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def cache_argument(past_key_values: Cache | None, cache: Cache | None) -> Cache | None:
+    """The decoder cache, given under its transformers < 5.24 name `past_key_values` or its 5.24 name `cache`."""
+    if past_key_values is not None and cache is not None:
+        raise ValueError("pass the decoder cache once, as cache or as past_key_values (its name before 5.24)")
+    return cache if cache is not None else past_key_values
+
+
+def with_cache(output_class: type, cache: Cache | None, **fields) -> ModelOutput:
+    """`output_class(**fields)` with the cache in the installed transformers' field (`CACHE_FIELD`)."""
+    return output_class(**fields, **{CACHE_FIELD: cache})
 
 
 def embed_inputs(
@@ -119,8 +137,10 @@ class EncoderDecoderModel(EncoderDecoderPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         decoder_inputs_embeds: torch.Tensor | None = None,
         use_cache: bool | None = None,
+        cache: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqModelOutput:
+        past_key_values = cache_argument(past_key_values, cache)
         if encoder_outputs is None:
             encoder_outputs = self.encoder(
                 input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
@@ -137,9 +157,10 @@ class EncoderDecoderModel(EncoderDecoderPreTrainedModel):
             use_cache=use_cache,
             **kwargs,
         )
-        return Seq2SeqModelOutput(
+        return with_cache(
+            Seq2SeqModelOutput,
+            getattr(decoder_outputs, CACHE_FIELD),
             last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
             decoder_hidden_states=decoder_outputs.hidden_states,
             decoder_attentions=decoder_outputs.attentions,
             cross_attentions=decoder_outputs.cross_attentions,
@@ -198,8 +219,10 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
         num_items_in_batch: int | torch.Tensor | None = None,
         skip_logits: bool = False,
         label_smoothing: float = 0.0,
+        cache: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
+        past_key_values = cache_argument(past_key_values, cache)
         check_skip_logits(skip_logits, labels)
         check_label_smoothing(label_smoothing)
         if labels is not None:
@@ -231,10 +254,11 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
             logits = self._logits(hidden_states)  # (B, T, V)
             if labels is not None:
                 loss = token_loss(logits, labels, num_items_in_batch, label_smoothing)
-        return Seq2SeqLMOutput(
+        return with_cache(
+            Seq2SeqLMOutput,
+            getattr(outputs, CACHE_FIELD),
             loss=loss,
             logits=logits,
-            past_key_values=outputs.past_key_values,
             decoder_hidden_states=outputs.decoder_hidden_states,
             decoder_attentions=outputs.decoder_attentions,
             cross_attentions=outputs.cross_attentions,
@@ -245,8 +269,11 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
 
 
 __all__ = [
+    "CACHE_FIELD",
     "EncoderDecoderForConditionalGeneration",
     "EncoderDecoderModel",
     "EncoderDecoderPreTrainedModel",
+    "cache_argument",
     "embed_inputs",
+    "with_cache",
 ]

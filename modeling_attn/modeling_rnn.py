@@ -59,6 +59,7 @@ from .encoder_decoder import (
     EncoderDecoderModel,
     EncoderDecoderPreTrainedModel,
     embed_inputs,
+    with_cache,
 )
 from .generation import SourceRelativeLengthMixin
 from .inputs import check_attention_mask
@@ -352,9 +353,10 @@ class AttnRNNDecoder(nn.Module):
         if cache is not None:
             cache.store(keys, state, feed, embeds.shape[1])
         outputs = dropout(outputs, self.config.dropout, self.training)
-        return BaseModelOutputWithPastAndCrossAttentions(
+        return with_cache(
+            BaseModelOutputWithPastAndCrossAttentions,
+            cache if use_cache else None,
             last_hidden_state=outputs,
-            past_key_values=cache if use_cache else None,
             cross_attentions=(alignments,) if output_attentions else None,
         )
 

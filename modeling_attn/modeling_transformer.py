@@ -17,6 +17,7 @@ Shapes: B batch, S source length, T target length, E d_model, V vocabulary.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
@@ -40,10 +41,14 @@ from .encoder_decoder import (
     EncoderDecoderModel,
     EncoderDecoderPreTrainedModel,
     embed_inputs,
+    with_cache,
 )
 from .generation import SourceRelativeLengthMixin
 from .inputs import check_attention_mask, check_encoder_states
 from .padding_free import kept_rows, on_rows
+
+# create_causal_mask's name for the cache: `cache` from transformers 5.24, `past_key_values` before
+MASK_CACHE_ARGUMENT = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
 
 
 def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
@@ -323,7 +328,7 @@ class AttnTransformerDecoder(AttnTransformerStack):
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
+            **{MASK_CACHE_ARGUMENT: past_key_values.self_attention_cache if past_key_values is not None else None},
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -343,8 +348,10 @@ class AttnTransformerDecoder(AttnTransformerStack):
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
+        return with_cache(
+            BaseModelOutputWithPastAndCrossAttentions,
+            past_key_values if use_cache else None,
+            last_hidden_state=hidden_states,
         )
 
 
