@@ -25,6 +25,7 @@ Shapes: B batch, S source length, T target length, E decoder output width, V tar
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -47,6 +48,10 @@ def cache_argument(past_key_values: Cache | None, cache: Cache | None) -> Cache 
     """The decoder cache, given under its transformers < 5.24 name `past_key_values` or its 5.24 name `cache`."""
     if past_key_values is not None and cache is not None:
         raise ValueError("pass the decoder cache once, as cache or as past_key_values (its name before 5.24)")
+    if past_key_values is not None and CACHE_FIELD == "cache":  # as transformers' own models warn from 5.24
+        warnings.warn(
+            "`past_key_values` is deprecated: pass the decoder cache as `cache`", FutureWarning, stacklevel=3
+        )
     return cache if cache is not None else past_key_values
 
 
@@ -239,7 +244,7 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
             decoder_input_ids=decoder_input_ids,
             decoder_attention_mask=decoder_attention_mask,
             encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
+            **{CACHE_FIELD: past_key_values},
             inputs_embeds=inputs_embeds,
             decoder_inputs_embeds=decoder_inputs_embeds,
             use_cache=use_cache,
