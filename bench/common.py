@@ -157,15 +157,15 @@ class Peer:
     )
 
 
-def hf_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
-    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels).loss
+def hf_loss(model: nn.Module, batch: Batch, **kwargs) -> torch.Tensor:
+    """The loss as a plain training loop computes it (`kwargs`: e.g. our models' `label_smoothing`)."""
+    return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels, **kwargs).loss
 
 
-def ours_loss(model: nn.Module, batch: Batch) -> torch.Tensor:
-    """Our training step's loss as `attn train` computes it: output projection on labelled positions only."""
-    return model(
-        input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels, skip_logits=True
-    ).loss
+def ours_loss(model: nn.Module, batch: Batch, **kwargs) -> torch.Tensor:
+    """Our training step's loss as `attn train` computes it: output projection on labelled positions only
+    (`kwargs`: e.g. `label_smoothing`, which `TranslationTrainer` passes)."""
+    return hf_loss(model, batch, skip_logits=True, **kwargs)
 
 
 def hf_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int) -> torch.Tensor:

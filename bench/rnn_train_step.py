@@ -3,7 +3,7 @@
     python bench/rnn_train_step.py --preset multi30k-rnn --batch_size 128 --threads 1
 
 `skip_logits=True` (what `attn train` passes) computes the output projection and the label-smoothed loss on the
-labelled positions only, through `modeling_attn.inputs.labelled_token_loss` (the fused CPU loss,
+labelled positions only, through `modeling_attn.loss.labelled_token_loss` (the fused CPU loss,
 `linear_token_loss`, where `fuses_output_loss` allows); the other variant makes the (batch, length, vocabulary)
 logits and takes `token_loss` of them. Both run the same training step (`common.training_task`: forward, backward,
 Adam; label smoothing 0.1, dropout from the preset) on the same batch of Multi30k-like lengths (`common.make_batches`,
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -26,14 +27,17 @@ from modeling_attn import AttnRNNForConditionalGeneration  # noqa: E402
 from modeling_attn.presets import load_preset  # noqa: E402
 
 # the losses of common.py's peers: `hf_loss` as a plain training loop calls the model, `ours_loss` as `attn train` does
-VARIANTS = {"full logits": common.hf_loss, "skip_logits (what attn train uses)": common.ours_loss}
+VARIANTS = {
+    "full logits": partial(common.hf_loss, label_smoothing=0.1),
+    "skip_logits (what attn train uses)": partial(common.ours_loss, label_smoothing=0.1),
+}
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
     """Measure, print the table, and return the median seconds per step of each variant."""
     args = common.step_parser(__doc__.split("\n")[0], "multi30k-rnn", 128).parse_args(argv)
     torch.set_num_threads(args.threads)
-    config = load_preset(args.preset, label_smoothing=0.1)
+    config = load_preset(args.preset)
     if config.model_type != "attn_rnn":
         raise ValueError(f"--preset {args.preset} has model_type {config.model_type}; this script times attn_rnn")
     torch.manual_seed(0)

@@ -14,14 +14,14 @@ from transformers import PreTrainedConfig
 
 from .loading import ModelTypeGuard
 from .scores import SCORE_NAMES
-from .validation import check_choice, check_positive, check_probability, check_token_ids
+from .validation import EncoderDecoderConfigMixin, check_choice, check_positive, check_probability
 
 RNN_TYPES = ("gru", "lstm")
 DECODER_STYLES = ("bahdanau", "luong")
 
 
 @strict
-class AttnRNNConfig(ModelTypeGuard, PreTrainedConfig):
+class AttnRNNConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTrainedConfig):
     r"""Configuration of [`AttnRNNModel`] and [`AttnRNNForConditionalGeneration`].
 
     Args:
@@ -48,8 +48,9 @@ class AttnRNNConfig(ModelTypeGuard, PreTrainedConfig):
             Luong decoder only (Bahdanau's decoder always feeds its context).
         dropout: dropout on the embeddings, between stacked RNN layers and on the decoder output before the
             output projection (Luong Sec. 4.1 uses 0.2; Bahdanau none).
-        label_smoothing: epsilon_ls of the loss computed from `labels` (0 = plain cross-entropy; not in the
-            papers), the same loss as Trainer's `label_smoothing_factor`, computed inside the model.
+        (no label_smoothing: it is a training setting, given to `forward(..., label_smoothing=...)` or as Trainer's
+            `label_smoothing_factor`; a `label_smoothing` in an older config.json is ignored with a warning and no
+            longer changes the loss.)
         share_encoder_decoder_embeddings: one embedding matrix for source and target (not in the papers).
         tie_word_embeddings: the output projection shares the target embedding matrix (not in the papers);
             needs the decoder output width (readout_size, or decoder_hidden_size for Luong) to equal
@@ -76,7 +77,6 @@ class AttnRNNConfig(ModelTypeGuard, PreTrainedConfig):
     readout_size: int = 500
     input_feeding: bool = False
     dropout: float | int = 0.0
-    label_smoothing: float | int = 0.0
     share_encoder_decoder_embeddings: bool = False
     tie_word_embeddings: bool = False
     use_cache: bool = True
@@ -85,11 +85,6 @@ class AttnRNNConfig(ModelTypeGuard, PreTrainedConfig):
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2
     decoder_start_token_id: int | None = 1
-
-    def __post_init__(self, **kwargs):
-        if self.decoder_vocab_size is None:
-            self.decoder_vocab_size = self.vocab_size
-        super().__post_init__(**kwargs)
 
     @property
     def annotation_size(self) -> int:
@@ -119,7 +114,7 @@ class AttnRNNConfig(ModelTypeGuard, PreTrainedConfig):
         )
 
     def validate_dropout(self):
-        check_probability(self, ("dropout", "label_smoothing"))
+        check_probability(self, ("dropout",))
 
     def validate_choices(self):
         check_choice(self, "rnn_type", RNN_TYPES)
@@ -145,22 +140,6 @@ class AttnRNNConfig(ModelTypeGuard, PreTrainedConfig):
                 f"{name}.tie_word_embeddings needs the decoder output width {field} ({self.output_size}) to equal "
                 f"embedding_size ({self.embedding_size})"
             )
-
-    def validate_vocabularies(self):
-        if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
-            raise ValueError(
-                f"{type(self).__name__}.decoder_vocab_size ({self.decoder_vocab_size}) must equal vocab_size "
-                f"({self.vocab_size}) when share_encoder_decoder_embeddings=True"
-            )
-        check_token_ids(
-            self,
-            {
-                "pad_token_id": "vocab_size",
-                "bos_token_id": "decoder_vocab_size",
-                "eos_token_id": "decoder_vocab_size",
-                "decoder_start_token_id": "decoder_vocab_size",
-            },
-        )
 
 
 __all__ = ["AttnRNNConfig"]

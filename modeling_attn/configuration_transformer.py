@@ -11,13 +11,13 @@ from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 
 from .loading import ModelTypeGuard
-from .validation import check_choice, check_positive, check_probability, check_token_ids
+from .validation import EncoderDecoderConfigMixin, check_choice, check_positive, check_probability
 
 POSITIONAL_LAYOUTS = ("interleaved", "halves")
 
 
 @strict
-class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
+class AttnTransformerConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTrainedConfig):
     r"""Configuration of [`AttnTransformerModel`] and [`AttnTransformerForConditionalGeneration`].
 
     Args:
@@ -50,9 +50,9 @@ class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
         tie_word_embeddings: the pre-softmax projection shares the target embedding matrix (Sec. 3.4).
         final_logits_bias: add a fixed (1, decoder_vocab_size) bias to the logits, a saved buffer that is not
             trained (not in the paper; Marian / OPUS-MT models have one, see `convert_marian.py`).
-        label_smoothing: epsilon_ls of the loss computed from `labels` (Sec. 5.4 uses 0.1; 0 = plain
-            cross-entropy). The same loss as Trainer's `label_smoothing_factor`, computed inside the model,
-            so that `forward(..., skip_logits=True)` can compute it from the labelled positions alone.
+        (no label_smoothing: epsilon_ls (Sec. 5.4 uses 0.1) is a training setting, given to
+            `forward(..., label_smoothing=...)` or as Trainer's `label_smoothing_factor`; a `label_smoothing` in
+            an older config.json is ignored with a warning and no longer changes the loss.)
         use_cache: return and use the key/value cache when decoding.
         pad_token_id, bos_token_id, eos_token_id, decoder_start_token_id: special token ids.
     """
@@ -86,18 +86,12 @@ class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
     share_encoder_decoder_embeddings: bool = True
     tie_word_embeddings: bool = True
     final_logits_bias: bool = False
-    label_smoothing: float | int = 0.0
     use_cache: bool = True
     is_encoder_decoder: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2
     decoder_start_token_id: int | None = 1
-
-    def __post_init__(self, **kwargs):
-        if self.decoder_vocab_size is None:
-            self.decoder_vocab_size = self.vocab_size
-        super().__post_init__(**kwargs)
 
     def validate_sizes(self):
         check_positive(
@@ -125,30 +119,11 @@ class AttnTransformerConfig(ModelTypeGuard, PreTrainedConfig):
             raise ValueError(f"{type(self).__name__}.layer_norm_eps must be positive, got {self.layer_norm_eps}")
 
     def validate_dropout(self):
-        check_probability(
-            self, ("dropout", "attention_dropout", "activation_dropout", "word_dropout", "label_smoothing")
-        )
+        check_probability(self, ("dropout", "attention_dropout", "activation_dropout", "word_dropout"))
 
     def validate_choices(self):
         check_choice(self, "activation_function", ACT2FN.keys())
         check_choice(self, "positional_layout", POSITIONAL_LAYOUTS)
-
-    def validate_vocabularies(self):
-        if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
-            raise ValueError(
-                f"{type(self).__name__}.decoder_vocab_size ({self.decoder_vocab_size}) must equal vocab_size "
-                f"({self.vocab_size}) when share_encoder_decoder_embeddings=True; set it to False for separate "
-                "source and target vocabularies"
-            )
-        check_token_ids(
-            self,
-            {
-                "pad_token_id": "vocab_size",
-                "bos_token_id": "decoder_vocab_size",
-                "eos_token_id": "decoder_vocab_size",
-                "decoder_start_token_id": "decoder_vocab_size",
-            },
-        )
 
 
 __all__ = ["AttnTransformerConfig"]

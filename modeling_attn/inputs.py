@@ -1,4 +1,4 @@
-"""Input checks, decoder inputs, dropout and the loss, shared by both model types.
+"""Input checks and decoder inputs, shared by both model types.
 
 Bad input raises with a message naming the argument, the offending value and the expected range or
 shape; nothing is clipped or ignored silently.
@@ -10,7 +10,9 @@ import torch
 from transformers.utils import is_torchdynamo_compiling
 
 
-def check_token_ids(token_ids: torch.Tensor, vocab_size: int, name: str, ignore_index: int | None = None) -> None:
+def check_ids_in_vocabulary(
+    token_ids: torch.Tensor, vocab_size: int, name: str, ignore_index: int | None = None
+) -> None:
     """Raise if `token_ids` is empty, not integer, or holds an id outside [0, vocab_size)."""
     if token_ids.dim() != 2 or token_ids.shape[0] == 0 or token_ids.shape[1] == 0:
         raise ValueError(f"{name} must be a non-empty (batch, length) tensor, got shape {tuple(token_ids.shape)}")
@@ -65,7 +67,7 @@ def decoder_inputs_for_labels(
     labels: torch.Tensor, config, decoder_input_ids: torch.Tensor | None, decoder_inputs_embeds: torch.Tensor | None
 ) -> torch.Tensor | None:
     """Check `labels` against the target vocabulary; the decoder input is `labels` shifted right unless given."""
-    check_token_ids(labels, config.decoder_vocab_size, "labels", ignore_index=-100)
+    check_ids_in_vocabulary(labels, config.decoder_vocab_size, "labels", ignore_index=-100)
     if decoder_input_ids is None and decoder_inputs_embeds is None:
         return shift_tokens_right(labels, config.pad_token_id, config.decoder_start_token_id)
     return decoder_input_ids
@@ -82,229 +84,6 @@ def labelled_prefix(labels: torch.Tensor) -> torch.Tensor:
     return (positions <= last).long()
 
 
-def check_labels_shape(labels: torch.Tensor, shape: tuple[int, ...]) -> None:
-    """`labels` must be (B, T) like the decoder's output."""
-    if tuple(shape) != tuple(labels.shape):
-        raise ValueError(
-            f"labels have shape {tuple(labels.shape)} but the decoder produced logits for (batch, length) = "
-            f"{tuple(shape)}; pass decoder_input_ids of the same shape as labels, or labels alone"
-        )
-
-
-def token_loss(
-    logits: torch.Tensor,
-    labels: torch.Tensor,
-    num_items_in_batch: int | torch.Tensor | None = None,
-    label_smoothing: float = 0.0,
-) -> torch.Tensor:
-    """Cross-entropy summed over target tokens (-100 ignored), divided by their number.
-
-    With gradient accumulation Trainer passes `num_items_in_batch`, the token count of the whole
-    accumulated batch, so that the accumulated gradient equals that of one large batch. `label_smoothing`
-    (Sec. 5.4, epsilon_ls) mixes the one-hot target with the uniform distribution, as
-    `torch.nn.functional.cross_entropy(label_smoothing=...)` and Trainer's `LabelSmoother` do.
-    """
-    check_labels_shape(labels, logits.shape[:2])
-    total = torch.nn.functional.cross_entropy(
-        logits.flatten(0, 1).float(),
-        labels.flatten().to(logits.device),
-        ignore_index=-100,
-        reduction="sum",
-        label_smoothing=label_smoothing,
-    )
-    return total / _token_count(labels, num_items_in_batch, total.device)
-
-
-# Rows of the output projection handled at once by `linear_token_loss`: about 2M logits (8 MB in float32) per chunk.
-LOSS_CHUNK_LOGITS = 1 << 21
-
-
-def fuses_output_loss(output_layer: torch.nn.Module, hidden_states: torch.Tensor) -> bool:
-    """Whether `linear_token_loss(hidden_states, output_layer.weight, ...)` may stand in for `token_loss` of
-    `output_layer(hidden_states)`: where it was measured faster (the CPU, float32 or float64, outside autocast and
-    torch.compile) and only for a plain bias-free `nn.Linear` with no hooks, so that nothing a wrapper, an adapter
-    or a sharding library (DeepSpeed ZeRO-3, FSDP: they gather the weight in hooks) put on the layer is bypassed."""
-    return (
-        type(output_layer) is torch.nn.Linear
-        and output_layer.bias is None
-        and type(output_layer.weight) is torch.nn.Parameter
-        and output_layer.weight.dtype in (torch.float32, torch.float64)
-        and not (output_layer._forward_hooks or output_layer._forward_pre_hooks)
-        and not hasattr(output_layer, "_hf_hook")  # accelerate's hooks (offloading, device_map) replace forward
-        and not (torch.nn.modules.module._global_forward_hooks or torch.nn.modules.module._global_forward_pre_hooks)
-        and hidden_states.device.type == "cpu"
-        and not torch.is_autocast_enabled("cpu")
-        and not is_torchdynamo_compiling()
-    )
-
-
-def linear_token_loss(
-    hidden_states: torch.Tensor,
-    weight: torch.Tensor,
-    labels: torch.Tensor,
-    bias: torch.Tensor | None = None,
-    num_items_in_batch: int | torch.Tensor | None = None,
-    label_smoothing: float = 0.0,
-) -> torch.Tensor:
-    """`token_loss` of the logits `hidden_states @ weight.T + bias`, computed without holding the logits.
-
-    `hidden_states` (N, E) and `labels` (N,) are rows (-100 ignored), `weight` (V, E) float32 or float64 (the
-    loss is computed in its precision, autocast off). The rows go through the output projection, the log-softmax
-    and the loss a chunk at a time (`LOSS_CHUNK_LOGITS` logits), and when a gradient is wanted it is computed in
-    the same pass: d loss / d logits = softmax - (1 - eps) one-hot - eps / V, turned at once into the gradients of
-    `hidden_states`, `weight` and `bias`; backward only scales them (once differentiable: no `create_graph`
-    double backward, no `torch.func` transforms). So the gradient work is done whenever grad mode is on and an
-    input requires grad, even if backward never runs. The loss and the gradients are `token_loss`'s on the full
-    logits (tests/test_fast_paths.py). Why: a (N, V) float tensor of a 4,096-token batch is 100 MB, and each of
-    the half dozen the unfused loss allocates costs page faults on the CPU (no caching allocator there), where a
-    chunk is reused from the heap (bench/README.md). `fuses_output_loss` says where the models use it.
-    """
-    if hidden_states.dim() != 2 or labels.shape != hidden_states.shape[:1]:
-        raise ValueError(
-            f"linear_token_loss takes hidden_states (rows, width) and labels (rows,), got shapes "
-            f"{tuple(hidden_states.shape)} and {tuple(labels.shape)}"
-        )
-    if weight.dtype not in (torch.float32, torch.float64):
-        raise TypeError(f"linear_token_loss takes float32 or float64 weights, got {weight.dtype}; use token_loss")
-    wants_grad = torch.is_grad_enabled() and any(
-        tensor is not None and tensor.requires_grad for tensor in (hidden_states, weight, bias)
-    )
-    chunk = max(1, LOSS_CHUNK_LOGITS // weight.shape[0])
-    with torch.autocast(hidden_states.device.type, enabled=False):
-        if wants_grad:
-            total = _LinearTokenLoss.apply(hidden_states, weight, bias, labels, label_smoothing, chunk)
-        else:
-            total = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk)
-    return total / _token_count(labels, num_items_in_batch, total.device)
-
-
-def check_skip_logits(skip_logits: bool, labels: torch.Tensor | None) -> None:
-    """`forward(..., skip_logits=True)` computes only the loss, so it needs `labels`."""
-    if skip_logits and labels is None:
-        raise ValueError("skip_logits=True computes only the loss, from labels; pass labels or drop skip_logits")
-
-
-def labelled_token_loss(
-    hidden_states: torch.Tensor,
-    labels: torch.Tensor,
-    output_layer: torch.nn.Module,
-    bias: torch.Tensor | None = None,
-    num_items_in_batch: int | torch.Tensor | None = None,
-    label_smoothing: float = 0.0,
-) -> torch.Tensor:
-    """`token_loss` of the logits `output_layer(hidden_states) + bias`, computed at the labelled positions only.
-
-    What a training step of either model needs (`skip_logits=True`): `hidden_states` (B, T, E) are the decoder's
-    outputs, `labels` (B, T) with -100 at padding; the (B, T, V) logits of the padding are never made. Where
-    `fuses_output_loss` allows it (the CPU) the projection and the loss go through `linear_token_loss` without
-    any (tokens, V) tensor; elsewhere `output_layer` itself runs, hooks, adapters and sharding included.
-    """
-    check_labels_shape(labels, hidden_states.shape[:2])
-    labels = labels.to(hidden_states.device)
-    rows = (labels != -100).reshape(-1).nonzero().squeeze(1)
-    picked = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows)
-    picked_labels = labels.reshape(-1).index_select(0, rows)
-    if fuses_output_loss(output_layer, picked):
-        return linear_token_loss(picked, output_layer.weight, picked_labels, bias, num_items_in_batch, label_smoothing)
-    logits = output_layer(picked)
-    if bias is not None:
-        logits = logits + bias
-    return token_loss(logits[None], picked_labels[None], num_items_in_batch, label_smoothing)
-
-
-def _token_count(
-    labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None, device: torch.device
-) -> int | torch.Tensor:
-    """The loss's divisor: `num_items_in_batch` (Trainer's count over accumulated batches) or the labelled tokens."""
-    if num_items_in_batch is None:
-        num_items_in_batch = (labels != -100).sum()
-        if not is_torchdynamo_compiling() and num_items_in_batch.item() == 0:
-            raise ValueError("labels hold no target token (all positions are -100): the loss is undefined")
-    if isinstance(num_items_in_batch, torch.Tensor):
-        num_items_in_batch = num_items_in_batch.to(device)
-    return num_items_in_batch
-
-
-def _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk, grads=None):
-    """The summed label-smoothed cross-entropy, chunk by chunk; with `grads` = (hidden, weight, bias) buffers
-    (None where no gradient is wanted), also d sum / d each of them, written into those buffers."""
-    vocab = weight.shape[0]
-    total = torch.zeros((), dtype=weight.dtype, device=hidden_states.device)  # float32 or float64
-    labels = labels.to(hidden_states.device)
-    for start in range(0, hidden_states.shape[0], chunk):
-        rows = hidden_states[start : start + chunk]
-        targets = labels[start : start + chunk]
-        kept = targets != -100
-        safe_targets = torch.where(kept, targets, 0)[:, None]
-        log_probs = torch.log_softmax(torch.nn.functional.linear(rows, weight, bias), dim=-1)
-        losses = -(1.0 - label_smoothing) * log_probs.gather(1, safe_targets).squeeze(1)
-        if label_smoothing:
-            losses = losses - (label_smoothing / vocab) * log_probs.sum(dim=1)
-        total += losses.masked_fill(~kept, 0.0).sum()
-        if grads is None:
-            continue
-        grad_logits = log_probs.exp_()  # softmax, in place of the log-probabilities
-        if label_smoothing:
-            grad_logits.sub_(label_smoothing / vocab)
-        grad_logits.scatter_add_(1, safe_targets, grad_logits.new_full(safe_targets.shape, label_smoothing - 1.0))
-        grad_logits.mul_(kept[:, None])
-        grad_hidden, grad_weight, grad_bias = grads
-        if grad_hidden is not None:
-            torch.mm(grad_logits, weight, out=grad_hidden[start : start + chunk])
-        if grad_weight is not None:
-            grad_weight.addmm_(grad_logits.T, rows)
-        if grad_bias is not None:
-            grad_bias += grad_logits.sum(dim=0)
-    return total
-
-
-class _LinearTokenLoss(torch.autograd.Function):
-    """`linear_token_loss`'s summed loss, its gradients computed in the forward pass (once differentiable)."""
-
-    @staticmethod
-    def forward(ctx, hidden_states, weight, bias, labels, label_smoothing, chunk):
-        wants = ctx.needs_input_grad
-        grads = (
-            torch.empty_like(hidden_states) if wants[0] else None,
-            torch.zeros_like(weight) if wants[1] else None,
-            torch.zeros_like(bias) if bias is not None and wants[2] else None,
-        )
-        total = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk, grads)
-        ctx.save_for_backward(*grads)
-        return total
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, grad_total):
-        scaled = [grad * grad_total.to(grad.dtype) if grad is not None else None for grad in ctx.saved_tensors]
-        return (*scaled, None, None, None)
-
-
-def dropout(hidden_states: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """`torch.nn.functional.dropout`, with the mask drawn by `torch.rand` on the CPU.
-
-    Each element is zeroed with probability p and the others scaled by 1 / (1 - p), as PyTorch's dropout; on the
-    CPU its Bernoulli sampling costs about twice a uniform draw and a comparison, a tenth of a Multi30k training
-    step (bench/README.md). Elsewhere PyTorch's own kernel: on other devices, and for other dtypes (a bfloat16
-    uniform draw is too coarse for an exact p).
-    """
-    if not 0.0 <= p <= 1.0:
-        raise ValueError(f"dropout probability has to be between 0 and 1, but got {p}")
-    if not training or p == 0.0:
-        return hidden_states
-    if hidden_states.device.type != "cpu" or hidden_states.dtype != torch.float32 or p == 1.0:
-        return torch.nn.functional.dropout(hidden_states, p=p, training=True)
-    return hidden_states * torch.rand_like(hidden_states).ge_(p).mul_(1.0 / (1.0 - p))
-
-
-def word_dropout(embeddings: torch.Tensor, p: float, training: bool) -> torch.Tensor:
-    """Dropout over whole tokens: each (B, L) position's embedding vector is zeroed with probability p and the
-    others scaled by 1 / (1 - p) (`dropout` of one mask value per position)."""
-    if not training or p == 0.0:
-        return embeddings
-    return embeddings * dropout(embeddings.new_ones(*embeddings.shape[:-1], 1), p, training)
-
-
 def lookup_embeddings(
     embedding: torch.nn.Embedding,
     input_ids: torch.Tensor | None,
@@ -319,7 +98,7 @@ def lookup_embeddings(
     if (input_ids is None) == (inputs_embeds is None):
         raise ValueError(f"pass exactly one of {name}input_ids and {name}inputs_embeds")
     if inputs_embeds is None:
-        check_token_ids(input_ids, vocab_size, f"{name}input_ids")
+        check_ids_in_vocabulary(input_ids, vocab_size, f"{name}input_ids")
         return embedding(input_ids)
     if inputs_embeds.dim() != 3 or inputs_embeds.shape[0] == 0 or inputs_embeds.shape[1] == 0:
         raise ValueError(

@@ -16,7 +16,6 @@ attention (Bahdanau et al. 2015; Luong et al. 2015), which differ only in how th
 from __future__ import annotations
 
 import torch
-from transformers.utils import is_torchdynamo_compiling
 
 
 def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -38,29 +37,3 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
             # score + dtype minimum may round to -inf in half precision; clamp keeps a masked row finite.
             scores = (scores + mask).clamp(min=min_value)
     return torch.softmax(scores, dim=-1, dtype=torch.float32).to(scores.dtype)
-
-
-def kept_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
-    """Flat indices (into B * L) of the positions a (B, L) 0/1 mask keeps, or None when it keeps all of them.
-
-    Position-wise layers (the feed-forward network, the output projection) need not run on padding: a padded
-    position is never attended to, so what is computed there reaches no real position.
-    """
-    if mask is None or is_torchdynamo_compiling():  # data-dependent shapes would break a compiled graph
-        return None
-    keep = mask.reshape(-1).bool()
-    return None if bool(keep.all()) else keep.nonzero().squeeze(1)
-
-
-def on_rows(function, states: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
-    """Apply a position-wise `function` to the `rows` of (B, L, E) `states` only; other positions get zeros.
-
-    With `rows=None` it is `function(states)`. Padding-free: on ragged batches (40% padding is common with
-    random batching) this skips the padded share of the work, forward and backward.
-    """
-    if rows is None:
-        return function(states)
-    flat = states.reshape(-1, states.shape[-1])
-    picked = function(flat.index_select(0, rows))
-    out = picked.new_zeros(flat.shape[0], picked.shape[-1]).index_copy(0, rows, picked)
-    return out.view(*states.shape[:-1], picked.shape[-1])

@@ -47,31 +47,23 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import initialization as init
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
-from transformers.modeling_outputs import (
-    BaseModelOutput,
-    BaseModelOutputWithPastAndCrossAttentions,
-    Seq2SeqLMOutput,
-    Seq2SeqModelOutput,
-)
-from transformers.modeling_utils import PreTrainedModel
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions
 from transformers.utils import can_return_tuple
 
 from .attention import attend
+from .beam_search import CompactBeamSearchMixin
 from .configuration_rnn import AttnRNNConfig
-from .generation import CompactBeamSearchMixin, SourceRelativeLengthMixin
-from .inputs import (
-    check_attention_mask,
-    check_skip_logits,
-    decoder_inputs_for_labels,
-    dropout,
-    labelled_token_loss,
-    lookup_embeddings,
-    shift_tokens_right,
-    token_loss,
+from .dropout import dropout
+from .encoder_decoder import (
+    EncoderDecoderForConditionalGeneration,
+    EncoderDecoderModel,
+    EncoderDecoderPreTrainedModel,
+    embed_inputs,
+    with_cache,
 )
-from .loading import SafetensorsOnly
+from .generation import SourceRelativeLengthMixin
+from .inputs import check_attention_mask
 from .masks import padding_mask
-from .remote_code import save_with_remote_code
 from .scores import build_score
 
 RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
@@ -88,7 +80,7 @@ class AttnRNNCache(Cache):
 
     The model's forward creates one when `use_cache` is true and updates it in place; generate() passes it
     back through `past_key_values` and, in beam search, calls `reorder_cache` with the surviving beams (fewer
-    rows than it has when sentences leave the batch: `rows_can_leave`, see generation.py).
+    rows than it has when sentences leave the batch: `rows_can_leave`, see beam_search.py).
     """
 
     batch_dims = {"keys": 0, "hidden": 1, "cell": 1, "feed": 0}
@@ -154,8 +146,9 @@ class AttnRNNCache(Cache):
 
 def _embed(module: nn.Module, input_ids, inputs_embeds, vocab_size: int, name: str) -> torch.Tensor:
     """Word embeddings E y (Bahdanau A.2), then dropout."""
-    inputs_embeds = lookup_embeddings(module.embed_tokens, input_ids, inputs_embeds, vocab_size, name)
-    return dropout(inputs_embeds, module.config.dropout, module.training)
+    return dropout(
+        embed_inputs(module, input_ids, inputs_embeds, vocab_size, name), module.config.dropout, module.training
+    )
 
 
 def _source_lengths(attention_mask: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
@@ -319,6 +312,7 @@ class AttnRNNDecoder(nn.Module):
                 f"past_key_values must be an AttnRNNCache (the decoder state), got {type(past_key_values).__name__}"
             )
         use_cache = self.config.use_cache if use_cache is None else use_cache
+        output_attentions = self.config.output_attentions if output_attentions is None else output_attentions
         cache = past_key_values if past_key_values is not None else (AttnRNNCache() if use_cache else None)
         past_length = cache.steps if cache is not None else 0
 
@@ -359,25 +353,22 @@ class AttnRNNDecoder(nn.Module):
         if cache is not None:
             cache.store(keys, state, feed, embeds.shape[1])
         outputs = dropout(outputs, self.config.dropout, self.training)
-        return BaseModelOutputWithPastAndCrossAttentions(
+        return with_cache(
+            BaseModelOutputWithPastAndCrossAttentions,
+            cache if use_cache else None,
             last_hidden_state=outputs,
-            past_key_values=cache if use_cache else None,
             cross_attentions=(alignments,) if output_attentions else None,
         )
 
 
-class AttnRNNPreTrainedModel(SafetensorsOnly, PreTrainedModel):
+class AttnRNNPreTrainedModel(EncoderDecoderPreTrainedModel):
     config: AttnRNNConfig
     config_class = AttnRNNConfig
-    base_model_prefix = "model"
     _no_split_modules = ["AttnRNNEncoder", "AttnRNNDecoder"]
 
-    def save_pretrained(self, save_directory, **kwargs) -> None:
-        """Save weights (safetensors), config and code, with both heads in `auto_map` and the translation pipeline
-        (`remote_code.save_with_remote_code`)."""
-        save_with_remote_code(
-            self, save_directory, super().save_pretrained, AttnRNNModel, AttnRNNForConditionalGeneration, **kwargs
-        )
+    @staticmethod
+    def heads() -> tuple[type, type]:
+        return AttnRNNModel, AttnRNNForConditionalGeneration
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -387,81 +378,30 @@ class AttnRNNPreTrainedModel(SafetensorsOnly, PreTrainedModel):
                 init.uniform_(parameter, -0.1, 0.1)
 
 
-class AttnRNNModel(AttnRNNPreTrainedModel):
+class AttnRNNModel(EncoderDecoderModel, AttnRNNPreTrainedModel):
     """Encoder and decoder without the output projection: returns the decoder outputs (B, T, config.output_size)."""
 
     def __init__(self, config: AttnRNNConfig):
         super().__init__(config)
         if config.share_encoder_decoder_embeddings:
-            self.shared = nn.Embedding(config.vocab_size, config.embedding_size)
-            self._tied_weights_keys = {
-                "encoder.embed_tokens.weight": "shared.weight",
-                "decoder.embed_tokens.weight": "shared.weight",
-            }
+            self.share_embeddings(nn.Embedding(config.vocab_size, config.embedding_size))
         else:
-            self.shared = None
+            self.share_embeddings(None)
         self.encoder = AttnRNNEncoder(config, self.shared)
         self.decoder = AttnRNNDecoder(config, self.shared)
         self.post_init()
 
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.encoder.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        if self.config.share_encoder_decoder_embeddings:
-            self.shared = value
-            self.decoder.embed_tokens = value
-        self.encoder.embed_tokens = value
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: AttnRNNCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        **kwargs,
-    ) -> Seq2SeqModelOutput:
-        if encoder_outputs is None:
-            encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds
-            )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
-        decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            output_attentions=self.config.output_attentions if output_attentions is None else output_attentions,
-        )
-        return Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-        )
-
 
 class AttnRNNForConditionalGeneration(
-    SourceRelativeLengthMixin, CompactBeamSearchMixin, AttnRNNPreTrainedModel, GenerationMixin
+    SourceRelativeLengthMixin,
+    CompactBeamSearchMixin,
+    EncoderDecoderForConditionalGeneration,
+    AttnRNNPreTrainedModel,
+    GenerationMixin,
 ):
     """The RNN encoder-decoder with its output projection (W_o, Bahdanau A.2.2; W_s, Luong Eq. 6): a translation model.
 
-    `labels` (B, T) give the loss: token-level cross-entropy summed over non -100 positions and divided by
-    their count, or by `num_items_in_batch` when Trainer passes it (gradient accumulation). The decoder input
-    is `labels` shifted right behind `decoder_start_token_id` unless given. `skip_logits=True` (with labels)
-    computes the output projection and the loss on the labelled positions only and returns `logits=None`, as
-    the Transformer does (what `TranslationTrainer` passes in training steps).
+    `forward` and its loss (`labels`, `label_smoothing`, `skip_logits`) are `encoder_decoder.py`'s.
 
     With `output_attentions=True`, `cross_attentions` is a one-tuple (there is one attention per decoder, not
     one per layer) holding the alignments alpha, (B, T, S): row t is the distribution over source positions
@@ -474,12 +414,7 @@ class AttnRNNForConditionalGeneration(
 
     def __init__(self, config: AttnRNNConfig):
         super().__init__(config)
-        self.model = AttnRNNModel(config)
-        self.lm_head = nn.Linear(config.output_size, config.decoder_vocab_size, bias=False)
-        source = (
-            "model.shared.weight" if config.share_encoder_decoder_embeddings else "model.decoder.embed_tokens.weight"
-        )
-        self._tied_weights_keys = {"lm_head.weight": source}
+        self.add_output_layer(AttnRNNModel(config), config.output_size)
         self.post_init()
 
     @classmethod
@@ -487,72 +422,6 @@ class AttnRNNForConditionalGeneration(
         """generate() must not build its key/value cache for this model: forward creates an `AttnRNNCache`
         (use_cache=True) at the first step and generate carries it through `past_key_values`."""
         return False
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
-
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: AttnRNNCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        output_attentions: bool | None = None,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        skip_logits: bool = False,
-        **kwargs,
-    ) -> Seq2SeqLMOutput:
-        check_skip_logits(skip_logits, labels)
-        if labels is not None:
-            use_cache = False
-            decoder_input_ids = decoder_inputs_for_labels(
-                labels, self.config, decoder_input_ids, decoder_inputs_embeds
-            )
-        outputs: Seq2SeqModelOutput = self.model(
-            input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            output_attentions=output_attentions,
-        )
-        logits = loss = None
-        if skip_logits:  # only the labelled positions need the output projection
-            loss = labelled_token_loss(
-                outputs.last_hidden_state,
-                labels,
-                self.lm_head,
-                num_items_in_batch=num_items_in_batch,
-                label_smoothing=self.config.label_smoothing,
-            )
-        else:
-            logits = self.lm_head(outputs.last_hidden_state)  # (B, T, V)
-            if labels is not None:
-                loss = token_loss(logits, labels, num_items_in_batch, self.config.label_smoothing)
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-        )
 
 
 __all__ = [

@@ -17,46 +17,38 @@ Shapes: B batch, S source length, T target length, E d_model, V vocabulary.
 
 from __future__ import annotations
 
+import inspect
 import math
 
 import torch
 from torch import nn
 from transformers import initialization as init
 from transformers.activations import ACT2FN
-from transformers.cache_utils import Cache, DynamicCache, EncoderDecoderCache, StaticLayer
+from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticLayer
 from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
-from transformers.modeling_outputs import (
-    BaseModelOutput,
-    BaseModelOutputWithPastAndCrossAttentions,
-    Seq2SeqLMOutput,
-    Seq2SeqModelOutput,
-)
-from transformers.modeling_utils import PreTrainedModel
-from transformers.utils import can_return_tuple
+from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention import MultiHeadAttention
+from .beam_search import CompactBeamSearchMixin
 from .configuration_transformer import AttnTransformerConfig
-from .generation import CompactBeamSearchMixin, SourceRelativeLengthMixin
-from .inputs import (
-    check_attention_mask,
-    check_encoder_states,
-    check_skip_logits,
-    decoder_inputs_for_labels,
-    dropout,
-    labelled_prefix,
-    labelled_token_loss,
-    lookup_embeddings,
-    shift_tokens_right,
-    token_loss,
-    word_dropout,
+from .dropout import dropout
+from .encoder_decoder import (
+    EncoderDecoderForConditionalGeneration,
+    EncoderDecoderModel,
+    EncoderDecoderPreTrainedModel,
+    embed_inputs,
+    with_cache,
 )
-from .loading import SafetensorsOnly
-from .masks import kept_rows, on_rows
-from .remote_code import save_with_remote_code
+from .generation import SourceRelativeLengthMixin
+from .inputs import check_attention_mask, check_encoder_states
+from .padding_free import kept_rows, on_rows
+
+# create_causal_mask's name for the cache: `cache` from transformers 5.24, `past_key_values` before
+MASK_CACHE_ARGUMENT = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
 
 
 def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:
@@ -183,25 +175,16 @@ class AttnTransformerDecoderLayer(AttnTransformerEncoderLayer):
         return dropout(hidden_states, self.dropout, self.training)
 
 
-class AttnTransformerPreTrainedModel(SafetensorsOnly, PreTrainedModel):
+class AttnTransformerPreTrainedModel(EncoderDecoderPreTrainedModel):
     config: AttnTransformerConfig
     config_class = AttnTransformerConfig
-    base_model_prefix = "model"
     supports_gradient_checkpointing = True
     _no_split_modules = ["AttnTransformerEncoderLayer", "AttnTransformerDecoderLayer"]
     _supports_sdpa = True
 
-    def save_pretrained(self, save_directory, **kwargs) -> None:
-        """Save weights (safetensors), config and code, with both heads in `auto_map` and the translation pipeline
-        (`remote_code.save_with_remote_code`)."""
-        save_with_remote_code(
-            self,
-            save_directory,
-            super().save_pretrained,
-            AttnTransformerModel,
-            AttnTransformerForConditionalGeneration,
-            **kwargs,
-        )
+    @staticmethod
+    def heads() -> tuple[type, type]:
+        return AttnTransformerModel, AttnTransformerForConditionalGeneration
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module) -> None:
@@ -224,26 +207,16 @@ class AttnTransformerPreTrainedModel(SafetensorsOnly, PreTrainedModel):
             init.zeros_(module.final_logits_bias)
 
 
-def _embed(stack, input_ids, inputs_embeds, vocab_size: int, offset: int, name: str) -> torch.Tensor:
-    """Token embeddings * sqrt(d_model) (Sec. 3.4) + positions (Sec. 3.5), then dropout (Sec. 5.4); in training
-    whole tokens are dropped first with probability `config.word_dropout` (0 in the paper)."""
-    inputs_embeds = lookup_embeddings(stack.embed_tokens, input_ids, inputs_embeds, vocab_size, name)
-    inputs_embeds = word_dropout(inputs_embeds * stack.embed_scale, stack.config.word_dropout, stack.training)
-    hidden_states = inputs_embeds + stack.embed_positions(inputs_embeds.shape[1], offset).to(inputs_embeds.dtype)
-    return dropout(hidden_states, stack.config.dropout, stack.training)
+class AttnTransformerStack(AttnTransformerPreTrainedModel):
+    """What the encoder and decoder stacks share: embeddings + positions, N layers (+ a final LayerNorm when pre-LN)."""
 
-
-class AttnTransformerEncoder(AttnTransformerPreTrainedModel):
-    """The encoder stack: embeddings + positions, N encoder layers (+ a final LayerNorm when pre-LN)."""
-
-    _can_record_outputs = {"hidden_states": AttnTransformerEncoderLayer, "attentions": MultiHeadAttention}
-
-    def __init__(self, config: AttnTransformerConfig):
+    def __init__(self, config: AttnTransformerConfig, vocab_field: str, layer_class: type, num_layers: int):
         super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
+        self.vocab_field = vocab_field  # the config field that holds this stack's vocabulary size
+        self.embed_tokens = nn.Embedding(getattr(config, vocab_field), config.d_model, config.pad_token_id)
         self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
         self.embed_positions = AttnTransformerPositionalEncoding(config)
-        self.layers = nn.ModuleList([AttnTransformerEncoderLayer(config, i) for i in range(config.encoder_layers)])
+        self.layers = nn.ModuleList([layer_class(config, i) for i in range(num_layers)])
         self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
         self.gradient_checkpointing = False
         self.post_init()
@@ -254,6 +227,26 @@ class AttnTransformerEncoder(AttnTransformerPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
 
+    def _embed(self, input_ids, inputs_embeds, offset: int, name: str) -> torch.Tensor:
+        """Token embeddings * sqrt(d_model) (Sec. 3.4) + positions (Sec. 3.5), then dropout (Sec. 5.4); in training
+        whole tokens are dropped first with probability `config.word_dropout` (0 in the paper)."""
+        config = self.config
+        vocab_size = getattr(config, self.vocab_field)
+        inputs_embeds = embed_inputs(
+            self, input_ids, inputs_embeds, vocab_size, name, self.embed_scale, config.word_dropout
+        )
+        hidden_states = inputs_embeds + self.embed_positions(inputs_embeds.shape[1], offset).to(inputs_embeds.dtype)
+        return dropout(hidden_states, config.dropout, self.training)
+
+
+class AttnTransformerEncoder(AttnTransformerStack):
+    """The encoder stack: embeddings + positions, N encoder layers (+ a final LayerNorm when pre-LN)."""
+
+    _can_record_outputs = {"hidden_states": AttnTransformerEncoderLayer, "attentions": MultiHeadAttention}
+
+    def __init__(self, config: AttnTransformerConfig):
+        super().__init__(config, "vocab_size", AttnTransformerEncoderLayer, config.encoder_layers)
+
     @capture_outputs
     def forward(
         self,
@@ -262,7 +255,7 @@ class AttnTransformerEncoder(AttnTransformerPreTrainedModel):
         inputs_embeds: torch.Tensor | None = None,
         **kwargs,
     ) -> BaseModelOutput:
-        hidden_states = _embed(self, input_ids, inputs_embeds, self.config.vocab_size, 0, "")
+        hidden_states = self._embed(input_ids, inputs_embeds, 0, "")
         check_attention_mask(attention_mask, hidden_states.shape[:2], "attention_mask", require_token=True)
         token_rows = kept_rows(attention_mask)
         attention_mask = create_bidirectional_mask(
@@ -275,7 +268,7 @@ class AttnTransformerEncoder(AttnTransformerPreTrainedModel):
         return BaseModelOutput(last_hidden_state=hidden_states)
 
 
-class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
+class AttnTransformerDecoder(AttnTransformerStack):
     """The decoder stack: embeddings + positions, N decoder layers (+ a final LayerNorm when pre-LN)."""
 
     _can_record_outputs = {
@@ -285,20 +278,7 @@ class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
     }
 
     def __init__(self, config: AttnTransformerConfig):
-        super().__init__(config)
-        self.embed_tokens = nn.Embedding(config.decoder_vocab_size, config.d_model, config.pad_token_id)
-        self.embed_scale = math.sqrt(config.d_model) if config.scale_embedding else 1.0
-        self.embed_positions = AttnTransformerPositionalEncoding(config)
-        self.layers = nn.ModuleList([AttnTransformerDecoderLayer(config, i) for i in range(config.decoder_layers)])
-        self.layer_norm = nn.LayerNorm(config.d_model, eps=config.layer_norm_eps) if config.norm_first else None
-        self.gradient_checkpointing = False
-        self.post_init()
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        self.embed_tokens = value
+        super().__init__(config, "decoder_vocab_size", AttnTransformerDecoderLayer, config.decoder_layers)
 
     @merge_with_config_defaults
     @capture_outputs
@@ -332,7 +312,7 @@ class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
                 "(generate(cache_implementation='static') or a StaticCache); leave cache_implementation unset"
             )
         past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
-        hidden_states = _embed(self, input_ids, inputs_embeds, self.config.decoder_vocab_size, past_length, "decoder_")
+        hidden_states = self._embed(input_ids, inputs_embeds, past_length, "decoder_")
         check_encoder_states(encoder_hidden_states, hidden_states.shape[0], self.config.d_model)
         if attention_mask is not None:
             check_attention_mask(
@@ -348,7 +328,7 @@ class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
             config=self.config,
             inputs_embeds=hidden_states,
             attention_mask=attention_mask,
-            past_key_values=past_key_values.self_attention_cache if past_key_values is not None else None,
+            **{MASK_CACHE_ARGUMENT: past_key_values.self_attention_cache if past_key_values is not None else None},
         )
         encoder_attention_mask = create_bidirectional_mask(
             config=self.config,
@@ -368,198 +348,53 @@ class AttnTransformerDecoder(AttnTransformerPreTrainedModel):
             )
         if self.layer_norm is not None:
             hidden_states = self.layer_norm(hidden_states)
-        return BaseModelOutputWithPastAndCrossAttentions(
-            last_hidden_state=hidden_states, past_key_values=past_key_values if use_cache else None
+        return with_cache(
+            BaseModelOutputWithPastAndCrossAttentions,
+            past_key_values if use_cache else None,
+            last_hidden_state=hidden_states,
         )
 
 
-class AttnTransformerModel(AttnTransformerPreTrainedModel):
+class AttnTransformerModel(EncoderDecoderModel, AttnTransformerPreTrainedModel):
     """Encoder and decoder without the output projection: returns the decoder's last hidden states."""
 
     def __init__(self, config: AttnTransformerConfig):
         super().__init__(config)
         if config.share_encoder_decoder_embeddings:  # Sec. 3.4: one matrix for source and target
-            self.shared = nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id)
-            self._tied_weights_keys = {
-                "encoder.embed_tokens.weight": "shared.weight",
-                "decoder.embed_tokens.weight": "shared.weight",
-            }
+            self.share_embeddings(nn.Embedding(config.vocab_size, config.d_model, config.pad_token_id))
         else:
-            self.shared = None
-        # Tied parameters, not one module registered three times: transformers marks tie targets as initialised
-        # when loading, which would hide a module-shared `shared.weight` missing from a checkpoint.
+            self.share_embeddings(None)
         self.encoder = AttnTransformerEncoder(config)
         self.decoder = AttnTransformerDecoder(config)
         self.post_init()
 
-    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
-        # transformers applies _tied_weights_keys only when tie_word_embeddings is set; sharing the source and
-        # target embeddings (Sec. 3.4) follows share_encoder_decoder_embeddings alone.
-        tied = super().get_expanded_tied_weights_keys(all_submodels)
-        if not all_submodels and self.config.share_encoder_decoder_embeddings:
-            tied.update(self._tied_weights_keys)
-        return tied
-
-    def get_input_embeddings(self) -> nn.Embedding:
-        return self.encoder.embed_tokens
-
-    def set_input_embeddings(self, value: nn.Embedding) -> None:
-        if self.config.share_encoder_decoder_embeddings:
-            self.shared = value
-            self.decoder.embed_tokens = value
-        self.encoder.embed_tokens = value
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: EncoderDecoderCache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        use_cache: bool | None = None,
-        **kwargs,
-    ) -> Seq2SeqModelOutput:
-        if encoder_outputs is None:
-            encoder_outputs = self.encoder(
-                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
-            )
-        elif not isinstance(encoder_outputs, BaseModelOutput):
-            encoder_outputs = BaseModelOutput(*encoder_outputs)
-        decoder_outputs = self.decoder(
-            input_ids=decoder_input_ids,
-            attention_mask=decoder_attention_mask,
-            encoder_hidden_states=encoder_outputs.last_hidden_state,
-            encoder_attention_mask=attention_mask,
-            past_key_values=past_key_values,
-            inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        return Seq2SeqModelOutput(
-            last_hidden_state=decoder_outputs.last_hidden_state,
-            past_key_values=decoder_outputs.past_key_values,
-            decoder_hidden_states=decoder_outputs.hidden_states,
-            decoder_attentions=decoder_outputs.attentions,
-            cross_attentions=decoder_outputs.cross_attentions,
-            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
-            encoder_hidden_states=encoder_outputs.hidden_states,
-            encoder_attentions=encoder_outputs.attentions,
-        )
-
 
 class AttnTransformerForConditionalGeneration(
-    SourceRelativeLengthMixin, CompactBeamSearchMixin, AttnTransformerPreTrainedModel, GenerationMixin
+    SourceRelativeLengthMixin,
+    CompactBeamSearchMixin,
+    EncoderDecoderForConditionalGeneration,
+    AttnTransformerPreTrainedModel,
+    GenerationMixin,
 ):
     """The Transformer with its pre-softmax projection (tied to the target embeddings, Sec. 3.4): a translation model.
 
-    `labels` (B, T) give the loss: token-level cross-entropy (label-smoothed by `config.label_smoothing`)
-    summed over non -100 positions and divided by their count, or by `num_items_in_batch` when Trainer passes
-    it (gradient accumulation). The decoder input is `labels` shifted right behind `decoder_start_token_id`
-    unless given. `skip_logits=True` (with labels) computes the output projection and the loss on the labelled
-    positions only and returns `logits=None`: what a training step needs, without the (B, T, V) logits of the
-    padding (`TranslationTrainer` passes it; 40% of the positions of randomly batched sentences are padding).
+    `forward` and its loss (`labels`, `label_smoothing`, `skip_logits`) are `encoder_decoder.py`'s.
     """
 
     def __init__(self, config: AttnTransformerConfig):
         super().__init__(config)
-        self.model = AttnTransformerModel(config)
-        self.lm_head = nn.Linear(config.d_model, config.decoder_vocab_size, bias=False)
-        # config.final_logits_bias: a fixed bias on the logits (Marian's), saved but not trained, as Marian keeps it
-        bias = torch.zeros(1, config.decoder_vocab_size) if config.final_logits_bias else None
-        self.register_buffer("final_logits_bias", bias)
-        source = (
-            "model.shared.weight" if config.share_encoder_decoder_embeddings else "model.decoder.embed_tokens.weight"
-        )
-        self._tied_weights_keys = {"lm_head.weight": source}
+        self.add_output_layer(AttnTransformerModel(config), config.d_model)
         self.post_init()
-
-    def get_output_embeddings(self) -> nn.Linear:
-        return self.lm_head
-
-    def set_output_embeddings(self, value: nn.Linear) -> None:
-        self.lm_head = value
-
-    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
-        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
     def _reorder_cache(self, past_key_values: EncoderDecoderCache, beam_idx: torch.Tensor) -> EncoderDecoderCache:
         """Beam search: follow the surviving beams in the self-attention cache only.
 
         `beam_idx` picks beams of the same sentence, and every beam of a sentence attends to the same encoder
         output, so the cross-attention keys/values are unchanged by the reordering; transformers' default
-        reorders them too, copying them at every step for nothing (bench/README.md: +3% beam 4 on `small`, CPU).
+        reorders them too, copying them at every step for nothing (bench/README.md).
         """
         past_key_values.self_attention_cache.reorder_cache(beam_idx)
         return past_key_values
-
-    def _logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        logits = self.lm_head(hidden_states)
-        return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
-
-    @can_return_tuple
-    def forward(
-        self,
-        input_ids: torch.LongTensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        decoder_input_ids: torch.LongTensor | None = None,
-        decoder_attention_mask: torch.Tensor | None = None,
-        encoder_outputs: BaseModelOutput | tuple | None = None,
-        past_key_values: Cache | None = None,
-        inputs_embeds: torch.Tensor | None = None,
-        decoder_inputs_embeds: torch.Tensor | None = None,
-        labels: torch.LongTensor | None = None,
-        use_cache: bool | None = None,
-        num_items_in_batch: int | torch.Tensor | None = None,
-        skip_logits: bool = False,
-        **kwargs,
-    ) -> Seq2SeqLMOutput:
-        check_skip_logits(skip_logits, labels)
-        if labels is not None:
-            use_cache = False
-            decoder_input_ids = decoder_inputs_for_labels(
-                labels, self.config, decoder_input_ids, decoder_inputs_embeds
-            )
-            targets = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
-            if decoder_attention_mask is None and targets.shape[:2] == labels.shape:
-                decoder_attention_mask = labelled_prefix(labels)  # positions after the last label are padding
-        outputs: Seq2SeqModelOutput = self.model(
-            input_ids,
-            attention_mask=attention_mask,
-            decoder_input_ids=decoder_input_ids,
-            decoder_attention_mask=decoder_attention_mask,
-            encoder_outputs=encoder_outputs,
-            past_key_values=past_key_values,
-            inputs_embeds=inputs_embeds,
-            decoder_inputs_embeds=decoder_inputs_embeds,
-            use_cache=use_cache,
-            **kwargs,
-        )
-        hidden_states = outputs.last_hidden_state  # (B, T, E)
-        logits = loss = None
-        if skip_logits:  # only the labelled positions need the output projection
-            bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
-            loss = labelled_token_loss(
-                hidden_states, labels, self.lm_head, bias, num_items_in_batch, self.config.label_smoothing
-            )
-        else:
-            logits = self._logits(hidden_states)  # (B, T, V)
-            if labels is not None:
-                loss = token_loss(logits, labels, num_items_in_batch, self.config.label_smoothing)
-        return Seq2SeqLMOutput(
-            loss=loss,
-            logits=logits,
-            past_key_values=outputs.past_key_values,
-            decoder_hidden_states=outputs.decoder_hidden_states,
-            decoder_attentions=outputs.decoder_attentions,
-            cross_attentions=outputs.cross_attentions,
-            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
-            encoder_hidden_states=outputs.encoder_hidden_states,
-            encoder_attentions=outputs.encoder_attentions,
-        )
 
 
 __all__ = [

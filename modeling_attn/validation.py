@@ -1,4 +1,5 @@
-"""Config checks shared by both model types, so every bad value gets the same kind of message.
+"""Config checks shared by both model types, so every bad value gets the same kind of message, and the part of
+the two configs that is the same (`EncoderDecoderConfigMixin`).
 
 Each check raises `ValueError` naming the config class, the field and the value; the `@strict` config
 classes call them from their `validate_*` methods, so an invalid config fails at construction.
@@ -8,6 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
+
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
 
 
 def _fail(config: Any, field: str, requirement: str) -> None:
@@ -37,7 +42,7 @@ def check_choice(config: Any, field: str, choices: Iterable[str]) -> None:
         _fail(config, field, f"must be one of {choices}")
 
 
-def check_token_ids(config: Any, vocab_fields: dict[str, str]) -> None:
+def check_special_token_ids(config: Any, vocab_fields: dict[str, str]) -> None:
     """Each special-token field (key) must be None or an id inside the vocabulary named by its value."""
     for field, vocab_field in vocab_fields.items():
         token_ids = getattr(config, field)
@@ -45,3 +50,38 @@ def check_token_ids(config: Any, vocab_fields: dict[str, str]) -> None:
         for token_id in token_ids if isinstance(token_ids, list) else [token_ids]:
             if token_id is not None and not 0 <= token_id < vocab_size:
                 _fail(config, field, f"must be a token id in [0, {vocab_field}={vocab_size})")
+
+
+class EncoderDecoderConfigMixin:
+    """What both configs do alike: the target vocabulary defaults to the source one, a shared embedding matrix
+    needs one vocabulary, the special tokens must lie inside theirs; and `label_smoothing`, a training setting
+    that older checkpoints saved in config.json, is dropped on loading (the loss takes it at call time)."""
+
+    def __post_init__(self, **kwargs):
+        label_smoothing = kwargs.pop("label_smoothing", None)
+        if label_smoothing:
+            logger.warning(
+                f"{type(self).__name__}: ignoring label_smoothing={label_smoothing!r} (from an older config.json): "
+                "label smoothing is a training setting; pass Trainer's label_smoothing_factor, or "
+                "label_smoothing=... to the model's forward"
+            )
+        if self.decoder_vocab_size is None:
+            self.decoder_vocab_size = self.vocab_size
+        super().__post_init__(**kwargs)
+
+    def validate_vocabularies(self):
+        if self.share_encoder_decoder_embeddings and self.decoder_vocab_size != self.vocab_size:
+            raise ValueError(
+                f"{type(self).__name__}.decoder_vocab_size ({self.decoder_vocab_size}) must equal vocab_size "
+                f"({self.vocab_size}) when share_encoder_decoder_embeddings=True; set it to False for separate "
+                "source and target vocabularies"
+            )
+        check_special_token_ids(
+            self,
+            {
+                "pad_token_id": "vocab_size",
+                "bos_token_id": "decoder_vocab_size",
+                "eos_token_id": "decoder_vocab_size",
+                "decoder_start_token_id": "decoder_vocab_size",
+            },
+        )

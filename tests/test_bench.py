@@ -166,20 +166,20 @@ def test_cpu_train_step_script_runs_on_tiny_and_restores_the_fast_paths(capsys):
     """bench/cpu_train_step.py times the 4 on/off combinations of the CPU fast paths; its switches are undone."""
     import torch
 
-    from modeling_attn import inputs, modeling_transformer
+    from modeling_attn import loss, modeling_transformer
 
     module = bench_script("cpu_train_step")
-    shipped = (modeling_transformer.dropout, inputs.fuses_output_loss)
+    shipped = (modeling_transformer.dropout, loss.fuses_output_loss)
     medians = module.main(["--preset", "tiny", "--batch_size", "8", "--reps", "1", "--threads", "1"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("preset tiny, 8 sentences")
     assert list(medians) == list(module.VARIANTS) and all(seconds > 0 for seconds in medians.values())
     assert [line.split(" | ")[0].lstrip("| ") for line in lines[3:]] == list(medians)
-    assert (modeling_transformer.dropout, inputs.fuses_output_loss) == shipped
+    assert (modeling_transformer.dropout, loss.fuses_output_loss) == shipped
     with module.patched(module.VARIANTS["neither (PyTorch dropout, unfused loss)"]):
         assert modeling_transformer.dropout is module.torch_dropout
-        assert not inputs.fuses_output_loss(torch.nn.Linear(2, 2, bias=False), torch.zeros(1, 2))
-    assert (modeling_transformer.dropout, inputs.fuses_output_loss) == shipped
+        assert not loss.fuses_output_loss(torch.nn.Linear(2, 2, bias=False), torch.zeros(1, 2))
+    assert (modeling_transformer.dropout, loss.fuses_output_loss) == shipped
 
 
 def test_rnn_train_step_script_runs_on_tiny(capsys):

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from huggingface_hub.errors import StrictDataclassError
 from tiny import padded_batch, spread_tiny_rnn, tiny_model
 from transformers.trainer_pt_utils import LabelSmoother
 
-from modeling_attn import inputs
+from modeling_attn import loss as loss_module
 from modeling_attn.inputs import labelled_prefix
-from modeling_attn.masks import kept_rows, on_rows
+from modeling_attn.padding_free import kept_rows, on_rows
 
 
 def ragged_labels(decoder_input_ids: torch.Tensor) -> torch.Tensor:
@@ -68,14 +67,14 @@ def test_feed_forward_on_real_tokens_only_gives_the_same_outputs(norm_first):
 @pytest.mark.parametrize("kind", MODELS)
 @pytest.mark.parametrize("epsilon", [0.0, 0.1])
 def test_loss_on_labelled_positions_equals_trainers_label_smoother(kind, epsilon):
-    model = MODELS[kind](label_smoothing=epsilon)
+    model = MODELS[kind]()
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = ragged_labels(decoder_input_ids)
     expected = dense_loss(model, input_ids, attention_mask, labels, epsilon)
-    eval_out = model(input_ids, attention_mask=attention_mask, labels=labels)
+    eval_out = model(input_ids, attention_mask=attention_mask, labels=labels, label_smoothing=epsilon)
     torch.testing.assert_close(eval_out.loss, expected)
 
-    skipped = model(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True)
+    skipped = model(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True, label_smoothing=epsilon)
     assert skipped.logits is None
     torch.testing.assert_close(skipped.loss, expected)
 
@@ -85,14 +84,16 @@ def test_gradients_of_the_padding_free_loss_equal_the_dense_ones(monkeypatch, ki
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = ragged_labels(decoder_input_ids)
     options = {} if final_logits_bias is None else {"final_logits_bias": final_logits_bias}
-    dense, sparse = (MODELS[kind](label_smoothing=0.1, **options).train() for _ in range(2))
+    dense, sparse = (MODELS[kind](**options).train() for _ in range(2))
     if final_logits_bias:  # Marian's fixed bias, made non-zero
         for model in (dense, sparse):
             model.final_logits_bias.copy_(torch.linspace(-1, 1, model.final_logits_bias.shape[-1]))
     dense_loss(dense, input_ids, attention_mask, labels, 0.1).backward()
     fused = []  # on the CPU the loss-only call goes through the fused output-layer loss
-    monkeypatch.setattr(inputs, "linear_token_loss", spy(inputs.linear_token_loss, fused))
-    sparse(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True).loss.backward()
+    monkeypatch.setattr(loss_module, "linear_token_loss", spy(loss_module.linear_token_loss, fused))
+    sparse(
+        input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True, label_smoothing=0.1
+    ).loss.backward()
     assert len(fused) == 1
     for (name, a), b in zip(dense.named_parameters(), sparse.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, msg=name)
@@ -103,16 +104,16 @@ def test_an_output_layer_with_hooks_is_called_not_bypassed(monkeypatch, kind, fi
     """Adapters, DeepSpeed ZeRO-3 and FSDP work through hooks on the layer: the loss then runs the layer itself
     (and adds Marian's fixed bias to its output, as the fused path does)."""
     options = {} if final_logits_bias is None else {"final_logits_bias": final_logits_bias}
-    model = MODELS[kind](label_smoothing=0.1, **options)
+    model = MODELS[kind](**options)
     if final_logits_bias:
         model.final_logits_bias.copy_(torch.linspace(-1, 1, model.final_logits_bias.shape[-1]))
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = ragged_labels(decoder_input_ids)
     expected = dense_loss(model, input_ids, attention_mask, labels, 0.1)
     fused, hooked = [], []
-    monkeypatch.setattr(inputs, "linear_token_loss", spy(inputs.linear_token_loss, fused))
+    monkeypatch.setattr(loss_module, "linear_token_loss", spy(loss_module.linear_token_loss, fused))
     model.lm_head.register_forward_hook(lambda module, args, output: hooked.append(output.shape))
-    loss = model(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True).loss
+    loss = model(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True, label_smoothing=0.1).loss
     torch.testing.assert_close(loss, expected)
     assert fused == [] and hooked == [(int((labels != -100).sum()), model.config.vocab_size)]
 
@@ -138,15 +139,20 @@ def test_skip_logits_checks_its_labels(kind):
         model(**batch, decoder_input_ids=decoder_input_ids)
 
 
-@pytest.mark.parametrize("value", [-0.1, 1.0, True])
-def test_label_smoothing_must_be_a_probability(value):
-    with pytest.raises(StrictDataclassError, match="label_smoothing"):
-        tiny_model(label_smoothing=value)
+@pytest.mark.parametrize("kind", MODELS)
+@pytest.mark.parametrize("value", [-0.1, 1.0, True, "0.1"])
+@pytest.mark.parametrize("skip_logits", [False, True])
+def test_label_smoothing_must_be_a_probability(kind, value, skip_logits):
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    with pytest.raises(ValueError, match=rf"label_smoothing must be a probability in \[0, 1\), got {value!r}"):
+        MODELS[kind]()(input_ids, attention_mask=attention_mask, labels=decoder_input_ids, skip_logits=skip_logits,
+                       label_smoothing=value)  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", MODELS)
-def test_translation_trainer_moves_label_smoothing_into_the_model_and_skips_logits(tmp_path, kind):
-    """A real Trainer training step: the same loss as Trainer's LabelSmoother, computed with skip_logits=True."""
+def test_translation_trainer_passes_label_smoothing_at_call_time_and_skips_logits(tmp_path, kind):
+    """A real Trainer training step: the same loss as Trainer's LabelSmoother, computed with skip_logits=True and
+    label_smoothing given to forward; the model's config is left alone."""
     from transformers import Seq2SeqTrainingArguments
 
     from training.trainer import TranslationTrainer
@@ -157,15 +163,16 @@ def test_translation_trainer_moves_label_smoothing_into_the_model_and_skips_logi
     expected = dense_loss(model, input_ids, attention_mask, labels, 0.1)
     args = Seq2SeqTrainingArguments(tmp_path, label_smoothing_factor=0.1, report_to="none", use_cpu=True)
     trainer = TranslationTrainer(model=model, args=args)
-    assert (trainer.label_smoother, model.config.label_smoothing) == (None, 0.1)
+    assert trainer.label_smoother is None and "label_smoothing" not in model.config.to_dict()
 
     calls = []
     model.register_forward_pre_hook(
-        lambda module, args, kwargs: calls.append(kwargs.get("skip_logits")), with_kwargs=True
+        lambda module, args, kwargs: calls.append((kwargs.get("skip_logits"), kwargs.get("label_smoothing"))),
+        with_kwargs=True,
     )
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
     torch.testing.assert_close(trainer.compute_loss(model, dict(inputs)), expected)
     loss, outputs = trainer.compute_loss(model, dict(inputs), return_outputs=True)  # evaluation: full logits
     torch.testing.assert_close(loss, expected)
     assert outputs.logits.shape == (*labels.shape, 99)
-    assert calls == [True, None]
+    assert calls == [(True, 0.1), (None, 0.1)]

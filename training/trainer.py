@@ -15,10 +15,12 @@ A run resumed from the checkpoint of its final step trains no further step (Trai
 end-of-training throughput (`train_samples_per_second`, and `train_target_tokens_per_second`) counts the sentences
 and target tokens the steps consumed, not `per_device_train_batch_size` times the steps.
 
-And the training loss skips the logits of padding: with a model whose config has `label_smoothing` (ours), the
-`label_smoothing_factor` moves into the model's own loss (the same loss as Trainer's `LabelSmoother`,
-tests/test_padding_free.py), and training steps call the model with `skip_logits=True` when it takes it, so the
-output projection runs on labelled positions only. Evaluation and prediction still get the full logits.
+And the training loss skips the logits of padding: with a model whose forward takes `label_smoothing` (ours), the
+`label_smoothing_factor` is passed to the model's own loss at every call (the same loss as Trainer's
+`LabelSmoother`, tests/test_padding_free.py; nothing is written into the model's config, so a saved checkpoint
+trains later with whatever its next Trainer says), and training steps call the model with `skip_logits=True` when
+it takes it, so the output projection runs on labelled positions only. Evaluation and prediction still get the
+full logits.
 
 Under FSDP2, two more: the tied source/target embedding is held by one module (FSDP2 refuses a parameter shared by
 two of its units), and models are saved under their own class, not the `FSDP<Name>` class `fully_shard` derives.
@@ -125,17 +127,20 @@ class TranslationTrainer(Seq2SeqTrainer):
         self.token_sampler: TokenBatchSampler | None = None
         self._staging_root: Path | None = None
         self._consumed: dict | None = None  # sentences and target tokens of the training steps; set by `train`
-        config = getattr(self.model, "config", None)
-        if self.label_smoother is not None and hasattr(config, "label_smoothing"):
-            config.label_smoothing = self.label_smoother.epsilon  # the model smooths its own loss
-            self.label_smoother = None
         # looked up once here, not at every training step
-        self._takes_skip_logits = "skip_logits" in inspect.signature(self.model.forward).parameters
+        parameters = inspect.signature(self.model.forward).parameters
+        self._takes_skip_logits = "skip_logits" in parameters
+        self._label_smoothing = None  # passed at call time to a model that smooths its own loss
+        if self.label_smoother is not None and "label_smoothing" in parameters:
+            self._label_smoothing, self.label_smoother = self.label_smoother.epsilon, None
         if self.is_fsdp_enabled:
             _one_module_per_tied_embedding(self.model)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
-        """Trainer's, with `skip_logits=True` for a loss-only call of a model that takes it."""
+        """Trainer's, with `skip_logits=True` for a loss-only call of a model that takes it, and Trainer's
+        `label_smoothing_factor` as the model's `label_smoothing`."""
+        if self._label_smoothing is not None and "labels" in inputs:
+            inputs = {**inputs, "label_smoothing": self._label_smoothing}
         if (
             not return_outputs
             and self.label_smoother is None

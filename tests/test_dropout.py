@@ -1,4 +1,5 @@
-"""Word dropout (`config.word_dropout`): whole input tokens dropped in training. Reference checks: the mask is one
+"""`modeling_attn.dropout`. `dropout` must be dropout: zeroes with probability p, scales the rest by 1 / (1 - p).
+Word dropout (`config.word_dropout`): whole input tokens dropped in training. Reference checks: the mask is one
 value per token, kept at rate 1 - p and scaled by 1 / (1 - p); a training forward equals an evaluation forward of
 the same embeddings multiplied by the mask drawn from the same seed; evaluation is untouched."""
 
@@ -9,7 +10,7 @@ import torch
 from huggingface_hub.errors import StrictDataclassError
 from tiny import padded_batch, tiny_model
 
-from modeling_attn.inputs import dropout, word_dropout
+from modeling_attn.dropout import dropout, word_dropout
 
 
 def test_a_whole_token_is_dropped_or_kept_and_scaled():
@@ -53,3 +54,28 @@ def test_the_training_forward_equals_the_embeddings_times_the_mask():
 def test_word_dropout_must_be_a_probability(value):
     with pytest.raises(StrictDataclassError, match="word_dropout"):
         tiny_model(word_dropout=value)
+
+
+def test_dropout_zeroes_with_probability_p_and_scales_the_rest():
+    torch.manual_seed(0)
+    ones = torch.ones(1000, 1000, requires_grad=True)
+    out = dropout(ones, 0.3, training=True)
+    kept = out != 0
+    # 10^6 draws: the kept fraction's standard deviation is 0.00046; 5 of them
+    assert abs(kept.float().mean().item() - 0.7) < 0.0023
+    torch.testing.assert_close(out[kept], torch.full_like(out[kept], 1 / 0.7))
+    out.sum().backward()  # the gradient is the same mask and scale
+    torch.testing.assert_close(ones.grad, out.detach())
+    assert not torch.equal(dropout(ones, 0.3, training=True), out)  # a new mask each call
+
+
+def test_dropout_off_and_extremes():
+    hidden = torch.randn(4, 5)
+    for bad in (-0.1, 1.5):
+        with pytest.raises(ValueError, match=f"between 0 and 1, but got {bad}"):
+            dropout(hidden, bad, training=True)
+    assert dropout(hidden, 0.3, training=False) is hidden
+    assert dropout(hidden, 0.0, training=True) is hidden
+    assert torch.count_nonzero(dropout(hidden, 1.0, training=True)) == 0
+    half = hidden.to(torch.bfloat16)  # not float32: PyTorch's own dropout
+    assert dropout(half, 0.5, training=True).dtype == torch.bfloat16

@@ -1,7 +1,7 @@
-"""The CPU fast paths of `modeling_attn.inputs`: the chunked output-projection loss and the uniform-draw dropout.
+"""`modeling_attn.loss`: the chunked output-projection loss of the CPU fast path against the unfused loss.
 
 `linear_token_loss` must give `token_loss`'s value and autograd's gradients of it (hidden states, weight, bias),
-whatever the chunking; `dropout` must be dropout: zeroes with probability p, scales the rest by 1 / (1 - p).
+whatever the chunking.
 """
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from modeling_attn import inputs
-from modeling_attn.inputs import dropout, fuses_output_loss, linear_token_loss, token_loss
+from modeling_attn import loss as loss_module
+from modeling_attn.loss import fuses_output_loss, linear_token_loss, token_loss
 
 
 def _problem(rows=37, width=8, vocab=23, bias=True, dtype=torch.float32, seed=0):
@@ -36,7 +36,7 @@ def _gradients(loss, tensors):
 @pytest.mark.parametrize("chunk_logits", [23, 5 * 23, 1 << 21])  # one row a chunk, 5 rows (last chunk short), all
 @pytest.mark.parametrize("with_bias", [True, False])
 def test_loss_and_gradients_equal_the_unfused_loss(monkeypatch, smoothing, chunk_logits, with_bias):
-    monkeypatch.setattr(inputs, "LOSS_CHUNK_LOGITS", chunk_logits)
+    monkeypatch.setattr(loss_module, "LOSS_CHUNK_LOGITS", chunk_logits)
     hidden, weight, bias, labels = _problem(bias=with_bias)
     for num_items in (None, 50):  # its own token count, or Trainer's count over accumulated batches
         expected = _reference(hidden, weight, bias, labels, num_items, smoothing)
@@ -60,7 +60,7 @@ def test_hand_computed_value():
 
 
 def test_gradcheck_in_double_precision(monkeypatch):
-    monkeypatch.setattr(inputs, "LOSS_CHUNK_LOGITS", 2 * 7)  # two rows a chunk
+    monkeypatch.setattr(loss_module, "LOSS_CHUNK_LOGITS", 2 * 7)  # two rows a chunk
     hidden, weight, bias, labels = _problem(rows=5, width=3, vocab=7, dtype=torch.float64)
     assert torch.autograd.gradcheck(
         lambda h, w, b: linear_token_loss(h, w, labels, b, label_smoothing=0.2), (hidden, weight, bias)
@@ -116,28 +116,3 @@ def test_bad_input_is_named():
         linear_token_loss(hidden, weight, labels[1:])
     with pytest.raises(ValueError, match="no target token"):
         linear_token_loss(hidden, weight, torch.full_like(labels, -100))
-
-
-def test_dropout_zeroes_with_probability_p_and_scales_the_rest():
-    torch.manual_seed(0)
-    ones = torch.ones(1000, 1000, requires_grad=True)
-    out = dropout(ones, 0.3, training=True)
-    kept = out != 0
-    # 10^6 draws: the kept fraction's standard deviation is 0.00046; 5 of them
-    assert abs(kept.float().mean().item() - 0.7) < 0.0023
-    torch.testing.assert_close(out[kept], torch.full_like(out[kept], 1 / 0.7))
-    out.sum().backward()  # the gradient is the same mask and scale
-    torch.testing.assert_close(ones.grad, out.detach())
-    assert not torch.equal(dropout(ones, 0.3, training=True), out)  # a new mask each call
-
-
-def test_dropout_off_and_extremes():
-    hidden = torch.randn(4, 5)
-    for bad in (-0.1, 1.5):
-        with pytest.raises(ValueError, match=f"between 0 and 1, but got {bad}"):
-            dropout(hidden, bad, training=True)
-    assert dropout(hidden, 0.3, training=False) is hidden
-    assert dropout(hidden, 0.0, training=True) is hidden
-    assert torch.count_nonzero(dropout(hidden, 1.0, training=True)) == 0
-    half = hidden.to(torch.bfloat16)  # not float32: PyTorch's own dropout
-    assert dropout(half, 0.5, training=True).dtype == torch.bfloat16

@@ -1,0 +1,340 @@
+"""A beam search that stops computing sentences whose search is over, with transformers' results.
+
+transformers' beam search keeps every sentence of a batch in the decoder until the last one is done: a sentence
+whose best translations are final still has its beams run through the model at every step.
+`CompactBeamSearchMixin._beam_search` is transformers' algorithm step for step on the sentences still open only:
+once none of a sentence's finished beams can change, they are written out and its rows leave the decoder input,
+the cache and the encoder outputs (`OpenSentences.keep`, `select_rows`). It returns transformers' token ids for the
+settings it accepts (tests/test_beam_search.py compares them over 216 settings); settings whose outputs,
+processors, criteria or cache depend on the batch layout or on time (`return_dict_in_generate`, sampling,
+`synced_gpus`, `max_time`, logits processors or stopping criteria it does not know to be per-row, static caches)
+go to transformers' own beam search.
+
+The search steps (`OpenSentences.expand`, `.advance`) restate transformers 5.23's beam-search helpers
+(`GenerationMixin._get_top_k_continuations`, `_get_running_beams_for_next_iteration`, `_update_finished_beams`,
+`_check_early_stop_heuristic`) operation for operation, so that scores round alike; of transformers' private
+generation API only `_prefill` (the first forward) and `_update_model_kwargs_for_generation` are called.
+
+Shapes: N open sentences, K beams, C candidates per sentence and step, L max_length, G = L - prompt length.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import torch
+from torch import nn
+from transformers import GenerationConfig, LogitsProcessorList, StoppingCriteriaList
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer, EncoderDecoderCache
+from transformers.generation import logits_process
+from transformers.generation import stopping_criteria as criteria
+from transformers.generation.utils import ALL_CACHE_NAMES
+from transformers.modeling_outputs import ModelOutput
+
+from .generation import SourceLengthLimit
+
+# Logits processors and stopping criteria that treat each row alone (a function of its own tokens and the step), so
+# that dropping other rows from the batch cannot change what they do to a row; anything else goes to transformers.
+ROW_LOCAL_PROCESSORS = tuple(
+    getattr(logits_process, name)
+    for name in (
+        "MinLengthLogitsProcessor",
+        "MinNewTokensLengthLogitsProcessor",
+        "NoRepeatNGramLogitsProcessor",
+        "RepetitionPenaltyLogitsProcessor",
+        "ForcedBOSTokenLogitsProcessor",
+        "ForcedEOSTokenLogitsProcessor",
+        "SuppressTokensLogitsProcessor",
+        "SuppressTokensAtBeginLogitsProcessor",
+        "NoBadWordsLogitsProcessor",
+        "SequenceBiasLogitsProcessor",
+        "InfNanRemoveLogitsProcessor",
+        "ExponentialDecayLengthPenalty",
+    )
+    if hasattr(logits_process, name)
+)
+# MaxLength stops every row at once; EosToken looks at a row's last token. (MaxTime is left out: a faster search
+# reaches its deadline at a later step.)
+ROW_LOCAL_CRITERIA = tuple(
+    getattr(criteria, name) for name in ("MaxLengthCriteria", "EosTokenCriteria") if hasattr(criteria, name)
+)
+# transformers' private generation methods this search calls (a version without them falls back).
+PRIVATE_HELPERS = ("_prefill", "_update_model_kwargs_for_generation")
+# The step-to-step inputs `select_rows` knows: per-row masks, encoder outputs and caches (and the use_cache flag).
+KNOWN_MODEL_KWARGS = {"attention_mask", "decoder_attention_mask", "encoder_outputs", "use_cache", *ALL_CACHE_NAMES}
+NEG = -1.0e9  # transformers' score for "never pick this"
+
+
+def rows_can_leave(cache: Cache) -> bool:
+    """Whether `reorder_cache` with fewer rows than the cache has shrinks it and keeps it working: caches of
+    transformers' dynamic layers, and caches that say so (`AttnRNNCache`); not static or quantized layers."""
+    if isinstance(cache, EncoderDecoderCache):
+        return rows_can_leave(cache.self_attention_cache) and rows_can_leave(cache.cross_attention_cache)
+    if getattr(cache, "rows_can_leave", False):
+        return True
+    return isinstance(cache, DynamicCache) and all(type(layer) is DynamicLayer for layer in cache.layers)
+
+
+def select_rows(model_kwargs: dict, rows: torch.Tensor) -> dict:
+    """Keep (and reorder) these decoder rows in everything generate() carries from step to step."""
+    selected = dict(model_kwargs)
+    for key, value in model_kwargs.items():
+        if isinstance(value, Cache):
+            value.reorder_cache(rows)  # every sub-cache, cross-attention included: rows leave, not just beams
+        elif isinstance(value, torch.Tensor):  # the attention masks
+            selected[key] = value.index_select(0, rows.to(value.device))
+        elif isinstance(value, ModelOutput):  # encoder_outputs: (B*beams, S, E) tensors, or tuples of them
+            selected[key] = type(value)(**{name: _select_tensors(field, rows) for name, field in value.items()})
+    return selected
+
+
+def _select_tensors(value, rows: torch.Tensor):
+    if isinstance(value, torch.Tensor):
+        return value.index_select(0, rows.to(value.device))
+    return tuple(_select_tensors(item, rows) for item in value)
+
+
+def _gather(tensor: torch.Tensor, beams: torch.Tensor) -> torch.Tensor:
+    """tensor[n, beams[n, j], ...] for each sentence n and pick j (transformers' `_gather_beams`)."""
+    while beams.dim() < tensor.dim():
+        beams = beams.unsqueeze(-1)
+    return torch.take_along_dim(tensor, beams, dim=1)
+
+
+@dataclass(frozen=True)
+class BeamSettings:
+    """What stays fixed during one search."""
+
+    num_beams: int
+    candidates: int  # continuations kept per sentence and step, enough that num_beams of them do not end it
+    length_penalty: float
+    early_stopping: bool | str
+    max_length: int
+    prompt_length: int
+
+
+@dataclass
+class OpenSentences:
+    """The search state of the sentences still open, one row each; `keep(rows)` drops the others.
+
+    Running beams are the best continuations that have not ended; finished beams the best ended ones
+    (length-penalised scores, `NEG` for an empty slot). Origins record, per generated position, the decoder row
+    each beam continued (-1 before it was generated).
+    """
+
+    sentences: torch.Tensor  # (N,) each open sentence's index in the batch
+    running: torch.Tensor  # (N, K, L) token ids
+    running_scores: torch.Tensor  # (N, K) summed log-probabilities
+    running_origins: torch.Tensor  # (N, K, G)
+    finished: torch.Tensor  # (N, K, L)
+    finished_scores: torch.Tensor  # (N, K)
+    finished_origins: torch.Tensor  # (N, K, G)
+    is_finished: torch.Tensor  # (N, K) bool: slot holds an ended beam
+    may_improve: torch.Tensor  # (N, 1) bool: a running beam may still beat a finished one
+
+    @classmethod
+    def start(cls, input_ids: torch.Tensor, settings: BeamSettings, fill: int) -> OpenSentences:
+        """Every sentence open, its `num_beams` rows of `input_ids` (the prompt) as running beams."""
+        beams, device = settings.num_beams, input_ids.device
+        batch_size, prompt_length = input_ids.shape[0] // beams, input_ids.shape[1]
+        running = torch.full((batch_size, beams, settings.max_length), fill, dtype=torch.long, device=device)
+        running[:, :, :prompt_length] = input_ids.view(batch_size, beams, prompt_length)
+        running_scores = torch.zeros(batch_size, beams, dtype=torch.float, device=device)
+        running_scores[:, 1:] = NEG  # the beams of a sentence start identical: only the first one expands
+        origins = torch.full(
+            (batch_size, beams, settings.max_length - prompt_length), -1, dtype=torch.int32, device=device
+        )
+        return cls(
+            sentences=torch.arange(batch_size, device=device),
+            running=running,
+            running_scores=running_scores,
+            running_origins=origins,
+            finished=running.clone(),
+            finished_scores=torch.full((batch_size, beams), NEG, dtype=torch.float, device=device),
+            finished_origins=origins.clone(),
+            is_finished=torch.zeros(batch_size, beams, dtype=torch.bool, device=device),
+            may_improve=torch.ones(batch_size, 1, dtype=torch.bool, device=device),
+        )
+
+    def keep(self, rows: torch.Tensor) -> None:
+        """Keep the open sentences at positions `rows` (in this order), drop the others."""
+        for field in fields(self):
+            setattr(self, field.name, getattr(self, field.name)[rows])
+
+    def expand(self, log_probs: torch.Tensor, settings: BeamSettings, cur_len: int):
+        """The C best continuations of each sentence from next-token `log_probs` (N * K, V): their summed scores
+        (N, C), sequences (N, C, L) and origins (N, C, G)."""
+        open_count, beams = self.running.shape[:2]
+        totals = (log_probs.view(open_count, beams, -1) + self.running_scores[:, :, None]).view(open_count, -1)
+        scores, picks = torch.topk(totals, k=settings.candidates)
+        vocab_size = totals.shape[-1] // beams
+        parents = picks // vocab_size
+        origins = _gather(self.running_origins, parents)
+        sequences = _gather(self.running, parents)
+        sequences[:, :, cur_len] = picks % vocab_size
+        rows = parents + torch.arange(open_count, device=picks.device).view(-1, 1) * beams  # decoder rows
+        origins[:, :, cur_len - settings.prompt_length] = rows
+        return scores, sequences, origins
+
+    def advance(self, scores, sequences, origins, stops: torch.Tensor, settings: BeamSettings, cur_len: int) -> None:
+        """One step: the best K continuations that did not stop run on; the best K ended ones (length-penalised)
+        join the finished beams; then whether a running beam may still beat a finished one. `stops` (N, C) says
+        which continuations hit a stopping criterion."""
+        # the running beams for the next step (transformers' `_get_running_beams_for_next_iteration`)
+        running_scores = scores + stops.to(torch.float32) * NEG
+        best = torch.topk(running_scores, k=settings.num_beams)[1]
+        self.running = _gather(sequences, best)
+        self.running_scores = _gather(running_scores, best)
+        self.running_origins = _gather(origins, best)
+
+        # the finished beams (`_update_finished_beams`): only the top K candidates may end a translation
+        top_k = torch.arange(settings.candidates, device=stops.device) < settings.num_beams
+        just_finished = stops & top_k[None, :]
+        ended = scores / ((cur_len + 1 - settings.prompt_length) ** settings.length_penalty)
+        full = torch.all(self.is_finished, axis=-1, keepdims=True) & (settings.early_stopping is True)
+        ended += full.to(torch.float32) * NEG
+        ended += (~self.may_improve).to(torch.float32) * NEG
+        ended += (~just_finished) * NEG
+        merged = torch.cat((self.finished_scores, ended), dim=1).topk(k=settings.num_beams)[1]
+        self.finished = _gather(torch.cat((self.finished, sequences), dim=1), merged)
+        self.finished_scores = _gather(torch.cat((self.finished_scores, ended), dim=1), merged)
+        self.finished_origins = _gather(torch.cat((self.finished_origins, origins), dim=1), merged)
+        self.is_finished = _gather(torch.cat((self.is_finished, just_finished), dim=1), merged)
+
+        # can a running beam still beat the worst finished one (`_check_early_stop_heuristic`, at cur_len + 1)
+        if settings.early_stopping == "never" and settings.length_penalty > 0.0:
+            best_length = settings.max_length - settings.prompt_length
+        else:
+            best_length = cur_len + 1 - settings.prompt_length
+        best_running = self.running_scores[:, :1] / (best_length**settings.length_penalty)
+        worst_finished = torch.where(self.is_finished, torch.min(self.finished_scores, dim=1, keepdim=True)[0], NEG)
+        self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
+
+
+class CompactBeamSearchMixin:
+    """transformers' beam search, run only on the sentences whose search is still open (module docstring)."""
+
+    def _compact_beam_search_refusal(
+        self,
+        logits_processor: LogitsProcessorList,
+        stopping_criteria: StoppingCriteriaList,
+        generation_config: GenerationConfig,
+        synced_gpus: bool,
+        model_kwargs: dict,
+    ) -> str | None:
+        """Why this call must go to transformers' beam search (None: it need not)."""
+        if not all(hasattr(type(self), name) for name in PRIVATE_HELPERS):
+            return "this transformers version lacks the generation helpers this search calls"
+        if generation_config.return_dict_in_generate:
+            return "return_dict_in_generate: scores and beam indices are laid out over the whole batch"
+        if generation_config.do_sample or synced_gpus or generation_config.low_memory:
+            return "beam sampling, synced_gpus or low_memory"
+        if not model_kwargs.get("use_cache") or set(model_kwargs) - KNOWN_MODEL_KWARGS:
+            return "no cache, or model inputs this search does not know how to select rows of"
+        if any(isinstance(value, Cache) and not rows_can_leave(value) for value in model_kwargs.values()):
+            return "a cache that cannot drop rows (static or quantized layers)"
+        # exact types: a subclass may override __call__ with per-batch logic
+        if any(type(p) not in (*ROW_LOCAL_PROCESSORS, SourceLengthLimit) for p in logits_processor):
+            return "a logits processor not known to be per-row"
+        if any(isinstance(getattr(p, "prompt_ignore_length", None), torch.Tensor) for p in logits_processor):
+            return "a repetition penalty with one prompt length per row"
+        if any(type(c) not in ROW_LOCAL_CRITERIA for c in stopping_criteria):
+            return "a stopping criterion not known to be per-row (or max_time)"
+        return None
+
+    def _beam_search(
+        self,
+        input_ids: torch.LongTensor,
+        logits_processor: LogitsProcessorList,
+        stopping_criteria: StoppingCriteriaList,
+        generation_config: GenerationConfig,
+        synced_gpus: bool = False,
+        **model_kwargs,
+    ) -> torch.LongTensor:
+        refusal = self._compact_beam_search_refusal(
+            logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
+        )
+        if refusal is not None:
+            return super()._beam_search(
+                input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, **model_kwargs
+            )
+        eos_token_id = generation_config._eos_token_tensor
+        num_beams = generation_config.num_beams
+        # transformers' choices: keep enough candidates that num_beams of them do not end the sentence; fill the
+        # unused positions with the pad token, or the end token when the pad id is 0 (its `or`)
+        n_eos = eos_token_id.shape[0] if eos_token_id is not None else 0
+        settings = BeamSettings(
+            num_beams=num_beams,
+            candidates=max(2, 1 + n_eos) * num_beams,
+            length_penalty=generation_config.length_penalty,
+            early_stopping=generation_config.early_stopping,
+            max_length=generation_config.max_length,
+            prompt_length=input_ids.shape[1],
+        )
+        fill = (generation_config._pad_token_tensor or eos_token_id[0]) if eos_token_id is not None else -1
+        state = OpenSentences.start(input_ids, settings, fill)
+        # The results, one row per sentence of the batch; and the two flags the stopping test reads for all of them.
+        out_sequences, out_origins = state.finished.clone(), state.finished_origins.clone()
+        all_may_improve = torch.ones(len(state.sentences), dtype=torch.bool, device=input_ids.device)
+        all_full = torch.zeros_like(all_may_improve)
+
+        flat_running = input_ids
+        outputs = self._prefill(
+            input_ids, generation_config, model_kwargs, is_first_iteration=not generation_config.is_assistant
+        )
+        cur_len = settings.prompt_length
+        while True:
+            model_kwargs = self._update_model_kwargs_for_generation(
+                outputs, model_kwargs, is_encoder_decoder=self.config.is_encoder_decoder
+            )
+            # transformers copies the logits to float32 first; log_softmax can cast them itself (same values), which
+            # saves a copy of a (rows, vocabulary) tensor per step
+            logits = outputs.logits[:, -1, :].to(input_ids.device)
+            del outputs
+            log_probs = logits_processor(flat_running, nn.functional.log_softmax(logits, dim=-1, dtype=torch.float32))
+            scores, sequences, origins = state.expand(log_probs, settings, cur_len)
+            open_count = len(state.sentences)
+            stops = stopping_criteria(sequences[:, :, : cur_len + 1].flatten(0, 1), None).view(open_count, -1)
+            state.advance(scores, sequences, origins, stops, settings, cur_len)
+            rows = state.running_origins[..., cur_len - settings.prompt_length].flatten().long()  # cache rows
+            cur_len += 1
+            full = state.is_finished.all(dim=-1)
+            all_may_improve[state.sentences], all_full[state.sentences] = state.may_improve[:, 0], full
+            # transformers' stopping test over the whole batch (closed sentences keep the flags they closed with);
+            # its "every candidate hit a stopping criterion" can only come from max_length here (end tokens are
+            # fewer than the candidates), which stops the rows of closed sentences too.
+            if not (all_may_improve.any() and not (all_full.all() and settings.early_stopping is True)) or stops.all():
+                break
+            # A sentence is closed when no finished beam can change any more: no improvement possible, or (with
+            # early_stopping=True) all its beams finished.
+            closed = ~state.may_improve[:, 0] | (full & (settings.early_stopping is True))
+            if closed.all():  # nothing can change any more (transformers would run on without effect)
+                break
+            if closed.any():
+                out_sequences[state.sentences[closed]] = state.finished[closed]
+                out_origins[state.sentences[closed]] = state.finished_origins[closed]
+                kept = (~closed).nonzero().squeeze(1)
+                state.keep(kept)
+                model_kwargs = select_rows(model_kwargs, rows.view(open_count, num_beams)[kept].flatten())
+                logits_processor = LogitsProcessorList(
+                    p.select(kept) if isinstance(p, SourceLengthLimit) else p for p in logits_processor
+                )
+            else:
+                cache_name = next(name for name in ALL_CACHE_NAMES if name in model_kwargs)
+                if hasattr(self, "_reorder_cache"):
+                    model_kwargs[cache_name] = self._reorder_cache(model_kwargs[cache_name], rows)
+                else:
+                    model_kwargs[cache_name].reorder_cache(rows)
+            flat_running = state.running[:, :, :cur_len].flatten(0, 1)
+            inputs = self.prepare_inputs_for_generation(flat_running, next_sequence_length=1, **model_kwargs)
+            outputs = self(**inputs, return_dict=True)
+
+        out_sequences[state.sentences], out_origins[state.sentences] = state.finished, state.finished_origins
+        returned = generation_config.num_return_sequences
+        sequences = out_sequences[:, :returned].flatten(0, 1)
+        # transformers' crop: to the longest returned translation (its generated positions have an origin)
+        generated = (out_origins[:, :returned] != -1).flatten(0, 1).sum(dim=1).max()
+        return sequences[:, : settings.prompt_length + generated]
+
+
+__all__ = ["CompactBeamSearchMixin", "OpenSentences", "rows_can_leave", "select_rows"]

@@ -1,0 +1,284 @@
+"""The encoder-decoder scaffold both model types build on; each model file adds its own encoder and decoder.
+
+- `EncoderDecoderPreTrainedModel`: safetensors-only loading (`loading.py`) and saving with the model code, both
+  heads in `auto_map` and the translation pipeline (`remote_code.py`).
+- `EncoderDecoderModel`: one embedding matrix for source and target when `config.share_encoder_decoder_embeddings`
+  (Vaswani et al. 2017, Sec. 3.4), and `forward`: the encoder (unless `encoder_outputs` are given), then the
+  decoder attending to its output.
+- `EncoderDecoderForConditionalGeneration`: the output projection (tied to the target embeddings when
+  `config.tie_word_embeddings`, Sec. 3.4), an optional fixed bias on the logits (Marian's), the decoder input
+  built from `labels`, and the loss.
+- `embed_inputs`: a stack's token embeddings from ids or given vectors, scaled, with whole-word dropout.
+
+The loss, from `labels` (B, T): token-level cross-entropy summed over the non -100 positions and divided by their
+count, or by `num_items_in_batch` when Trainer passes it (gradient accumulation). Training settings are call-time
+arguments of `forward`, never config fields: `label_smoothing` (epsilon_ls, Sec. 5.4; the loss of Trainer's
+`label_smoothing_factor`) and `skip_logits` (the output projection and the loss on the labelled positions only,
+`logits=None`: what a training step needs, without the (B, T, V) logits of the padding).
+
+transformers 5.24 renamed the cache argument and output field from `past_key_values` to `cache` (the old name is
+deprecated there). Remote code runs on whatever transformers the loading user has, so `forward` takes both names
+(`cache_argument`) and outputs carry the cache under the installed version's name (`CACHE_FIELD`).
+
+Shapes: B batch, S source length, T target length, E decoder output width, V target vocabulary.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+from transformers.cache_utils import Cache
+from transformers.modeling_outputs import BaseModelOutput, ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_utils import PreTrainedModel
+from transformers.utils import can_return_tuple
+
+from .dropout import word_dropout
+from .inputs import decoder_inputs_for_labels, labelled_prefix, lookup_embeddings, shift_tokens_right
+from .loading import SafetensorsOnly
+from .loss import check_label_smoothing, check_skip_logits, labelled_token_loss, token_loss
+from .remote_code import save_with_remote_code
+
+CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
+
+
+def cache_argument(past_key_values: Cache | None, cache: Cache | None) -> Cache | None:
+    """The decoder cache, given under its transformers < 5.24 name `past_key_values` or its 5.24 name `cache`."""
+    if past_key_values is not None and cache is not None:
+        raise ValueError("pass the decoder cache once, as cache or as past_key_values (its name before 5.24)")
+    if past_key_values is not None and CACHE_FIELD == "cache":  # as transformers' own models warn from 5.24
+        warnings.warn(
+            "`past_key_values` is deprecated: pass the decoder cache as `cache`", FutureWarning, stacklevel=3
+        )
+    return cache if cache is not None else past_key_values
+
+
+def with_cache(output_class: type, cache: Cache | None, **fields) -> ModelOutput:
+    """`output_class(**fields)` with the cache in the installed transformers' field (`CACHE_FIELD`)."""
+    return output_class(**fields, **{CACHE_FIELD: cache})
+
+
+def embed_inputs(
+    stack: nn.Module,
+    input_ids: torch.Tensor | None,
+    inputs_embeds: torch.Tensor | None,
+    vocab_size: int,
+    name: str,
+    scale: float = 1.0,
+    word_dropout_p: float = 0.0,
+) -> torch.Tensor:
+    """`stack.embed_tokens(input_ids)` (ids checked against `vocab_size`) or `inputs_embeds`, times `scale`; in
+    training whole tokens are dropped with probability `word_dropout_p`. `name` prefixes argument names in errors."""
+    embeds = lookup_embeddings(stack.embed_tokens, input_ids, inputs_embeds, vocab_size, name)
+    if scale != 1.0:
+        embeds = embeds * scale
+    return word_dropout(embeds, word_dropout_p, stack.training)
+
+
+class EncoderDecoderPreTrainedModel(SafetensorsOnly, PreTrainedModel):
+    """Loading and saving shared by both model types; each model file names its two heads in `heads`."""
+
+    base_model_prefix = "model"
+
+    @staticmethod
+    def heads() -> tuple[type, type]:
+        """The base model class and the generation class, both listed in a saved checkpoint's `auto_map`."""
+        raise NotImplementedError
+
+    def save_pretrained(self, save_directory: str | Path, **kwargs) -> None:
+        """Save weights (safetensors), config and code, with both heads in `auto_map` and the translation pipeline
+        (`remote_code.save_with_remote_code`)."""
+        save_with_remote_code(self, save_directory, super().save_pretrained, *self.heads(), **kwargs)
+
+
+class EncoderDecoderModel(EncoderDecoderPreTrainedModel):
+    """Encoder and decoder without the output projection: returns the decoder's last hidden states.
+
+    A subclass builds `self.encoder` and `self.decoder` (each with an `embed_tokens`) after `share_embeddings`.
+    """
+
+    def share_embeddings(self, shared: nn.Embedding | None) -> None:
+        """Keep `shared` as the one source and target embedding matrix (None: separate ones), tied to both stacks'
+        `embed_tokens`.
+
+        Tied parameters, not one module registered three times: transformers marks tie targets as initialised when
+        loading, which would hide a module-shared `shared.weight` missing from a checkpoint.
+        """
+        self.shared = shared
+        if shared is not None:
+            self._tied_weights_keys = {
+                "encoder.embed_tokens.weight": "shared.weight",
+                "decoder.embed_tokens.weight": "shared.weight",
+            }
+
+    def get_expanded_tied_weights_keys(self, all_submodels: bool = False) -> dict:
+        # transformers applies _tied_weights_keys only when tie_word_embeddings is set; sharing the source and
+        # target embeddings follows share_encoder_decoder_embeddings alone.
+        tied = super().get_expanded_tied_weights_keys(all_submodels)
+        if not all_submodels and self.config.share_encoder_decoder_embeddings:
+            tied.update(self._tied_weights_keys)
+        return tied
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.encoder.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        if self.config.share_encoder_decoder_embeddings:
+            self.shared = value
+            self.decoder.embed_tokens = value
+        self.encoder.embed_tokens = value
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        use_cache: bool | None = None,
+        cache: Cache | None = None,
+        **kwargs,
+    ) -> Seq2SeqModelOutput:
+        past_key_values = cache_argument(past_key_values, cache)
+        if encoder_outputs is None:
+            encoder_outputs = self.encoder(
+                input_ids=input_ids, attention_mask=attention_mask, inputs_embeds=inputs_embeds, **kwargs
+            )
+        elif not isinstance(encoder_outputs, BaseModelOutput):
+            encoder_outputs = BaseModelOutput(*encoder_outputs)
+        decoder_outputs = self.decoder(
+            input_ids=decoder_input_ids,
+            attention_mask=decoder_attention_mask,
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
+            encoder_attention_mask=attention_mask,
+            past_key_values=past_key_values,
+            inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        return with_cache(
+            Seq2SeqModelOutput,
+            getattr(decoder_outputs, CACHE_FIELD),
+            last_hidden_state=decoder_outputs.last_hidden_state,
+            decoder_hidden_states=decoder_outputs.hidden_states,
+            decoder_attentions=decoder_outputs.attentions,
+            cross_attentions=decoder_outputs.cross_attentions,
+            encoder_last_hidden_state=encoder_outputs.last_hidden_state,
+            encoder_hidden_states=encoder_outputs.hidden_states,
+            encoder_attentions=encoder_outputs.attentions,
+        )
+
+
+class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
+    """An `EncoderDecoderModel` with its output projection: a translation model (module docstring for the loss).
+
+    A subclass calls `add_output_layer` with its base model in `__init__`.
+    """
+
+    def add_output_layer(self, model: EncoderDecoderModel, width: int) -> None:
+        """`self.model`, and `self.lm_head` from its `width`-wide decoder output to the target vocabulary, tied to
+        the target embeddings (Sec. 3.4) when `config.tie_word_embeddings`. With `config.final_logits_bias` (Marian's)
+        a fixed (1, V) bias is added to the logits: saved, not trained, as Marian keeps it."""
+        config = self.config
+        self.model = model
+        self.lm_head = nn.Linear(width, config.decoder_vocab_size, bias=False)
+        bias = torch.zeros(1, config.decoder_vocab_size) if getattr(config, "final_logits_bias", False) else None
+        self.register_buffer("final_logits_bias", bias)
+        source = (
+            "model.shared.weight" if config.share_encoder_decoder_embeddings else "model.decoder.embed_tokens.weight"
+        )
+        self._tied_weights_keys = {"lm_head.weight": source}
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
+        return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
+
+    def _logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        logits = self.lm_head(hidden_states)
+        return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
+
+    @can_return_tuple
+    def forward(
+        self,
+        input_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        decoder_input_ids: torch.LongTensor | None = None,
+        decoder_attention_mask: torch.Tensor | None = None,
+        encoder_outputs: BaseModelOutput | tuple | None = None,
+        past_key_values: Cache | None = None,
+        inputs_embeds: torch.Tensor | None = None,
+        decoder_inputs_embeds: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        use_cache: bool | None = None,
+        num_items_in_batch: int | torch.Tensor | None = None,
+        skip_logits: bool = False,
+        label_smoothing: float = 0.0,
+        cache: Cache | None = None,
+        **kwargs,
+    ) -> Seq2SeqLMOutput:
+        past_key_values = cache_argument(past_key_values, cache)
+        check_skip_logits(skip_logits, labels)
+        check_label_smoothing(label_smoothing)
+        if labels is not None:
+            use_cache = False
+            decoder_input_ids = decoder_inputs_for_labels(
+                labels, self.config, decoder_input_ids, decoder_inputs_embeds
+            )
+            targets = decoder_input_ids if decoder_input_ids is not None else decoder_inputs_embeds
+            if decoder_attention_mask is None and targets.shape[:2] == labels.shape:
+                decoder_attention_mask = labelled_prefix(labels)  # positions after the last label are padding
+        outputs: Seq2SeqModelOutput = self.model(
+            input_ids,
+            attention_mask=attention_mask,
+            decoder_input_ids=decoder_input_ids,
+            decoder_attention_mask=decoder_attention_mask,
+            encoder_outputs=encoder_outputs,
+            **{CACHE_FIELD: past_key_values},
+            inputs_embeds=inputs_embeds,
+            decoder_inputs_embeds=decoder_inputs_embeds,
+            use_cache=use_cache,
+            **kwargs,
+        )
+        hidden_states = outputs.last_hidden_state  # (B, T, E)
+        logits = loss = None
+        if skip_logits:  # only the labelled positions need the output projection
+            bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
+            loss = labelled_token_loss(hidden_states, labels, self.lm_head, bias, num_items_in_batch, label_smoothing)
+        else:
+            logits = self._logits(hidden_states)  # (B, T, V)
+            if labels is not None:
+                loss = token_loss(logits, labels, num_items_in_batch, label_smoothing)
+        return with_cache(
+            Seq2SeqLMOutput,
+            getattr(outputs, CACHE_FIELD),
+            loss=loss,
+            logits=logits,
+            decoder_hidden_states=outputs.decoder_hidden_states,
+            decoder_attentions=outputs.decoder_attentions,
+            cross_attentions=outputs.cross_attentions,
+            encoder_last_hidden_state=outputs.encoder_last_hidden_state,
+            encoder_hidden_states=outputs.encoder_hidden_states,
+            encoder_attentions=outputs.encoder_attentions,
+        )
+
+
+__all__ = [
+    "CACHE_FIELD",
+    "EncoderDecoderForConditionalGeneration",
+    "EncoderDecoderModel",
+    "EncoderDecoderPreTrainedModel",
+    "cache_argument",
+    "embed_inputs",
+    "with_cache",
+]

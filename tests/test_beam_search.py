@@ -1,0 +1,158 @@
+"""modeling_attn.beam_search: the beam search that drops closed sentences gives transformers' beam search's result."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from tiny import padded_batch, spread_tiny_rnn, tiny_model
+from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList, StoppingCriteriaList
+
+from modeling_attn import beam_search
+
+
+def eos_prone_transformer(seed: int):
+    """A tiny Transformer whose translations end at different lengths (weights scaled up, the end token favoured)."""
+    model = tiny_model("sdpa", seed=seed, bos_token_id=1, eos_token_id=2, pad_token_id=0, decoder_start_token_id=1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(4)
+        model.lm_head.weight[2] += 0.5
+    return model
+
+
+MODELS = {"attn_transformer": eos_prone_transformer, "attn_rnn": lambda seed: spread_tiny_rnn(seed=seed)}
+
+
+def transformers_generate(model, monkeypatch, **settings) -> torch.Tensor:
+    with monkeypatch.context() as patch:
+        patch.setattr(type(model), "_beam_search", GenerationMixin._beam_search)
+        return model.generate(**settings)
+
+
+SEARCH = (
+    (2, 4),  # num_beams
+    (1.0, 0.0, 2.0),  # length_penalty
+    (False, True, "never"),  # early_stopping
+)
+END_FAVOURED = [[[2], 5.0]]  # sequence_bias on the end token: sentences end early and close by the heuristic
+LENGTHS = {  # name: (settings, whether sentences must leave the batch in some of its searches)
+    "max_new_tokens": ({"max_new_tokens": 10}, False),
+    "max_length_over_source": ({"max_length_over_source": 2}, True),
+    "min_new_tokens": ({"max_new_tokens": 10, "min_new_tokens": 3}, False),
+    "end favoured": ({"max_new_tokens": 10, "sequence_bias": END_FAVOURED}, True),
+    "two end tokens": (
+        {"max_new_tokens": 10, "eos_token_id": [2, 5], "sequence_bias": [[[2], 5.0], [[5], 3.0]]},
+        True,
+    ),
+    "processors": (
+        {
+            "max_new_tokens": 10,
+            "sequence_bias": END_FAVOURED,
+            "repetition_penalty": 1.5,
+            "no_repeat_ngram_size": 2,
+            "bad_words_ids": [[7]],
+        },
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("lengths", LENGTHS)
+@pytest.mark.parametrize("model_type", MODELS)
+def test_compact_beam_search_equals_transformers_beam_search(model_type, lengths, monkeypatch):
+    """Token for token, over the settings that decide when a sentence is done and what it returns, while closed
+    sentences do leave the batch (the decoder sees fewer rows) wherever sentences end before the length limit."""
+    limit, must_drop = LENGTHS[lengths]
+    decoder_rows, drops = [], []
+    select_rows = beam_search.select_rows
+    monkeypatch.setattr(
+        beam_search, "select_rows", lambda kwargs, rows: (drops.append(1), select_rows(kwargs, rows))[1]
+    )
+    for seed in range(2):
+        model = MODELS[model_type](seed)
+        input_ids, attention_mask, _ = padded_batch(seed=seed, batch=6, source_length=9)
+        handle = model.register_forward_pre_hook(
+            lambda module, args, kwargs: decoder_rows.append(kwargs["decoder_input_ids"].shape[0]), with_kwargs=True
+        )
+        for num_beams, length_penalty, early_stopping in itertools.product(*SEARCH):
+            settings = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams,
+                            length_penalty=length_penalty, early_stopping=early_stopping,
+                            num_return_sequences=min(2, num_beams), **limit)  # fmt: skip
+            with torch.no_grad():
+                ours = model.generate(**settings)
+                ours_calls = len(decoder_rows)
+                theirs = transformers_generate(model, monkeypatch, **settings)
+                del decoder_rows[ours_calls:]  # count ours' rows only
+            assert ours.shape == theirs.shape and torch.equal(ours, theirs), settings
+        handle.remove()
+    if must_drop:
+        assert drops, "no sentence left the batch: this group does not exercise the compaction"
+        assert min(decoder_rows) < 6 * 2  # fewer rows than sentences times beams at some step
+
+
+def test_repetition_penalty_with_a_prompt_length_per_row_goes_to_transformers(monkeypatch):
+    """With a decoder_attention_mask, transformers gives the repetition penalty one prompt length per row; such a
+    processor cannot follow rows that leave, so the call runs transformers' beam search (it used to fail)."""
+    model = eos_prone_transformer(0)
+    input_ids, attention_mask, _ = padded_batch(batch=6, source_length=9)
+    settings = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_attention_mask=torch.ones(6, 1),
+                    num_beams=2, max_length_over_source=2, repetition_penalty=1.3)  # fmt: skip
+    with torch.no_grad():
+        ours = model.generate(**settings)
+        assert torch.equal(ours, transformers_generate(model, monkeypatch, **settings))
+
+
+def test_batch_dependent_settings_go_to_transformers_beam_search(monkeypatch):
+    """Scores and beam indices (return_dict_in_generate) and processors not known to be per-row are laid out over
+    the whole batch, and max_time depends on speed: those calls run transformers' beam search, and say why."""
+    model = eos_prone_transformer(0)
+    input_ids, attention_mask, _ = padded_batch(batch=4)
+
+    class ByBatchRow(LogitsProcessor):  # a processor whose effect on a row depends on the row's batch position
+        def __call__(self, input_ids, scores):
+            return scores - torch.arange(scores.shape[0], dtype=scores.dtype)[:, None] * 0.01
+
+    refusals = []
+    refusal = beam_search.CompactBeamSearchMixin._compact_beam_search_refusal
+    monkeypatch.setattr(
+        beam_search.CompactBeamSearchMixin,
+        "_compact_beam_search_refusal",
+        lambda *args: (refusals.append(refusal(*args)), refusals[-1])[1],
+    )
+    settings = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=3, max_new_tokens=8)
+    with torch.no_grad():
+        scored = model.generate(**settings, return_dict_in_generate=True, output_scores=True)
+        processed = model.generate(**settings, logits_processor=LogitsProcessorList([ByBatchRow()]))
+        plain = model.generate(**settings)
+        timed = model.generate(**settings, max_time=600.0)
+    assert "return_dict_in_generate" in refusals[0]
+    assert "logits processor" in refusals[1]
+    assert refusals[2] is None
+    assert "max_time" in refusals[3] and torch.equal(timed, plain)
+    with torch.no_grad():
+        assert torch.equal(scored.sequences, transformers_generate(model, monkeypatch, **settings))
+        assert torch.equal(plain, scored.sequences)
+        theirs = transformers_generate(model, monkeypatch, **settings, logits_processor=[ByBatchRow()])
+    assert torch.equal(processed, theirs)
+
+
+def test_only_caches_whose_rows_can_leave_are_shrunk():
+    """Dynamic layers (and the RNN's cache) drop rows by `reorder_cache`; static layers keep their batch size, so a
+    static cache sends the call to transformers' beam search."""
+    from tiny import tiny_config
+    from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
+
+    from modeling_attn.beam_search import rows_can_leave
+    from modeling_attn.encoder_decoder import CACHE_FIELD
+    from modeling_attn.modeling_rnn import AttnRNNCache
+
+    static = StaticCache(config=tiny_config(), max_cache_len=8)
+    assert rows_can_leave(EncoderDecoderCache(DynamicCache(), DynamicCache())) and rows_can_leave(AttnRNNCache())
+    assert not rows_can_leave(static) and not rows_can_leave(EncoderDecoderCache(DynamicCache(), static))
+    refusal = eos_prone_transformer(0)._compact_beam_search_refusal(
+        LogitsProcessorList(), StoppingCriteriaList(), GenerationConfig(num_beams=2), False,
+        {CACHE_FIELD: EncoderDecoderCache(static, DynamicCache()), "use_cache": True},
+    )  # fmt: skip
+    assert refusal == "a cache that cannot drop rows (static or quantized layers)"
