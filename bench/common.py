@@ -158,13 +158,13 @@ class Peer:
 
 
 def hf_loss(model: nn.Module, batch: Batch, **kwargs) -> torch.Tensor:
-    """The loss as a plain training loop computes it (`kwargs`: e.g. our models' `label_smoothing`)."""
+    """The loss as a plain training loop computes it (`kwargs`: e.g. our models' `smoothing`)."""
     return model(input_ids=batch.input_ids, attention_mask=batch.attention_mask, labels=batch.labels, **kwargs).loss
 
 
 def ours_loss(model: nn.Module, batch: Batch, **kwargs) -> torch.Tensor:
     """Our training step's loss as `attn train` computes it: output projection on labelled positions only
-    (`kwargs`: e.g. `label_smoothing`, which `TranslationTrainer` passes)."""
+    (`kwargs`: e.g. `smoothing`, which `TranslationTrainer` passes)."""
     return hf_loss(model, batch, skip_logits=True, **kwargs)
 
 

@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     torch.set_num_threads(args.threads)
     reference = common.reference_model(args.preset, 256, seed=0)
     batches = common.make_batches(1, args.batch_size, reference.config.vocab_size, seed=0, max_length=255)
-    peer = dataclasses.replace(common.PEERS["attn_transformer"], loss=partial(common.ours_loss, label_smoothing=0.1))
+    peer = dataclasses.replace(common.PEERS["attn_transformer"], loss=partial(common.ours_loss, smoothing=0.1))
     tasks = {}
     for name, replacements in VARIANTS.items():
         step = common.training_task(copy.deepcopy(reference), peer, batches, "cpu")

@@ -28,8 +28,8 @@ from modeling_attn.presets import load_preset  # noqa: E402
 
 # the losses of common.py's peers: `hf_loss` as a plain training loop calls the model, `ours_loss` as `attn train` does
 VARIANTS = {
-    "full logits": partial(common.hf_loss, label_smoothing=0.1),
-    "skip_logits (what attn train uses)": partial(common.ours_loss, label_smoothing=0.1),
+    "full logits": partial(common.hf_loss, smoothing=0.1),
+    "skip_logits (what attn train uses)": partial(common.ours_loss, smoothing=0.1),
 }
 
 

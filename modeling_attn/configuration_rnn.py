@@ -48,7 +48,7 @@ class AttnRNNConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTrainedConfig)
             Luong decoder only (Bahdanau's decoder always feeds its context).
         dropout: dropout on the embeddings, between stacked RNN layers and on the decoder output before the
             output projection (Luong Sec. 4.1 uses 0.2; Bahdanau none).
-        (no label_smoothing: it is a training setting, given to `forward(..., label_smoothing=...)` or as Trainer's
+        (no label_smoothing: it is a training setting, given to `forward(..., smoothing=...)` or as Trainer's
             `label_smoothing_factor`; a `label_smoothing` in an older config.json is ignored with a warning and no
             longer changes the loss.)
         share_encoder_decoder_embeddings: one embedding matrix for source and target (not in the papers).

@@ -49,9 +49,9 @@ class AttnTransformerConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTraine
         share_encoder_decoder_embeddings: one embedding matrix for source and target (Sec. 3.4).
         tie_word_embeddings: the pre-softmax projection shares the target embedding matrix (Sec. 3.4).
         final_logits_bias: add a fixed (1, decoder_vocab_size) bias to the logits, a saved buffer that is not
-            trained (not in the paper; Marian / OPUS-MT models have one, see `convert_marian.py`).
+            trained (not in the paper; Marian / OPUS-MT models have one, see `app/convert_marian.py`).
         (no label_smoothing: epsilon_ls (Sec. 5.4 uses 0.1) is a training setting, given to
-            `forward(..., label_smoothing=...)` or as Trainer's `label_smoothing_factor`; a `label_smoothing` in
+            `forward(..., smoothing=...)` or as Trainer's `label_smoothing_factor`; a `label_smoothing` in
             an older config.json is ignored with a warning and no longer changes the loss.)
         use_cache: return and use the key/value cache when decoding.
         pad_token_id, bos_token_id, eos_token_id, decoder_start_token_id: special token ids.

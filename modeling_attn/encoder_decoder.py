@@ -12,8 +12,8 @@
 
 The loss, from `labels` (B, T): token-level cross-entropy summed over the non -100 positions and divided by their
 count, or by `num_items_in_batch` when Trainer passes it (gradient accumulation). Training settings are call-time
-arguments of `forward`, never config fields: `label_smoothing` (epsilon_ls, Sec. 5.4; the loss of Trainer's
-`label_smoothing_factor`) and `skip_logits` (the output projection and the loss on the labelled positions only,
+arguments of `forward`, never config fields: `smoothing` (label smoothing epsilon_ls, Sec. 5.4; the loss of
+Trainer's `label_smoothing_factor`; no "label" in its name, which Trainer would take for a label column) and `skip_logits` (the output projection and the loss on the labelled positions only,
 `logits=None`: what a training step needs, without the (B, T, V) logits of the padding).
 
 transformers 5.24 renamed the cache argument and output field from `past_key_values` to `cache` (the old name is
@@ -223,13 +223,13 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
         use_cache: bool | None = None,
         num_items_in_batch: int | torch.Tensor | None = None,
         skip_logits: bool = False,
-        label_smoothing: float = 0.0,
+        smoothing: float = 0.0,
         cache: Cache | None = None,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         past_key_values = cache_argument(past_key_values, cache)
         check_skip_logits(skip_logits, labels)
-        check_label_smoothing(label_smoothing)
+        check_label_smoothing(smoothing)
         if labels is not None:
             use_cache = False
             decoder_input_ids = decoder_inputs_for_labels(
@@ -254,11 +254,11 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
         logits = loss = None
         if skip_logits:  # only the labelled positions need the output projection
             bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
-            loss = labelled_token_loss(hidden_states, labels, self.lm_head, bias, num_items_in_batch, label_smoothing)
+            loss = labelled_token_loss(hidden_states, labels, self.lm_head, bias, num_items_in_batch, smoothing)
         else:
             logits = self._logits(hidden_states)  # (B, T, V)
             if labels is not None:
-                loss = token_loss(logits, labels, num_items_in_batch, label_smoothing)
+                loss = token_loss(logits, labels, num_items_in_batch, smoothing)
         return with_cache(
             Seq2SeqLMOutput,
             getattr(outputs, CACHE_FIELD),

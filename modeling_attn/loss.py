@@ -123,7 +123,7 @@ def check_label_smoothing(label_smoothing: float) -> None:
         or not isinstance(label_smoothing, (int, float))
         or not 0 <= label_smoothing < 1
     ):
-        raise ValueError(f"label_smoothing must be a probability in [0, 1), got {label_smoothing!r}")
+        raise ValueError(f"label smoothing must be a probability in [0, 1), got {label_smoothing!r}")
 
 
 def labelled_token_loss(

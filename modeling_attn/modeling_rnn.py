@@ -401,7 +401,7 @@ class AttnRNNForConditionalGeneration(
 ):
     """The RNN encoder-decoder with its output projection (W_o, Bahdanau A.2.2; W_s, Luong Eq. 6): a translation model.
 
-    `forward` and its loss (`labels`, `label_smoothing`, `skip_logits`) are `encoder_decoder.py`'s.
+    `forward` and its loss (`labels`, `smoothing`, `skip_logits`) are `encoder_decoder.py`'s.
 
     With `output_attentions=True`, `cross_attentions` is a one-tuple (there is one attention per decoder, not
     one per layer) holding the alignments alpha, (B, T, S): row t is the distribution over source positions

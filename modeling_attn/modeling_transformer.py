@@ -378,7 +378,7 @@ class AttnTransformerForConditionalGeneration(
 ):
     """The Transformer with its pre-softmax projection (tied to the target embeddings, Sec. 3.4): a translation model.
 
-    `forward` and its loss (`labels`, `label_smoothing`, `skip_logits`) are `encoder_decoder.py`'s.
+    `forward` and its loss (`labels`, `smoothing`, `skip_logits`) are `encoder_decoder.py`'s.
     """
 
     def __init__(self, config: AttnTransformerConfig):

@@ -63,7 +63,7 @@ class EncoderDecoderConfigMixin:
             logger.warning(
                 f"{type(self).__name__}: ignoring label_smoothing={label_smoothing!r} (from an older config.json): "
                 "label smoothing is a training setting; pass Trainer's label_smoothing_factor, or "
-                "label_smoothing=... to the model's forward"
+                "smoothing=... to the model's forward"
             )
         if self.decoder_vocab_size is None:
             self.decoder_vocab_size = self.vocab_size

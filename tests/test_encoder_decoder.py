@@ -9,11 +9,13 @@ from __future__ import annotations
 import json
 
 import datasets
+import numpy as np
 import pytest
 import torch
 from tiny import padded_batch, spread_tiny_rnn, tiny_model
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, default_data_collator
 from transformers.testing_utils import CaptureLogger
+from transformers.utils import find_labels
 
 from modeling_attn import AttnRNNForConditionalGeneration, AttnTransformerForConditionalGeneration, validation
 from training.trainer import TranslationTrainer
@@ -95,6 +97,49 @@ def test_a_checkpoint_fine_tunes_with_the_loss_trainers_arguments_say(tmp_path, 
 
 
 @pytest.mark.parametrize("kind", MODELS)
+def test_trainer_takes_only_labels_for_a_label_column(kind):
+    """Trainer takes every `forward` argument with "label" in its name for a label column, and computes no
+    evaluation loss for a batch without all of them: the call-time smoothing is named `smoothing`."""
+    assert find_labels(MODELS[kind][1]) == ["labels"]
+
+
+def generated_ids(prediction) -> dict[str, float]:
+    """1 when the evaluation's predictions are generated token ids, 0 when they are logits."""
+    predictions = prediction.predictions[0] if isinstance(prediction.predictions, tuple) else prediction.predictions
+    return {"generated": float(np.issubdtype(np.asarray(predictions).dtype, np.integer))}
+
+
+@pytest.mark.parametrize("kind", MODELS)
+@pytest.mark.parametrize("predict_with_generate", [True, False])
+def test_the_evaluation_loss_is_smoothed_as_the_training_loss(tmp_path, kind, predict_with_generate):
+    """TranslationTrainer smooths inside the model on training steps; its evaluation loss is smoothed alike (the
+    generating evaluation of Seq2SeqTrainer calls the model itself, not compute_loss)."""
+    make, _ = MODELS[kind]
+    data = pairs()
+    model = make().train()
+    batch, optimizer = default_data_collator(list(data)), torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(30):  # fit the pairs: confident predictions, so that smoothed and plain losses differ clearly
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+    model.eval()
+    args = Seq2SeqTrainingArguments(
+        tmp_path / "eval", label_smoothing_factor=0.1, per_device_eval_batch_size=len(data), report_to="none",
+        use_cpu=True, predict_with_generate=predict_with_generate, generation_max_length=6,
+    )  # fmt: skip
+    trainer = TranslationTrainer(
+        model=model, args=args, eval_dataset=data, data_collator=default_data_collator,
+        compute_metrics=generated_ids,  # with predict_with_generate: the generating evaluation, as attn train's
+    )  # fmt: skip
+    metrics = trainer.evaluate()
+    assert metrics["eval_generated"] == float(predict_with_generate)  # which branch of prediction_step ran
+    loss = metrics["eval_loss"]
+    assert loss == pytest.approx(hand_loss(model, data, 0.1), rel=1e-4)
+    assert loss != pytest.approx(hand_loss(model, data, 0.0), rel=1e-3)  # the check can fail
+    assert trainer.label_smoother is None  # training steps still smooth inside the model
+
+
+@pytest.mark.parametrize("kind", MODELS)
 def test_label_smoothing_in_an_older_config_is_dropped_with_a_warning(kind):
     make, _ = MODELS[kind]
     config_class = type(make().config)
@@ -110,7 +155,7 @@ def test_label_smoothing_defaults_to_plain_cross_entropy(kind):
     input_ids, attention_mask, labels = padded_batch()
     out = model(input_ids, attention_mask=attention_mask, labels=labels)
     plain = torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), labels.flatten())
-    smoothed = model(input_ids, attention_mask=attention_mask, labels=labels, label_smoothing=0.1).loss
+    smoothed = model(input_ids, attention_mask=attention_mask, labels=labels, smoothing=0.1).loss
     torch.testing.assert_close(out.loss, plain)
     torch.testing.assert_close(
         smoothed, torch.nn.functional.cross_entropy(out.logits.flatten(0, 1), labels.flatten(), label_smoothing=0.1)

@@ -71,10 +71,10 @@ def test_loss_on_labelled_positions_equals_trainers_label_smoother(kind, epsilon
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     labels = ragged_labels(decoder_input_ids)
     expected = dense_loss(model, input_ids, attention_mask, labels, epsilon)
-    eval_out = model(input_ids, attention_mask=attention_mask, labels=labels, label_smoothing=epsilon)
+    eval_out = model(input_ids, attention_mask=attention_mask, labels=labels, smoothing=epsilon)
     torch.testing.assert_close(eval_out.loss, expected)
 
-    skipped = model(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True, label_smoothing=epsilon)
+    skipped = model(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True, smoothing=epsilon)
     assert skipped.logits is None
     torch.testing.assert_close(skipped.loss, expected)
 
@@ -91,9 +91,7 @@ def test_gradients_of_the_padding_free_loss_equal_the_dense_ones(monkeypatch, ki
     dense_loss(dense, input_ids, attention_mask, labels, 0.1).backward()
     fused = []  # on the CPU the loss-only call goes through the fused output-layer loss
     monkeypatch.setattr(loss_module, "linear_token_loss", spy(loss_module.linear_token_loss, fused))
-    sparse(
-        input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True, label_smoothing=0.1
-    ).loss.backward()
+    sparse(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True, smoothing=0.1).loss.backward()
     assert len(fused) == 1
     for (name, a), b in zip(dense.named_parameters(), sparse.parameters(), strict=True):
         torch.testing.assert_close(b.grad, a.grad, msg=name)
@@ -113,7 +111,7 @@ def test_an_output_layer_with_hooks_is_called_not_bypassed(monkeypatch, kind, fi
     fused, hooked = [], []
     monkeypatch.setattr(loss_module, "linear_token_loss", spy(loss_module.linear_token_loss, fused))
     model.lm_head.register_forward_hook(lambda module, args, output: hooked.append(output.shape))
-    loss = model(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True, label_smoothing=0.1).loss
+    loss = model(input_ids, attention_mask=attention_mask, labels=labels, skip_logits=True, smoothing=0.1).loss
     torch.testing.assert_close(loss, expected)
     assert fused == [] and hooked == [(int((labels != -100).sum()), model.config.vocab_size)]
 
@@ -144,15 +142,15 @@ def test_skip_logits_checks_its_labels(kind):
 @pytest.mark.parametrize("skip_logits", [False, True])
 def test_label_smoothing_must_be_a_probability(kind, value, skip_logits):
     input_ids, attention_mask, decoder_input_ids = padded_batch()
-    with pytest.raises(ValueError, match=rf"label_smoothing must be a probability in \[0, 1\), got {value!r}"):
+    with pytest.raises(ValueError, match=rf"label smoothing must be a probability in \[0, 1\), got {value!r}"):
         MODELS[kind]()(input_ids, attention_mask=attention_mask, labels=decoder_input_ids, skip_logits=skip_logits,
-                       label_smoothing=value)  # fmt: skip
+                       smoothing=value)  # fmt: skip
 
 
 @pytest.mark.parametrize("kind", MODELS)
 def test_translation_trainer_passes_label_smoothing_at_call_time_and_skips_logits(tmp_path, kind):
     """A real Trainer training step: the same loss as Trainer's LabelSmoother, computed with skip_logits=True and
-    label_smoothing given to forward; the model's config is left alone."""
+    smoothing given to forward; the model's config is left alone."""
     from transformers import Seq2SeqTrainingArguments
 
     from training.trainer import TranslationTrainer
@@ -167,7 +165,7 @@ def test_translation_trainer_passes_label_smoothing_at_call_time_and_skips_logit
 
     calls = []
     model.register_forward_pre_hook(
-        lambda module, args, kwargs: calls.append((kwargs.get("skip_logits"), kwargs.get("label_smoothing"))),
+        lambda module, args, kwargs: calls.append((kwargs.get("skip_logits"), kwargs.get("smoothing"))),
         with_kwargs=True,
     )
     inputs = dict(input_ids=input_ids, attention_mask=attention_mask, labels=labels)

@@ -15,7 +15,7 @@ A run resumed from the checkpoint of its final step trains no further step (Trai
 end-of-training throughput (`train_samples_per_second`, and `train_target_tokens_per_second`) counts the sentences
 and target tokens the steps consumed, not `per_device_train_batch_size` times the steps.
 
-And the training loss skips the logits of padding: with a model whose forward takes `label_smoothing` (ours), the
+And the training loss skips the logits of padding: with a model whose forward takes `smoothing` (ours), the
 `label_smoothing_factor` is passed to the model's own loss at every call (the same loss as Trainer's
 `LabelSmoother`, tests/test_padding_free.py; nothing is written into the model's config, so a saved checkpoint
 trains later with whatever its next Trainer says), and training steps call the model with `skip_logits=True` when
@@ -44,6 +44,7 @@ from huggingface_hub import HfApi
 from torch import nn
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
+from transformers.trainer_pt_utils import LabelSmoother
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, seed_worker, sort_checkpoints
 from transformers.utils.hub import PushInProgress
 
@@ -131,16 +132,16 @@ class TranslationTrainer(Seq2SeqTrainer):
         parameters = inspect.signature(self.model.forward).parameters
         self._takes_skip_logits = "skip_logits" in parameters
         self._label_smoothing = None  # passed at call time to a model that smooths its own loss
-        if self.label_smoother is not None and "label_smoothing" in parameters:
+        if self.label_smoother is not None and "smoothing" in parameters:
             self._label_smoothing, self.label_smoother = self.label_smoother.epsilon, None
         if self.is_fsdp_enabled:
             _one_module_per_tied_embedding(self.model)
 
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """Trainer's, with `skip_logits=True` for a loss-only call of a model that takes it, and Trainer's
-        `label_smoothing_factor` as the model's `label_smoothing`."""
+        `label_smoothing_factor` as the model's `smoothing`."""
         if self._label_smoothing is not None and "labels" in inputs:
-            inputs = {**inputs, "label_smoothing": self._label_smoothing}
+            inputs = {**inputs, "smoothing": self._label_smoothing}
         if (
             not return_outputs
             and self.label_smoother is None
@@ -152,6 +153,20 @@ class TranslationTrainer(Seq2SeqTrainer):
         return super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
+
+    def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
+        """Seq2SeqTrainer's, with the evaluation loss label-smoothed as the training loss is. Its generating branch
+        calls the model itself, not `compute_loss`, and smooths only through Trainer's `LabelSmoother` (the same
+        loss as the model's own), which is back in place for that call; the other branch goes through
+        `compute_loss`, which passes `smoothing` to the model."""
+        generating = self.args.predict_with_generate and not prediction_loss_only  # Seq2SeqTrainer's own test
+        if self._label_smoothing is None or not generating:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        self.label_smoother = LabelSmoother(epsilon=self._label_smoothing)
+        try:
+            return super().prediction_step(model, inputs, prediction_loss_only, ignore_keys=ignore_keys, **gen_kwargs)
+        finally:
+            self.label_smoother = None
 
     def train(self, *args, **kwargs):
         """Trainer's, counting the sentences and target tokens the training steps consume (see `log`)."""
