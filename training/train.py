@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import importlib.util
 import json
 import logging
@@ -47,6 +48,7 @@ import torch
 import transformers
 import yaml
 from huggingface_hub import HfApi
+from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
@@ -71,7 +73,7 @@ from modeling_attn.hub import (
     push_to_hub,
     record_origin,
 )
-from modeling_attn.presets import load_preset
+from modeling_attn.presets import available_presets, load_preset
 
 from .arguments import CONFIG_SUFFIXES, CommandParser
 from .averaging import average_checkpoints, find_checkpoints, load_weights
@@ -297,6 +299,18 @@ def parse_args(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqT
     if recipe.bpe_dropout and not recipe.max_tokens_per_batch:
         raise ValueError("--bpe_dropout needs token batches (--max_tokens_per_batch > 0): they are packed anew "
                          "for each epoch's segmentation")  # fmt: skip
+    if recipe.preset is not None and recipe.preset not in available_presets():
+        near = difflib.get_close_matches(recipe.preset, available_presets(), n=1)
+        raise ValueError(f"--preset: unknown preset {recipe.preset!r}; "
+                         + (f"did you mean {near[0]!r}?" if near else f"one of {available_presets()}"))  # fmt: skip
+    if recipe.streaming:
+        if recipe.bpe_dropout:
+            raise ValueError("--streaming with --bpe_dropout: BPE-dropout segments the whole training set in memory "
+                             "at each epoch")  # fmt: skip
+        if training_args.do_train and training_args.max_steps <= 0:
+            raise ValueError("--streaming needs --max_steps: a stream has no length for Trainer to count epochs in")
+        if training_args.world_size > 1:
+            raise ValueError(f"--streaming reads the stream in one training process, not {training_args.world_size}")
     for name in ("max_train_samples", "max_eval_samples", "max_predict_samples"):
         if (value := getattr(recipe, name)) is not None and value < 1:
             raise ValueError(f"--{name} must be a positive integer, got {value}")
@@ -670,8 +684,6 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
         _clear_output_dir(output_dir, training_args)
     set_seed(training_args.seed)
 
-    if recipe.streaming and recipe.bpe_dropout:
-        raise ValueError("--bpe_dropout segments the whole training set in memory at each epoch; not with --streaming")
     start = time.perf_counter()
     # The first process writes the Arrow cache; the others then open what it wrote.
     with training_args.main_process_first(desc="reading the data"):
@@ -796,8 +808,10 @@ def cli_main(argv: list[str] | None = None) -> int:
             print(f"attn train: error: {str(error).strip().splitlines()[0]}", file=sys.stderr)
             return 2
         return run(recipe, training_args)
-    except (DataError, HubSetupError) as error:
-        print(f"attn train: error: {error}", file=sys.stderr)
+    # What the flags, the data or the model files make impossible, found after parsing (a preset's config refusing
+    # an override, a token budget that cannot hold a pair, a model folder that does not exist, bad data): one line.
+    except (DataError, HubSetupError, ValueError, OSError, StrictDataclassError) as error:
+        print(f"attn train: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
     finally:
         # A gloo process group left to interpreter shutdown can abort the process ("terminate called without an
