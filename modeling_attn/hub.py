@@ -136,6 +136,20 @@ def hub_id(reference: str | None) -> str | None:
     return reference
 
 
+def decoding_settings(config: GenerationConfig, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The decoding of a generation config (with the settings a command line gave over it) as evaluation JSONs
+    record it (`attn train`'s test_results.json, `attn evaluate --output`), and as `paper_generation_config` and the
+    card read it."""
+    settings = {name: (overrides or {}).get(name, getattr(config, name, None)) for name in DECODING_FIELDS}
+    new_tokens = (overrides or {}).get("max_new_tokens", getattr(config, "max_new_tokens", None))
+    if new_tokens is not None:  # a fixed limit, which generate() applies over the others
+        # recorded as the same limit in max_length, which counts the decoder's start token
+        settings.update({SOURCE_LIMIT_FIELD: None, "max_length": new_tokens + 1})
+    if settings[SOURCE_LIMIT_FIELD] is not None:
+        del settings["max_length"]  # replaced by the per-sentence limit in generate()
+    return settings
+
+
 def local_or_hub(name_or_path: str | None) -> str | None:
     """A model or dataset named on a command line, as a record that `hub_id` reads right later and elsewhere: an
     existing local path made absolute (a relative `data/m30k` would pass for a Hub id), anything else as given."""

@@ -89,6 +89,24 @@ def test_load_best_model_at_end_turns_averaging_off(tmp_path):
     assert args.load_best_model_at_end and args.metric_for_best_model == "loss" and recipe.average_last_n == 1
 
 
+@pytest.mark.parametrize(
+    ("metric", "given", "greater"),
+    [
+        ("ter", [], False),
+        ("eval_ter", [], False),
+        ("ter", ["--greater_is_better", "true"], True),
+        ("bleu", [], True),
+        ("loss", [], False),
+    ],
+)
+def test_the_best_checkpoint_is_the_one_with_the_lowest_ter(tmp_path, metric, given, greater):
+    """Trainer guesses the direction of --metric_for_best_model from its name (only "loss" is lower-is-better);
+    TER is an error rate: lower is better, unless --greater_is_better says otherwise."""
+    _, args = parse_args(["--output_dir", str(tmp_path), "--load_best_model_at_end", "--eval_steps", "10",
+                          "--save_steps", "10", "--metric_for_best_model", metric, *given, "--report_to", "none"])  # fmt: skip
+    assert args.greater_is_better is greater
+
+
 def test_run_translation_names_are_aliases_and_both_spellings_work(tmp_path):
     recipe, _ = parse_args(["--output_dir", str(tmp_path), "--dataset_name", "wmt14", "--dataset-config-name", "de-en",
                             "--tokenizer_name", "some/tokenizer", "--report_to", "none"])  # fmt: skip

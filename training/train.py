@@ -55,7 +55,6 @@ from transformers import (
     AutoTokenizer,
     DataCollatorForSeq2Seq,
     EarlyStoppingCallback,
-    GenerationConfig,
     PreTrainedTokenizerBase,
     Seq2SeqTrainingArguments,
     set_seed,
@@ -66,8 +65,8 @@ from transformers.trainer_utils import get_last_checkpoint
 from modeling_attn import AttnRNNConfig, AttnTransformerConfig  # registers the model types with the Auto classes
 from modeling_attn.generation import SOURCE_LIMIT_FIELD
 from modeling_attn.hub import (
-    DECODING_FIELDS,
     EMBEDDED_TASK,
+    decoding_settings,
     local_or_hub,
     paper_generation_config,
     push_to_hub,
@@ -382,7 +381,11 @@ def _check_best_model_flags(recipe: RecipeArguments, training_args: Seq2SeqTrain
                              "(or epoch) and --do_eval true")  # fmt: skip
         if training_args.metric_for_best_model is None:
             raise ValueError("--early_stopping_patience: name the validation metric it watches with "
-                             "--metric_for_best_model (bleu, chrf, exact_match or loss)")  # fmt: skip
+                             "--metric_for_best_model (bleu, chrf, ter, exact_match or loss)")  # fmt: skip
+    metric = (training_args.metric_for_best_model or "").removeprefix("eval_")
+    if metric == "ter" and "greater_is_better" not in given:
+        # Trainer guesses the direction from the name (only a "loss" is lower-is-better); TER is an error rate
+        training_args.greater_is_better = False
 
 
 def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
@@ -580,14 +583,6 @@ def decoding(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -
     return asked
 
 
-def decoding_settings(config: GenerationConfig) -> dict:
-    """The decoding of a generation config as test_results.json records it (what `paper_generation_config` reads)."""
-    settings = {name: getattr(config, name, None) for name in DECODING_FIELDS}
-    if settings[SOURCE_LIMIT_FIELD] is not None:
-        del settings["max_length"]  # replaced by the per-sentence limit in generate()
-    return settings
-
-
 def _write_alignment_picture(trainer: TranslationTrainer, sentence: str, path: Path) -> None:
     """The demo's last step: the cross-attention of one test translation as a picture (needs matplotlib)."""
     if importlib.util.find_spec("matplotlib") is None:
@@ -619,8 +614,8 @@ def _write_final_results(trainer: TranslationTrainer, test_dataset, parallel: Pa
     scores = translation_scores(hypotheses, list(raw_test["target"]), lowercase=metrics_fn.lowercase)
     # What the model card (`attn push`) reports with the scores: data, languages, decoding.
     results = {**output.metrics, "test_bleu_signature": scores["bleu_signature"],
-               "test_chrf_signature": scores["chrf_signature"], "data": local_or_hub(recipe.data) or EMBEDDED_TASK,
-               "split": "test", "source_lang": parallel.source_lang, "target_lang": parallel.target_lang,
+               "test_chrf_signature": scores["chrf_signature"], "test_ter_signature": scores["ter_signature"],
+               "data": local_or_hub(recipe.data) or EMBEDDED_TASK, "data_config": recipe.data_config, "split": "test", "source_lang": parallel.source_lang, "target_lang": parallel.target_lang,
                "sentences": len(hypotheses),
                "generation": decoding_settings(trainer.model.generation_config)}  # fmt: skip
     if trainer.is_world_process_zero():

@@ -31,6 +31,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from training.arguments import CommandParser
 from training.data import SPLIT_STEMS, DataError, read_lines
 
+from ..hub import EMBEDDED_TASK, decoding_settings, local_or_hub
 from ..translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
 from .translate import DecodingArguments, atomic_output, generation_overrides, parse_flags, shown_defaults
 
@@ -201,7 +202,7 @@ def _parallel_files(source_path: Path, target_path: Path) -> tuple[list[str], li
 
 def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> EvaluationSet | None:
     """The pairs of files `{stem}.*` in `folder` (TSV, JSONL or one plain file per language), or None if none."""
-    details = {"data": str(folder), "split": args.split, "file_stem": stem}
+    details = {"data": local_or_hub(str(folder)), "split": args.split, "file_stem": stem}
     where = f"the {args.split} split of {folder}"
     if path := _file(folder, f"{stem}.tsv"):
         pairs = []
@@ -271,7 +272,7 @@ def _loaded_split(args: SimpleNamespace) -> EvaluationSet:
     require_splits(parallel, [args.split], args.data)
     table = parallel.splits[args.split]
     name = args.data or "the embedded dates task"
-    details = {"data": args.data or "embedded dates task", "split": args.split,
+    details = {"data": local_or_hub(args.data) or EMBEDDED_TASK, "data_config": args.data_config, "split": args.split,
                "source_lang": parallel.source_lang, "target_lang": parallel.target_lang}  # fmt: skip
     return EvaluationSet(list(table["source"]), list(table["target"]), f"the {args.split} split of {name}", details)
 
@@ -336,10 +337,7 @@ def _evaluate(args: SimpleNamespace) -> int:
                                           progress=args.progress, lowercase=args.lowercase, **overrides)  # fmt: skip
         except SentenceTooLong as error:
             raise TranslateError(f"{tests.where}, pair {error.row + 1}: the source sentence {error.detail}") from None
-        settings = {
-            key: overrides.get(key, getattr(model.generation_config, key, None))
-            for key in ("num_beams", "length_penalty", "max_length", "max_new_tokens")
-        }
+        settings = decoding_settings(model.generation_config, overrides)  # as attn train records it, for attn push
         result = {"model": args.model, **tests.details, "sentences": len(hypotheses), **scores, "generation": settings}
     result["seconds"] = round(time.perf_counter() - start, 2)
     text = json.dumps(result, indent=2)
