@@ -183,7 +183,7 @@ def test_streaming_resume_skips_the_batches_already_trained(tmp_path, corpus, ca
     # Still in the first pass over the data (the case the README states): one pass holds more than 8 batches.
     tokenizer = AutoTokenizer.from_pretrained(straight)
     streamed = load_parallel_data(str(corpus), "en", "de", streaming=True).splits["train"]
-    recipe, _ = parse_args([*common, "--output_dir", str(tmp_path / "unused")])
+    recipe, _ = parse_args([*common, "--output_dir", str(tmp_path / "unused"), "--max_steps", "8"])
     pairs = tokenize_splits(ParallelData(datasets.DatasetDict(train=streamed), "en", "de", None), tokenizer, recipe)
     assert sum(1 for _ in StreamingTokenBatches(pairs["train"], 200, 64, collate_fn=list, seed=7)) > 8
     # A run that did not skip (--ignore_data_skip) trains other batches and ends elsewhere.
