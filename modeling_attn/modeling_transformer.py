@@ -110,7 +110,7 @@ class AttnTransformerEncoderLayer(GradientCheckpointingLayer):
         token_rows: torch.Tensor | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        """`token_rows` (flat indices of the real tokens, `masks.kept_rows`) restricts the feed-forward to them."""
+        """`token_rows` (flat indices of the real tokens, `padding_free.kept_rows`) restricts the feed-forward to them."""
         if self.norm_first:
             hidden_states = hidden_states + self._sa_block(
                 self.self_attn_layer_norm(hidden_states), attention_mask, **kwargs

@@ -9,7 +9,7 @@
    in place from `--data` (default `../shared/data/multi30k`); its test split is `test_2016_flickr`. Training ends
    with the average of the last checkpoints (the flags' `average_last_n`), saved in `--output_dir`.
 2. Test: the saved model translates test2016 with `--num_beams` (5, as the reference), via
-   `modeling_attn.app.translate.evaluate`, with the length penalty of `--length_penalties` that scores best on the
+   `modeling_attn.app.evaluate.evaluate`, with the length penalty of `--length_penalties` that scores best on the
    validation split (lowercased tokenized BLEU; 0.6, 1.0, 1.5, 2.0 by default; the choice and the beam size are written
    into the model's generation_config.json by `modeling_attn.hub.paper_generation_config`, the function `attn train`
    and `attn push` write it with). The test split plays no part in the choice.

@@ -1,7 +1,7 @@
 """The application layer: what a person runs on top of the models and the training recipe.
 
 - `cli.py`: the `attn` command (`attn train | average | translate | evaluate | push | convert | export | preset`);
-- `translate.py`: `attn translate` and `attn evaluate`;
+- `translate.py`: `attn translate`; `evaluate.py`: `attn evaluate`;
 - `push.py`: `attn push` (what it uploads: `modeling_attn.hub`);
 - `convert_marian.py`: Marian / OPUS-MT checkpoints to `attn_transformer` and back (`attn convert`);
 - `export_ctranslate2.py`: the CTranslate2 export and translator (`attn export`).
