@@ -70,3 +70,27 @@ def test_the_model_package_imports_neither_training_nor_the_application_layer(pa
 @pytest.mark.parametrize("path", TRAINING, ids=lambda path: path.name)
 def test_training_does_not_import_the_application_layer(path):
     assert forbidden_imports(path, "training", ("modeling_attn.app",)) == []
+
+
+def relative_imports(path: Path) -> set[str]:
+    """The sibling modules `path` imports as `from .x import ...` (what remote code copies next to the weights)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_the_code_that_travels_to_the_hub_is_the_models_own():
+    """The modules a saved checkpoint carries (those the model and config files import, transitively) hold no
+    Python API over the models: those import tokenizers, matplotlib or the Hub client, which remote code need not."""
+    folder = ROOT / "modeling_attn"
+    travelling = {path.stem for path in folder.glob("modeling_*.py")} | {
+        path.stem for path in folder.glob("configuration_*.py")
+    }
+    frontier = set(travelling)
+    while frontier:
+        frontier = set().union(*(relative_imports(folder / f"{name}.py") for name in frontier)) - travelling
+        travelling |= frontier
+    assert {"encoder_decoder", "attention", "beam_search", "loss"} <= travelling  # the closure is computed
+    assert travelling.isdisjoint({"hub", "translation", "heatmaps", "presets", "app"}), sorted(travelling)

@@ -27,7 +27,8 @@ _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_m
 
 
 # config.json fields that differ between checkpoints of one model without changing it
-_VOLATILE_CONFIG_FIELDS = ("transformers_version", "_name_or_path")
+# label_smoothing: a training setting the configs of checkpoints written before it left the config still hold
+_VOLATILE_CONFIG_FIELDS = ("transformers_version", "_name_or_path", "label_smoothing")
 
 
 def _read_json(path: Path) -> dict:

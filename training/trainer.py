@@ -1,7 +1,7 @@
 """`TranslationTrainer`: transformers' `Seq2SeqTrainer` with token-budget batches, raw-text references and
 checkpoints that are never half-written.
 
-Six changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
+The changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
 `max_tokens_per_batch` is set (Accelerate shards them over processes as it shards any batch sampler; a
 `training.bpe_dropout.BPEDropoutPairs` training set gets its `BPEDropoutBatchSampler`, one process only); BLEU is
 computed against the raw target sentences of the dataset being evaluated, not against decoded labels; and a
@@ -20,7 +20,10 @@ And the training loss skips the logits of padding: with a model whose forward ta
 `LabelSmoother`, tests/test_padding_free.py; nothing is written into the model's config, so a saved checkpoint
 trains later with whatever its next Trainer says), and training steps call the model with `skip_logits=True` when
 it takes it, so the output projection runs on labelled positions only. Evaluation and prediction still get the
-full logits.
+full logits, and their loss is smoothed alike (`prediction_step`).
+
+With `--hub_strategy`, each checkpoint save pushes as transformers documents the strategies (`hub_uploads`), with the
+files of `attn push`; with `--streaming`, token batches are packed from a bounded buffer of the stream.
 
 Under FSDP2, two more: the tied source/target embedding is held by one module (FSDP2 refuses a parameter shared by
 two of its units), and models are saved under their own class, not the `FSDP<Name>` class `fully_shard` derives.

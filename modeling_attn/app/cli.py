@@ -35,7 +35,7 @@ COMMANDS = {
     "train": "train or fine-tune a translation model (the paper's recipe; every Seq2SeqTrainingArguments flag)",
     "average": "average the weights of the last checkpoints of a training run (paper, Sec. 6.1)",
     "translate": "translate sentences (arguments, --input FILE or stdin); attention pictures",
-    "evaluate": "BLEU and chrF (sacreBLEU) of a model on a data split, as JSON",
+    "evaluate": "BLEU, chrF and TER (sacreBLEU) of a model on a data split, or of a file of translations, as JSON",
     "push": "upload a trained model (weights, code, tokenizer, generation config, card) to the Hugging Face Hub",
     "convert": "convert Marian (OPUS-MT) checkpoints to attn_transformer and back",
     "export": "export a model to CTranslate2",
