@@ -312,7 +312,10 @@ def test_a_missing_or_broken_model_folder_is_one_line(transformer_dir, tmp_path,
         (["--split", "dev", "--model", "m"], "argument --split: invalid choice: 'dev'"),
         (["--model", "{tmp}/m"], "{tmp}/m: no such model folder"),
         (["--model", "{tmp}/m", "--data", "{tmp}/d"], "{tmp}/d: no such folder, and not a dataset"),
-        (["--hypotheses_file", "{tmp}/h.txt", "--references_file", "{tmp}/r.txt"], "{tmp}/h.txt has 2 lines but"),
+        (
+            ["--hypotheses_file", "{tmp}/h.txt", "--references_file", "{tmp}/r.txt"],
+            "{tmp}/h.txt:2: line has no counterpart: r.txt has 1 lines but h.txt has 2",
+        ),
     ],
 )
 def test_evaluate_user_errors_are_one_line(tmp_path, capsys, argv, expected):

@@ -159,7 +159,7 @@ def _languages_in(folder: Path) -> list[str]:
 ROW_FEATURES = Features({"source": Value("string"), "target": Value("string"), "line": Value("int64")})
 
 
-def _text_pair_rows(source_path: str, target_path: str) -> Iterator[tuple[str, str, int]]:
+def text_pair_rows(source_path: str, target_path: str) -> Iterator[tuple[str, str, int]]:
     source_file, target_file = Path(source_path), Path(target_path)
     sources, targets = iter_lines(source_file), iter_lines(target_file)
     number = 0
@@ -182,7 +182,7 @@ def _text_pair_rows(source_path: str, target_path: str) -> Iterator[tuple[str, s
     )
 
 
-def _tsv_rows(path: str) -> Iterator[tuple[str, str, int]]:
+def tsv_rows(path: str) -> Iterator[tuple[str, str, int]]:
     number = 0
     for number, line in iter_lines(Path(path)):
         fields = line.split("\t")
@@ -193,7 +193,7 @@ def _tsv_rows(path: str) -> Iterator[tuple[str, str, int]]:
         raise DataError(f"{path}: empty file (no sentence pair)")
 
 
-def _jsonl_rows(path: str, source_lang: str, target_lang: str) -> Iterator[tuple[str, str, int]]:
+def jsonl_rows(path: str, source_lang: str, target_lang: str) -> Iterator[tuple[str, str, int]]:
     number = 0
     for number, line in iter_lines(Path(path)):
         if not line.strip():
@@ -318,12 +318,12 @@ def _load_folder(folder: Path, source_lang: str | None, target_lang: str | None,
                 missing = f"{stem}.{source_lang}" if source_path is None else f"{stem}.{target_lang}"
                 raise DataError(f"{folder}: {missing}[.gz] is missing (split {stem!r} needs one file per language)")
             files = [source_path, target_path]
-            generator, gen_kwargs = _text_pair_rows, {"source_path": str(source_path), "target_path": str(target_path)}
+            generator, gen_kwargs = text_pair_rows, {"source_path": str(source_path), "target_path": str(target_path)}
             where = partial("{0}:{2} / {1}:{2}".format, source_path, target_path)
         else:
             path = _find(folder, stem, kind)
             files, where = [path], partial("{0}:{1}".format, path)
-            generator = _tsv_rows if kind == "tsv" else _jsonl_rows
+            generator = tsv_rows if kind == "tsv" else jsonl_rows
             gen_kwargs = {"path": str(path)} | ({} if kind == "tsv" else {"source_lang": source_lang,
                                                                           "target_lang": target_lang})  # fmt: skip
         streamed = streaming and split == "train"

@@ -21,6 +21,7 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,7 +30,7 @@ from typing import Any, Literal
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from training.arguments import CommandParser
-from training.data import SPLIT_STEMS, DataError, read_lines
+from training.data import SPLIT_STEMS, DataError, jsonl_rows, text_pair_rows, tsv_rows
 
 from ..hub import EMBEDDED_TASK, decoding_settings, local_or_hub
 from ..translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
@@ -181,23 +182,18 @@ def _split_stems(folder: Path, split: str) -> list[str]:
     return found
 
 
-def _checked_pairs(pairs: list[tuple[str, str, str]]) -> tuple[list[str], list[str]]:
-    for source, target, location in pairs:
-        if not source.strip() or not target.strip():
-            side = "source" if not source.strip() else "reference"
-            raise DataError(f"{location}: empty {side} sentence (a test pair needs both)")
-    return [source.strip() for source, _, _ in pairs], [target.strip() for _, target, _ in pairs]
-
-
-def _parallel_files(source_path: Path, target_path: Path) -> tuple[list[str], list[str]]:
-    sources, targets = read_lines(source_path), read_lines(target_path)
-    if len(sources) != len(targets):
-        raise DataError(
-            f"{source_path} has {len(sources)} lines but {target_path} has {len(targets)}: one line each per sentence"
-        )
-    if not sources:
-        raise DataError(f"{source_path} and {target_path} are empty")
-    return sources, targets
+def _pairs(rows: Iterator[tuple[str, str, int]], where: Callable[[int], str],
+           empty_targets: bool = False) -> tuple[list[str], list[str]]:  # fmt: skip
+    """Sources and references of the recipe's row readers (`training.data`: stripped, file and line checked);
+    an empty source or reference names its place (`where(line)`), unless `empty_targets` allows empty second sides."""
+    firsts, seconds = [], []
+    for first, second, number in rows:
+        if not first or (not second and not empty_targets):
+            side = "source" if not first else "reference"
+            raise DataError(f"{where(number)}: empty {side} sentence (a test pair needs both)")
+        firsts.append(first)
+        seconds.append(second)
+    return firsts, seconds
 
 
 def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> EvaluationSet | None:
@@ -205,40 +201,14 @@ def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> Evalua
     details = {"data": local_or_hub(str(folder)), "split": args.split, "file_stem": stem}
     where = f"the {args.split} split of {folder}"
     if path := _file(folder, f"{stem}.tsv"):
-        pairs = []
-        for number, line in enumerate(read_lines(path), 1):
-            fields = line.split("\t")
-            if len(fields) != 2:
-                raise DataError(
-                    f"{path}:{number}: expected 2 tab-separated fields (source, target), found {len(fields)}"
-                )
-            pairs.append((fields[0], fields[1], f"{path}:{number}"))
-        if not pairs:
-            raise DataError(f"{path}: empty file (no sentence pair)")
-        sources, references = _checked_pairs(pairs)
+        sources, references = _pairs(tsv_rows(str(path)), lambda number: f"{path}:{number}")
         return EvaluationSet(sources, references, where, {**details, "source_lang": args.source_lang or "src",
                                                         "target_lang": args.target_lang or "tgt"})  # fmt: skip
     if path := _file(folder, f"{stem}.jsonl"):
         if not (args.source_lang and args.target_lang):
             raise DataError(f"{path}: JSONL data needs --source_lang and --target_lang (the JSON keys)")
-        pairs = []
-        for number, line in enumerate(read_lines(path), 1):
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(f"{path}:{number}: invalid JSON ({error.msg} at column {error.colno})") from None
-            record = record.get("translation", record) if isinstance(record, dict) else None
-            if not isinstance(record, dict) or not all(
-                isinstance(record.get(key), str) for key in (args.source_lang, args.target_lang)
-            ):
-                raise DataError(
-                    f"{path}:{number}: expected an object with string fields {args.source_lang!r} and "
-                    f"{args.target_lang!r} (optionally inside 'translation')"
-                )
-            pairs.append((record[args.source_lang], record[args.target_lang], f"{path}:{number}"))
-        if not pairs:
-            raise DataError(f"{path}: empty file (no sentence pair)")
-        sources, references = _checked_pairs(pairs)
+        rows = jsonl_rows(str(path), args.source_lang, args.target_lang)
+        sources, references = _pairs(rows, lambda number: f"{path}:{number}")
         return EvaluationSet(sources, references, where,
                        {**details, "source_lang": args.source_lang, "target_lang": args.target_lang})  # fmt: skip
     languages = sorted(
@@ -257,9 +227,8 @@ def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> Evalua
     if source_path is None or target_path is None:
         missing = f"{stem}.{source_lang}" if source_path is None else f"{stem}.{target_lang}"
         raise DataError(f"{folder}: {missing}[.gz] is missing (the {args.split} split needs one file per language)")
-    sources, targets = _parallel_files(source_path, target_path)
-    locations = [f"{source_path}:{n} / {target_path}:{n}" for n in range(1, len(sources) + 1)]
-    sources, references = _checked_pairs(list(zip(sources, targets, locations, strict=True)))
+    rows = text_pair_rows(str(source_path), str(target_path))
+    sources, references = _pairs(rows, lambda number: f"{source_path}:{number} / {target_path}:{number}")
     return EvaluationSet(sources, references, where,
                    {**details, "source_lang": source_lang, "target_lang": target_lang})  # fmt: skip
 
@@ -281,15 +250,15 @@ def load_evaluation_set(args: SimpleNamespace) -> EvaluationSet:
     """The sentences and references `args` name (see the module docstring); DataError naming what is wrong."""
     if args.hypotheses_file or args.sources_file:
         first = Path(args.hypotheses_file or args.sources_file)
-        given, references = _parallel_files(first, Path(args.references_file))
         key = "hypotheses_file" if args.hypotheses_file else "sources_file"
         details = {key: str(first), "references_file": args.references_file}
-        if args.hypotheses_file:
-            return EvaluationSet(None, references, str(first), details, hypotheses=given)
-        for number, sentence in enumerate(given, 1):
-            if not sentence.strip():
-                raise DataError(f"{first}:{number}: empty source sentence")
-        return EvaluationSet([sentence.strip() for sentence in given], references, str(first), details)
+        if args.hypotheses_file:  # a translation may be empty; a reference may not
+            references, hypotheses = _pairs(text_pair_rows(args.references_file, str(first)),
+                                            lambda number: f"{args.references_file}:{number}", empty_targets=True)  # fmt: skip
+            return EvaluationSet(None, references, str(first), details, hypotheses=hypotheses)
+        sources, references = _pairs(text_pair_rows(str(first), args.references_file),
+                                     lambda number: f"{first}:{number} / {args.references_file}:{number}")  # fmt: skip
+        return EvaluationSet(sources, references, str(first), details)
     folder = Path(args.data) if args.data else None
     if folder is not None and folder.is_dir() and not (folder / "dataset_dict.json").is_file():
         for stem in _split_stems(folder, args.split):
