@@ -15,6 +15,7 @@ them with `CommandParser.parse`:
 
 from __future__ import annotations
 
+import argparse
 import difflib
 import json
 import sys
@@ -28,6 +29,14 @@ from transformers import HfArgumentParser
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
 
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's "(default: ...)" after each flag, left out where the default is None: a flag not given then means
+    what its help says (computed, the model's own setting, or nothing), not "None"."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        return action.help if action.default is None else super()._get_help_string(action)
+
+
 class CommandParser(HfArgumentParser):
     """`HfArgumentParser` with the `attn` convention (see the module docstring). Flags are never abbreviated: an
     abbreviation is an unknown flag (argparse would take `--out` for `--output_dir`, and a later flag could make it
@@ -35,6 +44,7 @@ class CommandParser(HfArgumentParser):
 
     def __init__(self, dataclass_types: Any, **kwargs: Any):
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(dataclass_types, **kwargs)
 
     def error(self, message: str) -> NoReturn:

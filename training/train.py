@@ -28,7 +28,6 @@ Trainer's scheduler applies the rate of step n-1 at update n (the logged rate at
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import difflib
 import importlib.util
@@ -241,13 +240,6 @@ def _embedded_task_defaults() -> dict:
     return yaml.safe_load(text)
 
 
-class _DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """argparse's "(default: ...)" after each flag, left out where the default is None (the help says what applies)."""
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        return action.help if action.default is None else super()._get_help_string(action)
-
-
 def build_parser(embedded_task: bool = False) -> CommandParser:
     """The `attn train` parser: our flags and Trainer's, with the paper's defaults (`PAPER_DEFAULTS`), and the embedded
     task's (configuration/train-dates.yaml) over them when `embedded_task`."""
@@ -259,7 +251,6 @@ def build_parser(embedded_task: bool = False) -> CommandParser:
         "embedded dates task trains, with these defaults over the paper's: "
         + ", ".join(f"--{key} {value}" for key, value in embedded.items())
         + ". Flags may come from a file: attn train recipe.yaml [flags that override it].",
-        formatter_class=_DefaultsHelpFormatter,
     )
     # None: computed from the model's d_model and the warmup (paper_learning_rate) unless a rate is given.
     parser.set_defaults(**PAPER_DEFAULTS, learning_rate=None)

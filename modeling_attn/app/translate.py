@@ -159,11 +159,11 @@ TRANSLATE_ARGUMENTS = (TranslateArguments, DecodingArguments, SamplingArguments,
 
 
 def shown_defaults(parser: CommandParser) -> CommandParser:
-    """`parser` with "(default: None)" left out of `--help`: a flag not given means the model's own setting, or
-    nothing, as its help says. (argparse appends the default to any help without a `%(default)` field; an empty
+    """`parser` with "(default: False)" also left out of `--help` (CommandParser leaves out None): a switch not given
+    is off, as its help says. (argparse appends the default to any help without a `%(default)` field; an empty
     `%(default).0s` is one.)"""
     for action in parser._actions:
-        if action.help and "%(default" not in action.help and action.default in (None, False):
+        if action.help and "%(default" not in action.help and action.default is False:
             action.help += "%(default).0s"
         if "--no_progress" in action.option_strings:
             action.help = "No progress bar.%(default).0s"
