@@ -33,8 +33,8 @@ from transformers import GenerationMixin
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (this folder's shared helpers)
 
-from modeling_attn.app.convert_marian import MarianConversionError, attn_to_marian  # noqa: E402
-from modeling_attn.translation import load_model  # noqa: E402
+from modeling_attn.api.convert_marian import MarianConversionError, attn_to_marian  # noqa: E402
+from modeling_attn.api.translation import load_model  # noqa: E402
 
 
 @contextlib.contextmanager

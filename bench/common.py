@@ -26,7 +26,7 @@ from torch import nn
 
 import modeling_attn  # noqa: F401  (registers attn_transformer with the Auto classes)
 from modeling_attn import AttnTransformerForConditionalGeneration
-from modeling_attn.presets import load_preset
+from modeling_attn.api.presets import load_preset
 
 REPO = Path(__file__).resolve().parent.parent
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
@@ -136,7 +136,7 @@ def ours(reference: nn.Module, attn_implementation: str) -> nn.Module:
 
 def marian(reference: nn.Module, attn_implementation: str) -> nn.Module:
     """MarianMTModel with the same weights, through the tested converter (`convert_marian.attn_to_marian`)."""
-    from modeling_attn.app.convert_marian import attn_to_marian
+    from modeling_attn.api.convert_marian import attn_to_marian
 
     model = attn_to_marian(reference)
     model.set_attn_implementation(attn_implementation)

@@ -37,7 +37,7 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (this folder's shared helpers)
 
-from modeling_attn.presets import load_preset  # noqa: E402
+from modeling_attn.api.presets import load_preset  # noqa: E402
 
 TOLERANCE = 1e-4  # log-probabilities of the three ways may differ by float32 rounding only
 

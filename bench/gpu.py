@@ -44,7 +44,7 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (this folder's shared helpers)
 
-from modeling_attn.presets import load_preset  # noqa: E402
+from modeling_attn.api.presets import load_preset  # noqa: E402
 
 PARTS = ["attention", "train", "generate"]
 BACKENDS = ["sdpa", "flash_attention_2"]

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (this folder's shared helpers)
 
 from modeling_attn import AttnRNNForConditionalGeneration  # noqa: E402
-from modeling_attn.presets import load_preset  # noqa: E402
+from modeling_attn.api.presets import load_preset  # noqa: E402
 
 # the losses of common.py's peers: `hf_loss` as a plain training loop calls the model, `ours_loss` as `attn train` does
 VARIANTS = {

@@ -4,7 +4,7 @@ Peers (same architecture, same weights copied from ours, checked by comparing th
 - `MarianMTModel` (transformers' own post-LN Transformer), with its eager and its sdpa attention;
 - `torch.nn.Transformer` with our embeddings, sinusoidal positions and tied output projection around it (its
   final encoder/decoder LayerNorms removed: the paper's post-LN stack has none);
-- CTranslate2 (generation only), when `modeling_attn.app.export_ctranslate2` exists.
+- CTranslate2 (generation only), when `modeling_attn.api.export_ctranslate2` exists.
 
 Measured, on identical token batches whose lengths follow real sentence pairs (Multi30k en-de word counts times
 a subword factor, or a lognormal when that data is absent):
@@ -204,7 +204,7 @@ def register_ctranslate2(device: str) -> str | None:
     try:
         import ctranslate2  # noqa: F401
 
-        from modeling_attn.app.export_ctranslate2 import CTranslate2Translator, export_ctranslate2
+        from modeling_attn.api.export_ctranslate2 import CTranslate2Translator, export_ctranslate2
     except ImportError as error:
         return f"not measured: {error}"
 

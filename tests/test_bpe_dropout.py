@@ -12,14 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from modeling_attn.training.bpe_dropout import BPEDropoutBatchSampler, BPEDropoutPairs, dropout_segmenter
+from modeling_attn.training.synthetic import generate_pairs
+from modeling_attn.training.tokenizer import train_bpe_tokenizer
 from test_training_train import QUIET, REPO, TINY, _free_port
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
-from training.bpe_dropout import BPEDropoutBatchSampler, BPEDropoutPairs, dropout_segmenter
-from training.synthetic import generate_pairs
-from training.tokenizer import train_bpe_tokenizer
-from training.train import main
+from modeling_attn.cli.train import train as main
 
 PAIRS = generate_pairs(400, seed=0)
 SOURCES, TARGETS = [source for source, _ in PAIRS], [target for _, target in PAIRS]
@@ -101,7 +101,7 @@ def test_each_epoch_draws_a_new_segmentation_and_packs_it_again(tokenizer):
 
 def test_attn_train_segments_anew_each_epoch_and_saves_the_ordinary_tokenizer(tmp_path, caplog):
     output_dir = tmp_path / "out"
-    caplog.set_level(logging.DEBUG, logger="training.bpe_dropout")
+    caplog.set_level(logging.DEBUG, logger="modeling_attn.training.bpe_dropout")
     # 120 pairs in 200-token batches: 9 batches an epoch, so 20 steps reach a third epoch.
     assert main(["--output_dir", str(output_dir), *TINY, *QUIET, "--max_steps", "20", "--save_strategy", "no",
                  "--bpe_dropout", "0.1"]) == 0  # fmt: skip
@@ -134,7 +134,7 @@ def test_bad_bpe_dropout_use_names_the_flag(tmp_path: Path, flags, message):
 @pytest.mark.slow  # two real processes (torchrun, gloo)
 def test_two_training_processes_are_refused_with_the_reason(tmp_path):
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-              "-m", "training", "--output_dir", str(tmp_path / "out"), *TINY, *QUIET, "--max_steps", "2",
+              "-m", "modeling_attn.training", "--output_dir", str(tmp_path / "out"), *TINY, *QUIET, "--max_steps", "2",
               "--bpe_dropout", "0.1"]  # fmt: skip
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(launch, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)

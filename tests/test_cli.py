@@ -1,5 +1,5 @@
-"""The `attn` command line (modeling_attn/app/cli.py) and the flags of `attn average | preset | push | convert |
-export`: one convention (training/arguments.py), user errors as one line on stderr with exit status 2, and the
+"""The `attn` command line (modeling_attn/cli/) and the flags of `attn average | preset | push | convert |
+export`: one convention (modeling_attn/cli/parser.py), user errors as one line on stderr with exit status 2, and the
 same result whichever way a flag is spelt or given (flag, positional argument, flags file)."""
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from test_training_averaging import save_checkpoints
 from tiny import tiny_model
 
 import modeling_attn
-from modeling_attn.app.cli import COMMANDS
-from modeling_attn.app.cli import main as attn
-from modeling_attn.presets import load_preset
+from modeling_attn.api.presets import load_preset
+from modeling_attn.cli.main import COMMANDS
+from modeling_attn.cli.main import main as attn
 
 
 def run(argv: list[str]) -> tuple[int, str, str]:

@@ -7,8 +7,8 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig
 
 from modeling_attn import AttnTransformerConfig
-from modeling_attn.app.cli import main as cli_main
-from modeling_attn.presets import available_presets, load_preset
+from modeling_attn.api.presets import available_presets, load_preset
+from modeling_attn.cli.main import main as cli_main
 
 
 def test_defaults_are_the_paper_base_model():

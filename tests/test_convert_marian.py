@@ -29,15 +29,15 @@ from transformers import (
 )
 
 from modeling_attn import AttnTransformerForConditionalGeneration
-from modeling_attn.app.cli import main as cli
-from modeling_attn.app.convert_marian import (
+from modeling_attn.api.convert_marian import (
     MarianConversionError,
     attn_to_marian,
     convert_marian_folder,
     interleaved_to_halves,
     marian_to_attn,
 )
-from modeling_attn.hub import model_origin
+from modeling_attn.api.hub import model_origin
+from modeling_attn.cli.main import main as cli
 from modeling_attn.modeling_transformer import sinusoid_table
 
 SEPARATE = dict(

@@ -12,13 +12,13 @@ import datasets
 import numpy as np
 import pytest
 import torch
+from modeling_attn.training.trainer import TranslationTrainer
 from tiny import padded_batch, spread_tiny_rnn, tiny_model
 from transformers import Seq2SeqTrainer, Seq2SeqTrainingArguments, default_data_collator
 from transformers.testing_utils import CaptureLogger
 from transformers.utils import find_labels
 
 from modeling_attn import AttnRNNForConditionalGeneration, AttnTransformerForConditionalGeneration, validation
-from training.trainer import TranslationTrainer
 
 MODELS = {
     "transformer": (tiny_model, AttnTransformerForConditionalGeneration),

@@ -16,8 +16,8 @@ from tasks import EOS, fit_reverse_task, one_thread, reverse_task
 from tiny import tiny_model
 
 from modeling_attn import AttnTransformerConfig, AttnTransformerForConditionalGeneration
-from modeling_attn.app.cli import main as cli
-from modeling_attn.app.export_ctranslate2 import CTranslate2Translator, export_ctranslate2
+from modeling_attn.api.export_ctranslate2 import CTranslate2Translator, export_ctranslate2
+from modeling_attn.cli.main import main as cli
 
 pytest.importorskip(
     "ctranslate2", reason="the CTranslate2 export needs ctranslate2 (pip install modeling-attn[interop])"
@@ -165,7 +165,7 @@ def test_cli_exports_a_marian_folder_with_its_tokenizer(tmp_path, capsys):
 def test_cli_exports_our_folder_with_its_bpe_tokenizer(tmp_path, capsys):
     """`attn export` on a folder as `attn train` writes it (our joint BPE tokenizer, a model vocabulary larger
     than the tokenizer's): the vocabularies are the tokenizer's tokens, and texts translate as generate() does."""
-    from training.tokenizer import train_bpe_tokenizer
+    from modeling_attn.training.tokenizer import train_bpe_tokenizer
 
     tokenizer = train_bpe_tokenizer(SENTENCES * 3, vocab_size=60, min_frequency=1)
     model = tiny_model(vocab_size=len(tokenizer) + 5, final_logits_bias=True)

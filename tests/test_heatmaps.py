@@ -19,14 +19,14 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration
-from modeling_attn.app.translate import translate_main
-from modeling_attn.heatmaps import (
+from modeling_attn.api.heatmaps import (
     attention_from_generate,
     bertviz_data,
     plot_alignment,
     plot_self_attention,
     save_bertviz_json,
 )
+from modeling_attn.cli.translate import main as translate_main
 
 needs_matplotlib = pytest.mark.skipif(
     importlib.util.find_spec("matplotlib") is None, reason="attention pictures need the [plot] extra (matplotlib)"

@@ -24,9 +24,7 @@ from tiny import padded_batch, tiny_model
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from modeling_attn import AttnRNNForConditionalGeneration, AttnTransformerForConditionalGeneration
-from modeling_attn.app.cli import main as attn
-from modeling_attn.generation import SourceLengthLimit
-from modeling_attn.hub import (
+from modeling_attn.api.hub import (
     EMBEDDED_TASK,
     hub_id,
     language_codes,
@@ -38,7 +36,9 @@ from modeling_attn.hub import (
     record_origin,
     save_for_hub,
 )
-from modeling_attn.translation import translate_batch
+from modeling_attn.api.translation import translate_batch
+from modeling_attn.cli.main import main as attn
+from modeling_attn.generation import SourceLengthLimit
 
 REPOS = {"attn_transformer": "org/tiny-transformer", "attn_rnn": "org/tiny-rnn"}
 CODE_MARKER = '\nCODE_REVISION_MARKER = "v2"\n'

@@ -1,11 +1,16 @@
-"""The layers import downward only (README, "Architecture"):
+"""The four layers import downward only, and no module of the package imports itself back through others
+(README, "Architecture"; docs/architecture.md):
 
-- the model package: the flat modules of `modeling_attn/` (what remote code needs, and the Python API over it);
-- the training recipe: `training/`, beside it: it may import the model package;
-- the application layer: `modeling_attn/app/`, on top: it may import both.
+1. the model core: the flat modules of `modeling_attn/` (what a checkpoint carries to the Hub); they import only
+   each other;
+2. the Python API: `modeling_attn/api/`; it may import the core;
+3. the training recipe: the repository's `training/`, installed as `modeling_attn.training`; it may import the
+   API and the core;
+4. the commands: `modeling_attn/cli/` (and `training/__main__.py`, the `python -m modeling_attn.training` entry
+   point); they may import everything, and no command module imports the dispatcher `cli/main.py`.
 
-Nothing in the model package imports `training` or the application layer; nothing in `training` imports the
-application layer. Imports are read from the source (every `import` statement, including those inside functions).
+Imports are read from the source: every `import` statement, including those inside functions. The checks run on
+the real tree and, to show that they can fail, on trees with a planted upward import and a planted cycle.
 """
 
 from __future__ import annotations
@@ -13,12 +18,16 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import pytest
-
 ROOT = Path(__file__).resolve().parent.parent
-MODEL_PACKAGE = sorted((ROOT / "modeling_attn").glob("*.py"))
-TRAINING = sorted((ROOT / "training").glob("*.py"))
-APP = sorted((ROOT / "modeling_attn" / "app").glob("*.py"))
+# where each installed package lives in the repository (pyproject.toml's package-dir)
+PACKAGE_DIRS = {
+    "modeling_attn": ROOT / "modeling_attn",
+    "modeling_attn.api": ROOT / "modeling_attn" / "api",
+    "modeling_attn.cli": ROOT / "modeling_attn" / "cli",
+    "modeling_attn.training": ROOT / "training",
+    "modeling_attn.configuration": ROOT / "configuration",
+}
+LAYERS = ("core", "api", "training", "commands")
 
 
 def imported_modules(source: str, package: str) -> set[str]:
@@ -39,37 +48,147 @@ def imported_modules(source: str, package: str) -> set[str]:
     return names
 
 
-def forbidden_imports(path: Path, package: str, forbidden: tuple[str, ...]) -> list[str]:
-    modules = imported_modules(path.read_text(), package)
-    return sorted(name for name in modules if any(name == f or name.startswith(f + ".") for f in forbidden))
+def package_modules(package_dirs: dict[str, Path]) -> dict[str, tuple[Path, str]]:
+    """Every module of the package: its dotted name -> (file, the package its relative imports start from)."""
+    modules = {}
+    for package, folder in package_dirs.items():
+        for path in sorted(folder.glob("*.py")):
+            name = package if path.stem == "__init__" else f"{package}.{path.stem}"
+            modules[name] = (path, package)
+    return modules
+
+
+def layer_of(module: str) -> str:
+    if module.startswith("modeling_attn.cli") or module == "modeling_attn.training.__main__":
+        return "commands"
+    if module.startswith("modeling_attn.training"):
+        return "training"
+    if module.startswith("modeling_attn.api"):
+        return "api"
+    return "core"  # modeling_attn and its flat modules (and the presets' data package)
+
+
+def import_graph(package_dirs: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules of the package it imports (names that are not modules of the package are dropped)."""
+    modules = package_modules(package_dirs)
+    graph = {}
+    for name, (path, package) in modules.items():
+        imported = imported_modules(path.read_text(), package)
+        graph[name] = {module for module in imported if module in modules and module != name}
+    return graph
+
+
+def upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    """`a -> b` for each import of a higher layer, and each command module that imports the dispatcher."""
+    found = []
+    for module, imported in graph.items():
+        for target in imported:
+            upward = LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(module))
+            dispatcher = target == "modeling_attn.cli.main" and layer_of(module) == "commands"
+            if upward or dispatcher:
+                found.append(f"{module} -> {target}")
+    return sorted(found)
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan's algorithm), each sorted."""
+    index, low, on_stack, stack, components = {}, {}, set(), [], []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in graph.get(module, ()):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == module:
+                    break
+            if len(component) > 1:
+                components.append(sorted(component))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(components)
+
+
+GRAPH = import_graph(PACKAGE_DIRS)
 
 
 def test_the_checker_sees_relative_absolute_and_nested_imports():
-    source = "from .app import cli\nimport training.data\ndef f():\n    from ..training import train\n"
-    assert imported_modules(source, "modeling_attn") >= {"modeling_attn.app", "modeling_attn.app.cli",
-                                                         "training.data"}  # fmt: skip
-    assert imported_modules("from . import hub\n", "modeling_attn.app") == {
-        "modeling_attn.app",
-        "modeling_attn.app.hub",
+    source = "from .cli import train\nimport modeling_attn.training.data\ndef f():\n    from ..training import train\n"
+    assert imported_modules(source, "modeling_attn") >= {"modeling_attn.cli", "modeling_attn.cli.train",
+                                                         "modeling_attn.training.data"}  # fmt: skip
+    assert imported_modules("from . import hub\n", "modeling_attn.api") == {
+        "modeling_attn.api",
+        "modeling_attn.api.hub",
     }
-    assert imported_modules("from .. import hub\n", "modeling_attn.app") == {"modeling_attn", "modeling_attn.hub"}
+    assert imported_modules("from .. import x\n", "modeling_attn.api") == {"modeling_attn", "modeling_attn.x"}
 
 
 def test_the_layers_are_where_the_test_looks():
-    names = {path.name for path in MODEL_PACKAGE}
-    assert {"modeling_transformer.py", "modeling_rnn.py", "attention.py", "translation.py"} <= names
-    assert {"cli.py", "translate.py", "push.py"} <= {path.name for path in APP}
-    assert {"train.py", "data.py"} <= {path.name for path in TRAINING}
+    layers = {layer: {name for name in GRAPH if layer_of(name) == layer} for layer in LAYERS}
+    assert {"modeling_attn.modeling_transformer", "modeling_attn.attention", "modeling_attn.registry"} <= layers[
+        "core"
+    ]
+    assert {"modeling_attn.api.translation", "modeling_attn.api.hub", "modeling_attn.api.corpus"} <= layers["api"]
+    assert {"modeling_attn.training.train", "modeling_attn.training.data"} <= layers["training"]
+    assert {"modeling_attn.cli.main", "modeling_attn.cli.train", "modeling_attn.training.__main__"} <= layers[
+        "commands"
+    ]
+    assert GRAPH["modeling_attn.cli.train"] >= {"modeling_attn.training.train", "modeling_attn.cli.parser"}
 
 
-@pytest.mark.parametrize("path", MODEL_PACKAGE, ids=lambda path: path.name)
-def test_the_model_package_imports_neither_training_nor_the_application_layer(path):
-    assert forbidden_imports(path, "modeling_attn", ("training", "modeling_attn.app")) == []
+def test_every_import_goes_downward():
+    assert upward_imports(GRAPH) == []
 
 
-@pytest.mark.parametrize("path", TRAINING, ids=lambda path: path.name)
-def test_training_does_not_import_the_application_layer(path):
-    assert forbidden_imports(path, "training", ("modeling_attn.app",)) == []
+def test_no_import_cycle_in_the_package():
+    assert cycles(GRAPH) == []
+
+
+def _tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
+    dirs = {package: tmp_path / package.replace(".", "_") for package in PACKAGE_DIRS}
+    for folder in dirs.values():
+        folder.mkdir()
+    for name, source in files.items():
+        package, _, stem = name.rpartition(".")
+        (dirs[package] / f"{stem}.py").write_text(source)
+    return dirs
+
+
+def test_a_planted_upward_import_and_a_planted_cycle_fail_the_checks(tmp_path):
+    dirs = _tree(tmp_path, {
+        "modeling_attn.attention": "def f():\n    from .api import translation\n",  # core -> api, inside a function
+        "modeling_attn.api.translation": "from ..training import data\n",  # api -> training
+        "modeling_attn.training.data": "from modeling_attn.cli.parser import CommandParser\n",  # training -> commands
+        "modeling_attn.cli.parser": "",
+        "modeling_attn.cli.push": "from .main import COMMANDS\n",  # a command imports the dispatcher
+        "modeling_attn.cli.main": "from . import push\n",
+    })  # fmt: skip
+    graph = import_graph(dirs)
+    assert upward_imports(graph) == [
+        "modeling_attn.api.translation -> modeling_attn.training.data",
+        "modeling_attn.attention -> modeling_attn.api.translation",
+        "modeling_attn.cli.push -> modeling_attn.cli.main",
+        "modeling_attn.training.data -> modeling_attn.cli.parser",
+    ]
+    assert cycles(graph) == [["modeling_attn.cli.main", "modeling_attn.cli.push"]]
+
+
+def test_a_cycle_inside_one_layer_is_found(tmp_path):
+    dirs = _tree(tmp_path, {"modeling_attn.api.a": "from . import b\n", "modeling_attn.api.b": "from .c import x\n",
+                            "modeling_attn.api.c": "def g():\n    from .a import y\n"})  # fmt: skip
+    assert cycles(import_graph(dirs)) == [["modeling_attn.api.a", "modeling_attn.api.b", "modeling_attn.api.c"]]
 
 
 def relative_imports(path: Path) -> set[str]:
@@ -82,8 +201,8 @@ def relative_imports(path: Path) -> set[str]:
 
 
 def test_the_code_that_travels_to_the_hub_is_the_models_own():
-    """The modules a saved checkpoint carries (those the model and config files import, transitively) hold no
-    Python API over the models: those import tokenizers, matplotlib or the Hub client, which remote code need not."""
+    """The modules a saved checkpoint carries (those the model and config files import, transitively) are core
+    modules: the API imports tokenizers, matplotlib or the Hub client, which remote code need not."""
     folder = ROOT / "modeling_attn"
     travelling = {path.stem for path in folder.glob("modeling_*.py")} | {
         path.stem for path in folder.glob("configuration_*.py")
@@ -93,4 +212,4 @@ def test_the_code_that_travels_to_the_hub_is_the_models_own():
         frontier = set().union(*(relative_imports(folder / f"{name}.py") for name in frontier)) - travelling
         travelling |= frontier
     assert {"encoder_decoder", "attention", "beam_search", "loss"} <= travelling  # the closure is computed
-    assert travelling.isdisjoint({"hub", "translation", "heatmaps", "presets", "app"}), sorted(travelling)
+    assert all((folder / f"{name}.py").is_file() for name in travelling), sorted(travelling)

@@ -18,7 +18,7 @@ from modeling_attn import (
     AttnRNNForConditionalGeneration,
     AttnRNNModel,
 )
-from modeling_attn.presets import load_preset
+from modeling_attn.api.presets import load_preset
 
 # Every RNN type, decoder style, score function and input feeding setting appears at least once.
 VARIANTS = [

@@ -156,7 +156,7 @@ def test_recipe_runs_end_to_end_on_a_few_hundred_sentences(tmp_path, model_type,
         json.loads((output_dir / "generation_config.json").read_text())["length_penalty"] == results["length_penalty"]
     )
     # ... and `attn push` of the folder with these results uploads that same decoding (issue 25: one owner).
-    from modeling_attn.hub import save_for_hub
+    from modeling_attn.api.hub import save_for_hub
 
     save_for_hub(output_dir, tmp_path / "hub", "me/m30k", output_dir / "multi30k_results.json")
     pushed, saved = (
@@ -176,7 +176,7 @@ def test_model_card_of_a_multi30k_run_reports_both_bleu_scores(tmp_path):
     """`attn push --results multi30k_results.json`: sacreBLEU, chrF and the lowercased tokenized BLEU in the card."""
     from tiny import tiny_model
 
-    from modeling_attn.hub import model_card, read_results
+    from modeling_attn.api.hub import model_card, read_results
 
     recipe_json = {
         "direction": "en-de", "test_sentences": 1000, "num_beams": 5, "length_penalty": 0.6,
@@ -209,7 +209,7 @@ def test_model_card_names_case_insensitive_scores():
     """A lowercasing model's sacreBLEU / chrF are case-insensitive (signature case:lc): the card's names say so."""
     from tiny import tiny_model
 
-    from modeling_attn.hub import model_card
+    from modeling_attn.api.hub import model_card
 
     results = {"bleu": 38.5, "chrf": 60.1, "bleu_signature": "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0",
                "data": "multi30k", "split": "test2016", "source_lang": "en", "target_lang": "de", "sentences": 1000}  # fmt: skip

@@ -151,9 +151,8 @@ def test_label_smoothing_must_be_a_probability(kind, value, skip_logits):
 def test_translation_trainer_passes_label_smoothing_at_call_time_and_skips_logits(tmp_path, kind):
     """A real Trainer training step: the same loss as Trainer's LabelSmoother, computed with skip_logits=True and
     smoothing given to forward; the model's config is left alone."""
+    from modeling_attn.training.trainer import TranslationTrainer
     from transformers import Seq2SeqTrainingArguments
-
-    from training.trainer import TranslationTrainer
 
     model = MODELS[kind]()
     input_ids, attention_mask, decoder_input_ids = padded_batch()

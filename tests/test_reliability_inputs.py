@@ -2,7 +2,7 @@
 wrong and where (config field, file and line, token id, tensor shape), never an index error deep inside.
 
 Four layers, one table each: the model (tensors in, both model types), the command line (`attn translate`,
-`attn evaluate`, `attn train`, `attn average` through `modeling_attn.app.cli.main`), the data loaders (training/data.py)
+`attn evaluate`, `attn train`, `attn average` through `modeling_attn.cli.main.main`), the data loaders (training/data.py)
 and loading (config.json, safetensors, tokenizer, model type).
 
 Covered elsewhere, not repeated here (they count towards the catalogue, 64 cases): tests/test_inputs.py (token id
@@ -29,6 +29,10 @@ from types import SimpleNamespace
 import pytest
 import torch
 from huggingface_hub.errors import StrictDataclassError
+from modeling_attn.training.averaging import load_weights
+from modeling_attn.training.data import load_parallel_data
+from modeling_attn.training.tokenizer import train_bpe_tokenizer
+from modeling_attn.training.train import build_model
 from safetensors.torch import load_file, save_file
 from tiny import padded_batch, tiny_config, tiny_model
 from transformers import AutoModelForSeq2SeqLM
@@ -38,11 +42,9 @@ from modeling_attn import (
     AttnRNNForConditionalGeneration,
     AttnTransformerForConditionalGeneration,
 )
-from modeling_attn.app.cli import main as cli_main
-from training.averaging import load_weights
-from training.data import DataError, load_parallel_data
-from training.tokenizer import train_bpe_tokenizer
-from training.train import build_model, parse_args
+from modeling_attn.api.corpus import DataError
+from modeling_attn.cli.main import main as cli_main
+from modeling_attn.cli.train import parse_args
 
 CORPUS = ["the cat sat on the mat", "a dog ran in the park", "1987-03-03", "the 4th of July 1776"] * 5
 SPECIAL = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)

@@ -1,7 +1,7 @@
-"""Killed training (issue 8, check 2): SIGKILL `python -m training` at random moments, during checkpoint saves
+"""Killed training (issue 8, check 2): SIGKILL `python -m modeling_attn.training` at random moments, during checkpoint saves
 among them, resume with `--resume_from_checkpoint last`, and end with the same weights as a run never killed.
 
-After every kill each `checkpoint-*` folder on disk must be complete and loadable (training.trainer writes a
+After every kill each `checkpoint-*` folder on disk must be complete and loadable (modeling_attn.training.trainer writes a
 checkpoint into `.checkpoint-staging/` and renames it into place). The final weights must equal the uninterrupted
 run's bitwise: on one CPU thread, with the same seed, a resumed run restores the model, optimizer, scheduler, RNG
 states and the position in the token-batch order exactly, so there is no tolerance to allow for.
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from modeling_attn.training.trainer import STAGING_DIR
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
 import modeling_attn  # noqa: F401  (registers the model types)
-from training.trainer import STAGING_DIR
 
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 60
@@ -45,7 +45,7 @@ KILLS = ["during_save", "random_step", "after_checkpoint", "during_save", "rando
 
 
 def start(output_dir: Path, resume: bool, log: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "training", "--output_dir", str(output_dir), *ARGS]
+    command = [sys.executable, "-m", "modeling_attn.training", "--output_dir", str(output_dir), *ARGS]
     if resume:
         command += ["--resume_from_checkpoint", "last"]
     with open(log, "w") as stderr:  # a file, not a pipe: the child must never block on a full pipe

@@ -63,7 +63,7 @@ def test_import_and_local_loading_download_nothing_and_need_no_trust_remote_code
     seen = run_offline(
         f"""
         import json, os, torch
-        import modeling_attn, training.train, training.data
+        import modeling_attn, modeling_attn.training.train, modeling_attn.training.data
         from transformers import AutoModelForSeq2SeqLM
         from transformers.models.auto.configuration_auto import CONFIG_MAPPING
         after_import = {{"attempts": list(attempts), "cache": os.listdir({str(home)!r}),

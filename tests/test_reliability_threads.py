@@ -11,10 +11,10 @@ import random
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from modeling_attn.training.tokenizer import train_bpe_tokenizer
 from tiny import spread_tiny_rnn, tiny_model
 
-from modeling_attn.translation import translate_batch
-from training.tokenizer import train_bpe_tokenizer
+from modeling_attn.api.translation import translate_batch
 
 WORDS = [
     "the",

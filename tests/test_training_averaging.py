@@ -6,14 +6,14 @@ import shutil
 
 import pytest
 import torch
+from modeling_attn.training.averaging import average_checkpoints, find_checkpoints
+from modeling_attn.training.synthetic import generate_pairs
+from modeling_attn.training.tokenizer import train_bpe_tokenizer
 from transformers import AutoModelForSeq2SeqLM
 
 import modeling_attn  # noqa: F401
-from modeling_attn.app.cli import main as attn
-from modeling_attn.presets import load_preset
-from training.averaging import average_checkpoints, find_checkpoints
-from training.synthetic import generate_pairs
-from training.tokenizer import train_bpe_tokenizer
+from modeling_attn.api.presets import load_preset
+from modeling_attn.cli.main import main as attn
 
 
 def save_checkpoints(folder, count: int) -> list:

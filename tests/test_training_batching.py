@@ -7,8 +7,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
-from training.batching import TokenBatchSampler, pack_batches, pack_into, padding_fraction
+from modeling_attn.training.batching import TokenBatchSampler, pack_batches, pack_into, padding_fraction
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
 
@@ -62,8 +61,8 @@ def test_multi30k_padding_below_ten_percent(max_tokens, multi30k_lengths, record
 @pytest.fixture(scope="module")
 def multi30k_lengths():
     """Token lengths of Multi30k's EN-DE training pairs under a joint BPE vocabulary trained on them (as the recipe)."""
-    from training.data import load_parallel_data
-    from training.tokenizer import train_bpe_tokenizer
+    from modeling_attn.training.data import load_parallel_data
+    from modeling_attn.training.tokenizer import train_bpe_tokenizer
 
     train = load_parallel_data(str(MULTI30K), "en", "de").splits["train"]
     tokenizer = train_bpe_tokenizer(list(train["source"]) + list(train["target"]), vocab_size=8000)

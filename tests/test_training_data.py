@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from datasets import Dataset, DatasetDict
+from modeling_attn.training.data import load_parallel_data, require_splits
 
-from training.data import DataError, load_parallel_data, read_lines, require_splits
+from modeling_attn.api.corpus import DataError, read_lines
 
 MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
 

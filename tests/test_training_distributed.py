@@ -1,6 +1,6 @@
 """Training in several processes on CPU (gloo, 2 processes), through the launchers the README documents.
 
-- DDP: `torchrun --nproc_per_node 2 -m training` equals `python -m training --gradient_accumulation_steps 2` (the
+- DDP: `torchrun --nproc_per_node 2 -m modeling_attn.training` equals `python -m modeling_attn.training --gradient_accumulation_steps 2` (the
   same global batch: Accelerate deals token batch i to process i % 2, and one process accumulates batches 2k, 2k+1).
 - FSDP2: `accelerate launch --config_file configuration/accelerate-fsdp.yaml --num_processes 2 --mixed_precision no`
   (the shipped file; `--mixed_precision no` overrides its bf16, the one field a CPU run changes) trains, matches the
@@ -49,13 +49,13 @@ def _free_port() -> int:
 
 def _torchrun() -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-            str(_free_port()), "-m", "training"]  # fmt: skip
+            str(_free_port()), "-m", "modeling_attn.training"]  # fmt: skip
 
 
 def _accelerate_fsdp() -> list[str]:
     return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "configuration/accelerate-fsdp.yaml",
             "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(_free_port()),
-            "-m", "training"]  # fmt: skip
+            "-m", "modeling_attn.training"]  # fmt: skip
 
 
 def _run(launcher: list[str], output_dir: Path, *flags: str) -> Path:
@@ -84,7 +84,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     one = ["--gradient_accumulation_steps", "2", "--save_strategy", "no"]
     resume = ["--save_steps", "10", "--resume_from_checkpoint", str(root / "fsdp" / "checkpoint-10")]
     return {
-        "one": _run([sys.executable, "-m", "training"], root / "one", *one),
+        "one": _run([sys.executable, "-m", "modeling_attn.training"], root / "one", *one),
         "ddp": _run(_torchrun(), root / "ddp", "--save_strategy", "no"),
         "fsdp": _run(_accelerate_fsdp(), root / "fsdp", "--save_steps", "10"),
         "fsdp_resumed": _run(_accelerate_fsdp(), root / "fsdp-resumed", *resume),
@@ -157,8 +157,8 @@ def test_accelerate_launch_cpu_with_several_processes_is_refused(tmp_path):
     """accelerate's `--cpu` launcher starts one process for `--num_processes 2`: refused, naming what works."""
     launch = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines",
               "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-              "-m", "training", "--output_dir", str(tmp_path / "out"), *COMMON]  # fmt: skip
+              "-m", "modeling_attn.training", "--output_dir", str(tmp_path / "out"), *COMMON]  # fmt: skip
     result = subprocess.run(launch, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0
-    assert "start N CPU processes with `torchrun --nproc_per_node N -m training ...`" in result.stderr
+    assert "start N CPU processes with `torchrun --nproc_per_node N -m modeling_attn.training ...`" in result.stderr
     assert not (tmp_path / "out" / "trainer_state.json").exists()

@@ -16,17 +16,19 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard, get_token
+from modeling_attn.training.data import load_parallel_data
+from modeling_attn.training.trainer import hub_uploads
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 import modeling_attn  # noqa: F401
-from modeling_attn.app.cli import main as attn
-from modeling_attn.hub import save_for_hub
-from modeling_attn.translation import translate_batch
-from training.data import load_parallel_data
-from training.metrics import translation_scores
-from training.train import build_parser, cli_main, main, parse_args
-from training.trainer import hub_uploads
+from modeling_attn.api.hub import save_for_hub
+from modeling_attn.api.metrics import translation_scores
+from modeling_attn.api.translation import translate_batch
+from modeling_attn.cli.main import main as attn
+from modeling_attn.cli.train import build_parser, parse_args
+from modeling_attn.cli.train import main as cli_main
+from modeling_attn.cli.train import train as main
 
 TINY = ["--preset", "tiny", "--vocab_size", "200", "--max_train_samples", "120", "--max_eval_samples", "16",
         "--max_predict_samples", "16", "--max_tokens_per_batch", "200", "--report_to", "none", "--disable_tqdm", "True",
@@ -300,7 +302,7 @@ def test_push_to_hub_without_a_hub_stops_before_any_work(tmp_path):
     before the data is read."""
     out = tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "training", "--output_dir", str(out), *TINY, *QUIET, "--max_steps", "1",
+    command = [sys.executable, "-m", "modeling_attn.training", "--output_dir", str(out), *TINY, *QUIET, "--max_steps", "1",
                "--push_to_hub", "--hub_model_id", "me/dates", "--hub_strategy", "checkpoint"]  # fmt: skip
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import sacrebleu
+from modeling_attn.training.metrics import TranslationMetrics
+from modeling_attn.training.tokenizer import train_bpe_tokenizer
 from sacrebleu.metrics import BLEU
 from transformers import EvalPrediction
 
-from training.metrics import TranslationMetrics, translation_scores
-from training.tokenizer import train_bpe_tokenizer, writes_lowercase
+from modeling_attn.api.metrics import translation_scores, writes_lowercase
 
 
 def test_scores_and_signature():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 import logging
 
-from training.plot import plot_history
+from modeling_attn.training.plot import plot_history
 
 HISTORY = [{"step": 10, "loss": 3.0}, {"step": 20, "loss": 2.0}, {"step": 20, "eval_bleu": 12.5}]
 

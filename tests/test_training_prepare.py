@@ -14,15 +14,18 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
+from modeling_attn.training.batching import StreamingTokenBatches, TokenBatchSampler, column_lengths
+from modeling_attn.training.data import ParallelData, load_parallel_data
+from modeling_attn.training.synthetic import generate_pairs
+from modeling_attn.training.tokenizer import train_bpe_tokenizer, truncate
+from modeling_attn.training.train import tokenize_splits
 from safetensors.torch import load_file
 from test_training_batching import reference_pack_batches
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq
 
-from training.batching import StreamingTokenBatches, TokenBatchSampler, column_lengths
-from training.data import ParallelData, load_parallel_data, read_lines
-from training.synthetic import generate_pairs
-from training.tokenizer import train_bpe_tokenizer, truncate
-from training.train import main, parse_args, tokenize_splits
+from modeling_attn.api.corpus import read_lines
+from modeling_attn.cli.train import parse_args
+from modeling_attn.cli.train import train as main
 
 TINY = ["--preset", "tiny", "--vocab_size", "200", "--report_to", "none", "--disable_tqdm", "True",
         "--dataloader_pin_memory", "False", "--generation_max_length", "16", "--eval_strategy", "no",
@@ -65,7 +68,7 @@ def test_arrow_path_gives_the_token_ids_and_batches_of_the_in_memory_path(tmp_pa
     tokenizer = train_bpe_tokenizer([s for _, s in generate_pairs(300, seed=1)], vocab_size=200)
     recipe = recipe_for(tmp_path, corpus, "--preprocessing_num_workers", "2")
     parallel = load_parallel_data(str(corpus), "en", "de")
-    with caplog.at_level(logging.WARNING, logger="training"):
+    with caplog.at_level(logging.WARNING, logger="modeling_attn.training"):
         tokenized = tokenize_splits(parallel, tokenizer, recipe)
     assert "train: truncated 5 pair(s) to 48/256 tokens" in caplog.text
     assert tokenized["train"].cache_files  # on disk, not in memory
@@ -98,7 +101,7 @@ def test_a_second_run_reuses_the_cache(tmp_path, corpus, cache, caplog):
     """Read, BPE vocabulary and tokenization are computed once; a second run opens the same files, writes none."""
     recipe, args = parse_args(["--data", str(corpus), "--output_dir", str(tmp_path / "out"), "--source_lang", "en",
                                "--target_lang", "de", "--vocab_size", "200"])  # fmt: skip
-    from training.train import build_tokenizer
+    from modeling_attn.training.train import build_tokenizer
 
     def run():
         parallel = load_parallel_data(str(corpus), "en", "de")
@@ -112,7 +115,7 @@ def test_a_second_run_reuses_the_cache(tmp_path, corpus, cache, caplog):
     written = files()
     assert any(path.name.startswith("cache-") for path in written)  # the tokenized splits
     assert any("attn_bpe" in path.parts for path in written)  # the vocabulary
-    with caplog.at_level(logging.INFO, logger="training"):
+    with caplog.at_level(logging.INFO, logger="modeling_attn.training"):
         second, second_tokenizer, second_tokenized = run()
     assert files() == written  # nothing new, nothing rewritten
     assert "reusing the joint BPE vocabulary" in caplog.text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 
-from training.synthetic import NUM_STYLES, build_dataset, format_date, generate_pairs
+from modeling_attn.training.synthetic import NUM_STYLES, build_dataset, format_date, generate_pairs
 
 
 def test_every_style_keeps_the_date_recoverable():

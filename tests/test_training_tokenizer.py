@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from modeling_attn.training.tokenizer import splits_punctuation, train_bpe_tokenizer
 from transformers import AutoTokenizer
 
 import modeling_attn  # noqa: F401
-from modeling_attn.presets import load_preset
-from training.tokenizer import splits_punctuation, train_bpe_tokenizer
+from modeling_attn.api.presets import load_preset
 
 SENTENCES = ["A man rides a bike.", "Ein Mann fährt Fahrrad.", "Two dogs play in the snow on 03.03.1987.",
              "Zwei Hunde spielen im Schnee."] * 20  # fmt: skip
@@ -62,7 +62,9 @@ def test_lowercase_and_split_punctuation():
 
 
 def test_reused_tokenizer_must_match_the_vocabulary_flags(tmp_path):
-    from training.train import build_tokenizer, parse_args
+    from modeling_attn.training.train import build_tokenizer
+
+    from modeling_attn.cli.train import parse_args
 
     plain, lowercasing = tmp_path / "plain", tmp_path / "lowercasing"
     train_bpe_tokenizer(SENTENCES, vocab_size=200).save_pretrained(plain)

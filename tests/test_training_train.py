@@ -21,15 +21,18 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from modeling_attn.training.synthetic import generate_pairs
+from modeling_attn.training.train import paper_learning_rate, paper_warmup_steps
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer
 
 import modeling_attn  # noqa: F401
-from modeling_attn.app.cli import main as attn
-from modeling_attn.presets import load_preset
-from training.data import DataError
-from training.synthetic import generate_pairs
-from training.train import cli_main, main, paper_learning_rate, paper_warmup_steps, parse_args
+from modeling_attn.api.corpus import DataError
+from modeling_attn.api.presets import load_preset
+from modeling_attn.cli.main import main as attn
+from modeling_attn.cli.train import main as cli_main
+from modeling_attn.cli.train import parse_args
+from modeling_attn.cli.train import train as main
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
@@ -256,7 +259,7 @@ def _two_processes_vs_one(tmp_path: Path, steps: int, extra: list[str]) -> tuple
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     two, one = tmp_path / "two", tmp_path / "one"
     launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-              "-m", "training", "--output_dir", str(two), *common]  # fmt: skip
+              "-m", "modeling_attn.training", "--output_dir", str(two), *common]  # fmt: skip
     result = subprocess.run(launch, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-4000:]
     single = [

@@ -1,4 +1,4 @@
-"""`attn translate` and `attn evaluate` (modeling_attn/app/translate.py, app/evaluate.py, modeling_attn/translation.py)
+"""`attn translate` and `attn evaluate` (modeling_attn/cli/translate.py, cli/evaluate.py, modeling_attn/api/translation.py)
 on tiny saved models of both types, each with a real BPE tokenizer trained by the recipe's `train_bpe_tokenizer`.
 
 Reference checks: the command's output equals `model.generate` run in Python one sentence at a time, for stdin,
@@ -20,14 +20,14 @@ import time
 import pytest
 import sacrebleu
 import torch
+from modeling_attn.training.tokenizer import train_bpe_tokenizer
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, set_seed
 
 from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration, AttnTransformerConfig
 from modeling_attn import AttnTransformerForConditionalGeneration as Transformer
-from modeling_attn.app.evaluate import evaluate_main
-from modeling_attn.app.translate import translate_main
-from modeling_attn.translation import TranslateError, load_model, translate, translate_batch, translate_nbest
-from training.tokenizer import train_bpe_tokenizer
+from modeling_attn.api.translation import TranslateError, load_model, translate, translate_batch, translate_nbest
+from modeling_attn.cli.evaluate import main as evaluate_main
+from modeling_attn.cli.translate import main as translate_main
 
 CORPUS = [
     "the cat sat on the mat",
@@ -183,7 +183,7 @@ def test_translate_streams_batch_by_batch(model_dir):
 def test_attn_translate_command_on_stdin(model_dir):
     """The installed command line end to end: `attn translate` in a new process, sentences on stdin."""
     result = subprocess.run(
-        [sys.executable, "-m", "modeling_attn.app.cli", "translate", "--model", str(model_dir), "--batch_size", "4"],
+        [sys.executable, "-m", "modeling_attn.cli.main", "translate", "--model", str(model_dir), "--batch_size", "4"],
         input="\n".join(SENTENCES) + "\n",
         capture_output=True,
         text=True,
@@ -197,7 +197,7 @@ def test_a_closed_pipe_ends_translate_quietly(model_dir, tmp_path):
     source = tmp_path / "many.txt"
     source.write_text("\n".join(SENTENCES * 400) + "\n")  # still translating when the reader leaves
     process = subprocess.Popen(
-        [sys.executable, "-m", "modeling_attn.app.cli", "translate", "--model", str(model_dir), "--input", str(source),
+        [sys.executable, "-m", "modeling_attn.cli.main", "translate", "--model", str(model_dir), "--input", str(source),
          "--batch_size", "4", "--num_beams", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -423,7 +423,7 @@ def test_an_interrupted_run_leaves_no_partial_output(transformer_dir, tmp_path, 
     source.write_text("\n".join(SENTENCES * 2000) + "\n")
     output.write_text("the previous run\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "modeling_attn.app.cli", "translate", "--model", str(transformer_dir), "--input",
+        [sys.executable, "-m", "modeling_attn.cli.main", "translate", "--model", str(transformer_dir), "--input",
          str(source), "--output", str(output), "--batch_size", "4", "--num_beams", "1", "--no_progress"],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -1,7 +1,7 @@
-"""`python -m training` (one process) and `torchrun --nproc_per_node N -m training` (N processes): `attn train`.
+"""`python -m modeling_attn.training` (one process) and `torchrun --nproc_per_node N -m modeling_attn.training` (N processes): `attn train`.
 
 Launchers, as tested on a machine without GPU (tests/test_training_distributed.py):
-- `torchrun --nproc_per_node N -m training ...` starts N processes. On a machine with no accelerator, this module
+- `torchrun --nproc_per_node N -m modeling_attn.training ...` starts N processes. On a machine with no accelerator, this module
   sets ACCELERATE_USE_CPU before transformers reads it, so that the processes form one gloo group (accelerate's
   MULTI_CPU) instead of N separate single-process runs (what transformers 5.23 does there, with only a warning).
 - `accelerate launch --config_file configuration/accelerate-fsdp.yaml --num_processes N --mixed_precision no -m
@@ -60,8 +60,8 @@ def _has_accelerator() -> bool:
 def _main() -> int:
     if _single_process_cpu_launch():
         print(
-            "python -m training: error: `accelerate launch --cpu --num_processes N` starts one process here (accelerate "
-            "leaves multi-CPU runs to mpirun); start N CPU processes with `torchrun --nproc_per_node N -m training ...`",
+            "python -m modeling_attn.training: error: `accelerate launch --cpu --num_processes N` starts one process here (accelerate "
+            "leaves multi-CPU runs to mpirun); start N CPU processes with `torchrun --nproc_per_node N -m modeling_attn.training ...`",
             file=sys.stderr,
         )
         return 2
@@ -71,7 +71,7 @@ def _main() -> int:
         os.environ["ACCELERATE_USE_CPU"] = "true"
         if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
             _fsdp_on_cpu()
-    from .train import cli_main
+    from modeling_attn.cli.train import cli_main
 
     return cli_main()
 

@@ -6,7 +6,7 @@ Three sources, chosen by `--data`:
   (`{"translation": {"en": ..., "de": ...}}` or `{"en": ..., "de": ...}` per line), also optionally `.gz`;
 - a folder written by `DatasetDict.save_to_disk`, or any dataset `datasets.load_dataset` can open by name or path
   (a Hub dataset with a `translation` column, WMT style, e.g. `--data wmt14 --data_config de-en`);
-- nothing: the embedded dates task of `training.synthetic`.
+- nothing: the embedded dates task of `modeling_attn.training.synthetic`.
 
 Every file is read and checked before training starts, as a stream: text, TSV and JSONL files are written to an
 Arrow file in the `datasets` cache (`cache_folder()`, keyed by the files' paths, sizes and modification times, so a
@@ -22,16 +22,13 @@ as it goes (a bad line stops training when it is reached, not before it starts).
 
 from __future__ import annotations
 
-import gzip
 import itertools
-import json
 import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO
 
 import datasets
 import numpy as np
@@ -41,23 +38,27 @@ from datasets import Dataset, DatasetDict, Features, IterableDataset, Value
 from datasets.arrow_writer import ArrowWriter
 from datasets.fingerprint import Hasher
 
+from modeling_attn.api.corpus import (
+    SPLIT_STEMS,
+    DataError,
+    find_split_file,
+    jsonl_rows,
+    languages_in,
+    split_stem,
+    text_pair_rows,
+    tsv_rows,
+)
+
 from . import synthetic
 
 logger = logging.getLogger(__name__)
 
-# File stems tried for each split, in order; a test stem may also be any one stem starting with "test"
-# (Multi30k's `test_2016_flickr`).
-SPLIT_STEMS = {"train": ["train"], "validation": ["validation", "valid", "val", "dev"], "test": ["test"]}
 _SHOWN_LOCATIONS = 5
 # Suffixes of files that `datasets.load_dataset` reads itself (a folder of train.parquet is not a language "parquet").
 _DATA_FORMATS = {"parquet", "arrow", "csv", "json", "txt"}
 # Part of the cache key of the Arrow files read from text files: bump it when the readers' output changes.
 READER_VERSION = 1
 _ROWS_PER_WRITE = 20_000
-
-
-class DataError(ValueError):
-    """Bad training data; the message names the file (or dataset split) and the line (or row)."""
 
 
 @dataclass
@@ -90,127 +91,9 @@ class ParallelData:
     report: DataReport
 
 
-def _open_binary(path: Path):
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
-
-
-def decode_lines(handle: BinaryIO, name: str | Path) -> Iterator[tuple[int, str]]:
-    """(line number, line without its line end) of a binary stream read as UTF-8 text, a leading byte-order mark
-    dropped; DataError naming `name` and the line on bad bytes. `attn translate` reads its input with it too."""
-    for number, raw in enumerate(handle, 1):
-        try:
-            text = raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
-        except UnicodeDecodeError as error:
-            raise DataError(
-                f"{name}:{number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
-                "re-encode it as UTF-8"
-            ) from None
-        yield number, text
-
-
-def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line without its line end) of a UTF-8 text file (gzipped if its name ends in .gz), read as a
-    stream; DataError naming the file and line on bad bytes, naming the file if it is truncated or unreadable."""
-    try:
-        with _open_binary(path) as handle:
-            yield from decode_lines(handle, path)
-    except (OSError, EOFError) as error:  # e.g. a truncated or corrupt .gz file
-        raise DataError(f"{path}: cannot be read: {error}") from None
-
-
-def read_lines(path: Path) -> list[str]:
-    """The lines of a UTF-8 text file (gzipped if its name ends in .gz), without line ends; DataError on bad bytes."""
-    return [line for _, line in iter_lines(path)]
-
-
-def _find(folder: Path, stem: str, suffix: str) -> Path | None:
-    for name in (f"{stem}.{suffix}", f"{stem}.{suffix}.gz"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
-
-
-def _split_stem(folder: Path, split: str, suffix: str) -> str | None:
-    """The file stem of `split` among files ending in `.{suffix}` (or `.{suffix}.gz`), or None."""
-    for stem in SPLIT_STEMS[split]:
-        if _find(folder, stem, suffix):
-            return stem
-    if split == "test":
-        stems = sorted({p.name.split(".")[0] for p in folder.glob(f"test*.{suffix}*")} - {"test"})
-        if len(stems) == 1:
-            return stems[0]
-        if len(stems) > 1:
-            raise DataError(f"{folder}: several test sets {stems}; keep one or rename it to test.{suffix}")
-    return None
-
-
-def _languages_in(folder: Path) -> list[str]:
-    stems = {stem for stems in SPLIT_STEMS.values() for stem in stems}
-    langs = set()
-    for path in folder.iterdir():
-        parts = path.name.removesuffix(".gz").split(".")
-        if len(parts) == 2 and (parts[0] in stems or parts[0].startswith("test")) and parts[1] not in ("tsv", "jsonl"):
-            langs.add(parts[1])
-    return sorted(langs)
-
-
 # The generators below yield the rows of one split: the pair (stripped) and the line it came from. `_generate` writes
 # them to an Arrow file in slices of `_ROWS_PER_WRITE` rows, so only one slice is in memory at a time.
 ROW_FEATURES = Features({"source": Value("string"), "target": Value("string"), "line": Value("int64")})
-
-
-def text_pair_rows(source_path: str, target_path: str) -> Iterator[tuple[str, str, int]]:
-    source_file, target_file = Path(source_path), Path(target_path)
-    sources, targets = iter_lines(source_file), iter_lines(target_file)
-    number = 0
-    while True:
-        source, target = next(sources, None), next(targets, None)
-        if source is None or target is None:
-            break
-        number += 1
-        yield source[1].strip(), target[1].strip(), number
-    if source is None and target is None:
-        if number == 0:
-            raise DataError(f"{source_file} and {target_file} are empty (the split holds no sentence pair)")
-        return
-    source_count = number + (source is not None) + sum(1 for _ in sources)
-    target_count = number + (target is not None) + sum(1 for _ in targets)
-    longer, shorter = (source_file, target_file) if source_count > target_count else (target_file, source_file)
-    raise DataError(
-        f"{longer}:{number + 1}: line has no counterpart: {source_file.name} has {source_count} lines but "
-        f"{target_file.name} has {target_count}; {shorter} ends after line {number}"
-    )
-
-
-def tsv_rows(path: str) -> Iterator[tuple[str, str, int]]:
-    number = 0
-    for number, line in iter_lines(Path(path)):
-        fields = line.split("\t")
-        if len(fields) != 2:
-            raise DataError(f"{path}:{number}: expected 2 tab-separated fields (source, target), found {len(fields)}")
-        yield fields[0].strip(), fields[1].strip(), number
-    if number == 0:
-        raise DataError(f"{path}: empty file (no sentence pair)")
-
-
-def jsonl_rows(path: str, source_lang: str, target_lang: str) -> Iterator[tuple[str, str, int]]:
-    number = 0
-    for number, line in iter_lines(Path(path)):
-        if not line.strip():
-            raise DataError(f"{path}:{number}: empty line (each line must be one JSON object)")
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{path}:{number}: invalid JSON ({error.msg} at column {error.colno})") from None
-        record = record.get("translation", record) if isinstance(record, dict) else None
-        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in (source_lang, target_lang)):
-            raise DataError(
-                f"{path}:{number}: expected an object with string fields {source_lang!r} and {target_lang!r} "
-                "(optionally inside 'translation')"
-            )
-        yield record[source_lang].strip(), record[target_lang].strip(), number
-    if number == 0:
-        raise DataError(f"{path}: empty file (no sentence pair)")
 
 
 def _file_signature(path: Path) -> tuple[str, int, int]:
@@ -285,21 +168,21 @@ def _empty_rows(table: Dataset, column: str) -> np.ndarray:
 def _load_folder(folder: Path, source_lang: str | None, target_lang: str | None, drop_empty: bool,
                  streaming: bool = False) -> ParallelData:  # fmt: skip
     report = DataReport()
-    if _split_stem(folder, "train", "tsv") or _split_stem(folder, "train", "jsonl"):
-        kind = "tsv" if _split_stem(folder, "train", "tsv") else "jsonl"
+    if split_stem(folder, "train", "tsv") or split_stem(folder, "train", "jsonl"):
+        kind = "tsv" if split_stem(folder, "train", "tsv") else "jsonl"
         if kind == "jsonl" and not (source_lang and target_lang):
             raise DataError(f"{folder}: JSONL data needs --source_lang and --target_lang (the JSON keys)")
         source_lang, target_lang = source_lang or "src", target_lang or "tgt"
     else:
         kind = "text"
-        languages = _languages_in(folder)
+        languages = languages_in(folder)
         if not (source_lang and target_lang):
             if len(languages) != 2:
                 raise DataError(
                     f"{folder}: found languages {languages}; choose the pair with --source_lang and --target_lang"
                 )
             source_lang, target_lang = languages
-        if _split_stem(folder, "train", source_lang) is None and _split_stem(folder, "train", target_lang) is None:
+        if split_stem(folder, "train", source_lang) is None and split_stem(folder, "train", target_lang) is None:
             raise DataError(
                 f"{folder}: no training data: expected train.{source_lang} and train.{target_lang} (optionally .gz), "
                 "train.tsv or train.jsonl"
@@ -307,13 +190,16 @@ def _load_folder(folder: Path, source_lang: str | None, target_lang: str | None,
     splits = {}
     for split in SPLIT_STEMS:
         suffix = {"tsv": "tsv", "jsonl": "jsonl", "text": source_lang}[kind]
-        stem = _split_stem(folder, split, suffix)
+        stem = split_stem(folder, split, suffix)
         if kind == "text" and stem is None:
-            stem = _split_stem(folder, split, target_lang)
+            stem = split_stem(folder, split, target_lang)
         if stem is None:
             continue
         if kind == "text":
-            source_path, target_path = _find(folder, stem, source_lang), _find(folder, stem, target_lang)
+            source_path, target_path = (
+                find_split_file(folder, stem, source_lang),
+                find_split_file(folder, stem, target_lang),
+            )
             if source_path is None or target_path is None:
                 missing = f"{stem}.{source_lang}" if source_path is None else f"{stem}.{target_lang}"
                 raise DataError(f"{folder}: {missing}[.gz] is missing (split {stem!r} needs one file per language)")
@@ -321,7 +207,7 @@ def _load_folder(folder: Path, source_lang: str | None, target_lang: str | None,
             generator, gen_kwargs = text_pair_rows, {"source_path": str(source_path), "target_path": str(target_path)}
             where = partial("{0}:{2} / {1}:{2}".format, source_path, target_path)
         else:
-            path = _find(folder, stem, kind)
+            path = find_split_file(folder, stem, kind)
             files, where = [path], partial("{0}:{1}".format, path)
             generator = tsv_rows if kind == "tsv" else jsonl_rows
             gen_kwargs = {"path": str(path)} | ({} if kind == "tsv" else {"source_lang": source_lang,

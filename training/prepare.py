@@ -3,7 +3,7 @@ tokenized splits cached by `datasets` under a key of data and tokenizer, and tok
 
 Caches (all under the `datasets` cache, `HF_DATASETS_CACHE`, default ~/.cache/huggingface/datasets; delete a folder
 to clear it):
-- `attn_text/`: the Arrow files read from text, TSV and JSONL files (`training.data`), keyed by the files' paths,
+- `attn_text/`: the Arrow files read from text, TSV and JSONL files (`modeling_attn.training.data`), keyed by the files' paths,
   sizes and modification times;
 - beside them, the tokenized splits (`cache-<fingerprint>*.arrow`, written by `Dataset.map`), keyed by the split's
   fingerprint, the tokenizer (its `tokenizer.json`, class and special tokens) and the length limits; Hub datasets

@@ -57,12 +57,6 @@ def truncate(ids: list[int], limit: int) -> list[int]:
     return ids if len(ids) <= limit else ids[: limit - 1] + ids[-1:]
 
 
-def writes_lowercase(tokenizer: PreTrainedTokenizerBase) -> bool:
-    """Whether the tokenizer lowercases all text (`lowercase=True`), so that its model writes only lowercase."""
-    normalizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "normalizer", None)  # None: slow tokenizers
-    return normalizer is not None and normalizer.normalize_str("AB") == "ab"
-
-
 def splits_punctuation(tokenizer: PreTrainedTokenizerBase) -> bool:
     """Whether the tokenizer's pre-tokenizer keeps punctuation apart from words (`split_punctuation=True`)."""
     pre_tokenizer = getattr(getattr(tokenizer, "backend_tokenizer", None), "pre_tokenizer", None)

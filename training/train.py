@@ -1,14 +1,14 @@
-"""`attn train` / `python -m training` / `accelerate launch -m training`: the paper's training recipe with Trainer.
+"""`attn train` / `python -m modeling_attn.training` / `accelerate launch -m modeling_attn.training`: the paper's training recipe with Trainer.
 
-Steps: load and check the parallel data (`training.data`), train a joint BPE vocabulary or reuse a tokenizer
-(`training.tokenizer`), build the model from a preset or load it (`--model_name_or_path`), then train with
-`TranslationTrainer` (transformers' `Seq2SeqTrainer`), average the last checkpoints (`training.averaging`), evaluate
+Steps: load and check the parallel data (`modeling_attn.training.data`), train a joint BPE vocabulary or reuse a tokenizer
+(`modeling_attn.training.tokenizer`), build the model from a preset or load it (`--model_name_or_path`), then train with
+`TranslationTrainer` (transformers' `Seq2SeqTrainer`), average the last checkpoints (`modeling_attn.training.averaging`), evaluate
 on the test set, and write test_results.json and a plot of the training curves; with `--push_to_hub`, upload the
-final model with `modeling_attn.hub.push_to_hub` (`--hub_model_id`, default the output folder's name;
+final model with `modeling_attn.api.hub.push_to_hub` (`--hub_model_id`, default the output folder's name;
 `--hub_private_repo`, `--hub_revision`, `--hub_token`), and the checkpoints as `--hub_strategy` says (transformers'
 meaning, default every_save; `TranslationTrainer`), each with the files of `attn push`.
 
-Command line: `training.arguments.CommandParser` (flags files, `--a-b`, one-line errors); run_translation.py's
+Command line: `modeling_attn.cli.parser.CommandParser` (flags files, `--a-b`, one-line errors); run_translation.py's
 `--dataset_name`, `--dataset_config_name`, `--tokenizer_name` are aliases of ours. Every Trainer flag either does what
 transformers documents or is refused before any work, with the reason (`parse_args`): e.g. sentence-batch flags
 under token batches, a second run into a folder holding another run's checkpoints. `--load_best_model_at_end` makes
@@ -20,7 +20,7 @@ The paper's recipe (Sec. 5.3-5.4, 6.1) is the default of the Trainer flags:
   `inverse_sqrt` schedule with peak `--learning_rate` d_model^-0.5 * warmup^-0.5 (see `paper_learning_rate`);
 - label smoothing 0.1; batches of about `--max_tokens_per_batch` tokens, bucketed by length;
 - beam search with 4 beams, length penalty 0.6, at most source length + 50 tokens, stopping early when possible
-  (`modeling_attn.hub.paper_generation_config`, the one generation config of validation, test, saved and pushed
+  (`modeling_attn.api.hub.paper_generation_config`, the one generation config of validation, test, saved and pushed
   models); the average of the last 5 checkpoints.
 Deviations: gradients are clipped at norm 1 (Trainer's default `--max_grad_norm`; the paper does not say), and
 Trainer's scheduler applies the rate of step n-1 at update n (the logged rate at step n is the paper's).
@@ -35,19 +35,15 @@ import json
 import logging
 import re
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 
 import datasets
 import pyarrow.compute as pc
 import torch
 import transformers
-import yaml
 from huggingface_hub import HfApi
-from huggingface_hub.errors import StrictDataclassError
 from transformers import (
     AutoConfig,
     AutoModelForSeq2SeqLM,
@@ -61,9 +57,7 @@ from transformers import (
 from transformers.integrations import is_tensorboard_available
 from transformers.trainer_utils import get_last_checkpoint
 
-from modeling_attn import AttnRNNConfig, AttnTransformerConfig  # registers the model types with the Auto classes
-from modeling_attn.generation import SOURCE_LIMIT_FIELD
-from modeling_attn.hub import (
+from modeling_attn.api.hub import (
     EMBEDDED_TASK,
     decoding_settings,
     local_or_hub,
@@ -71,23 +65,22 @@ from modeling_attn.hub import (
     push_to_hub,
     record_origin,
 )
-from modeling_attn.presets import available_presets, load_preset
+from modeling_attn.api.metrics import translation_scores, writes_lowercase
+from modeling_attn.api.presets import available_presets, load_preset
+from modeling_attn.generation import SOURCE_LIMIT_FIELD
+from modeling_attn.registry import MODEL_TYPES
 
-from .arguments import CONFIG_SUFFIXES, CommandParser
 from .averaging import average_checkpoints, find_checkpoints, load_weights
 from .bpe_dropout import BPEDropoutPairs
-from .data import DataError, ParallelData, load_parallel_data, require_splits
-from .metrics import TranslationMetrics, translation_scores
+from .data import ParallelData, load_parallel_data, require_splits
+from .metrics import TranslationMetrics
 from .plot import plot_history
 from .prepare import bpe_cache_folder, iter_texts, tokenized_fingerprint
-from .tokenizer import splits_punctuation, train_bpe_tokenizer, truncate, writes_lowercase
+from .tokenizer import splits_punctuation, train_bpe_tokenizer, truncate
 from .trainer import STAGING_DIR, TranslationTrainer
 
-logger = logging.getLogger("training")
+logger = logging.getLogger("modeling_attn.training")
 
-MODEL_TYPES = ("attn_transformer", "attn_rnn")
-DEFAULT_PRESETS = {"attn_transformer": "small", "attn_rnn": "rnn-small"}
-CONFIG_CLASSES = {"attn_transformer": AttnTransformerConfig, "attn_rnn": AttnRNNConfig}
 
 # The paper's recipe, as defaults of transformers' own Seq2SeqTrainingArguments flags.
 PAPER_DEFAULTS = {
@@ -154,7 +147,7 @@ class RecipeArguments:
     model_type: str | None = field(
         default=None,
         metadata={"help": "Model type. Default: the type of --preset or --model_name_or_path, else attn_transformer.",
-                  "choices": MODEL_TYPES},
+                  "choices": tuple(MODEL_TYPES)},
     )  # fmt: skip
     preset: str | None = field(
         default=None, metadata={"help": "Model preset (`attn preset` lists them); default small / rnn-small."}
@@ -235,55 +228,10 @@ def paper_warmup_steps(training_args: Seq2SeqTrainingArguments) -> int:
     return int(warmup)
 
 
-def _embedded_task_defaults() -> dict:
-    text = (resources.files("modeling_attn.configuration") / "train-dates.yaml").read_text()
-    return yaml.safe_load(text)
-
-
-def build_parser(embedded_task: bool = False) -> CommandParser:
-    """The `attn train` parser: our flags and Trainer's, with the paper's defaults (`PAPER_DEFAULTS`), and the embedded
-    task's (configuration/train-dates.yaml) over them when `embedded_task`."""
-    embedded = _embedded_task_defaults()
-    parser = CommandParser(
-        (RecipeArguments, Seq2SeqTrainingArguments),
-        prog="attn train",
-        description="Train a translation model with the paper's recipe (the defaults shown). Without --data the "
-        "embedded dates task trains, with these defaults over the paper's: "
-        + ", ".join(f"--{key} {value}" for key, value in embedded.items())
-        + ". Flags may come from a file: attn train recipe.yaml [flags that override it].",
-    )
-    # None: computed from the model's d_model and the warmup (paper_learning_rate) unless a rate is given.
-    parser.set_defaults(**PAPER_DEFAULTS, learning_rate=None)
-    parser._option_string_actions["--learning_rate"].help = (
-        "Peak learning rate. Default: the paper's d_model^-0.5 * warmup^-0.5 (Eq. 3), computed from the model's "
-        "d_model and --warmup_steps."
-    )
-    if embedded_task:
-        parser.set_defaults(**embedded)
-    return parser
-
-
-def _given_flags(parser: CommandParser, argv: list[str]) -> set[str]:
-    """The fields named by flags of `argv` (any spelling or alias)."""
-    actions = parser._option_string_actions
-    return {actions[arg.split("=", 1)[0]].dest for arg in argv if arg.split("=", 1)[0] in actions}
-
-
-def parse_args(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqTrainingArguments]:
-    """Our flags and Trainer's, with the paper's defaults (and the embedded task's when --data is not given).
-
-    A user error in a flag ends the process with one line (`CommandParser`); a combination of flags that cannot work
-    (or that would be silently ignored) raises ValueError naming the flags, before any work.
-    """
-    argv = list(sys.argv[1:] if argv is None else argv)
-    parser = build_parser()
-    if argv and not argv[0].startswith("-") and argv[0].endswith(CONFIG_SUFFIXES) and Path(argv[0]).is_file():
-        argv = parser.config_file_flags(Path(argv[0])) + argv[1:]
-    given = _given_flags(parser, argv)
-    asks_help = bool({"-h", "--help"} & set(argv))
-    if "data" not in given and not asks_help:  # --help shows the paper's defaults; its description the task's
-        parser = build_parser(embedded_task=True)
-    recipe, training_args = parser.parse(argv)
+def validate(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
+    """Every check of the flags, once, before any work: a value or a combination that cannot work (or that would be
+    silently ignored) raises ValueError naming the flags. `given`: the fields the command line named (the checks of
+    flags that only matter when given). Fills in what the flags imply (the resumed checkpoint, TER's direction)."""
     if not 0 <= recipe.bpe_dropout <= 1:
         raise ValueError(f"--bpe_dropout is a probability in [0, 1] (0: off), got {recipe.bpe_dropout}")
     if recipe.bpe_dropout and not recipe.max_tokens_per_batch:
@@ -315,7 +263,6 @@ def parse_args(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqT
         if training_args.resume_from_checkpoint is None:
             raise ValueError(f"--resume_from_checkpoint: no checkpoint in {training_args.output_dir}")
     check_output_dir(recipe, training_args)
-    return recipe, training_args
 
 
 # Trainer flags that shape sentence batches: token batches (--max_tokens_per_batch > 0) decide the batches instead.
@@ -423,7 +370,7 @@ def _setup_logging(training_args: Seq2SeqTrainingArguments) -> None:
     )
     # Our own summary lines (data, vocabulary, token batches and padding, learning rate) show on the main process.
     ours = min(level, logging.INFO) if training_args.should_log else level
-    for name in ("training", "modeling_attn"):
+    for name in ("modeling_attn",):
         logging.getLogger(name).setLevel(ours)
     datasets.utils.logging.set_verbosity(level)
     transformers.utils.logging.set_verbosity(level)
@@ -484,9 +431,9 @@ def build_model(recipe: RecipeArguments, tokenizer: PreTrainedTokenizerBase):
     """The model to fine-tune (`--model_name_or_path`), or a new one from `--preset` sized to the tokenizer."""
     if recipe.model_name_or_path is not None:
         return pretrained_model(recipe)
-    preset = recipe.preset or DEFAULT_PRESETS[recipe.model_type or MODEL_TYPES[0]]
+    preset = recipe.preset or MODEL_TYPES[recipe.model_type or next(iter(MODEL_TYPES))].default_preset
     overrides = _parse_overrides(recipe.config_overrides)
-    fields = {field.name for field in dataclasses.fields(CONFIG_CLASSES[load_preset(preset).model_type])}
+    fields = {field.name for field in dataclasses.fields(MODEL_TYPES[load_preset(preset).model_type].config_class)}
     if unknown := sorted(set(overrides) - fields):
         raise ValueError(f"--config_overrides: {unknown} are not fields of the {preset!r} preset's config")
     start = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.pad_token_id
@@ -582,12 +529,12 @@ def _write_alignment_picture(trainer: TranslationTrainer, sentence: str, path: P
     if trainer.is_fsdp_enabled or trainer.is_deepspeed_enabled:
         logger.info("FSDP/DeepSpeed: no attention picture (the model is sharded)")
         return
-    from modeling_attn.heatmaps import plot_alignment
-    from modeling_attn.translation import translate_batch
+    from modeling_attn.api.heatmaps import plot_alignment
+    from modeling_attn.api.translation import translate_batch
 
     model = trainer.model.eval()
     backend = model.config._attn_implementation
-    if model.config.model_type == "attn_transformer":
+    if MODEL_TYPES[model.config.model_type].per_head_attention:
         model.set_attn_implementation("eager")  # the backend that returns attention weights
     try:
         (translation,), (attention,) = translate_batch(model, trainer.processing_class, [sentence], True)
@@ -625,11 +572,6 @@ def _write_final_results(trainer: TranslationTrainer, test_dataset, parallel: Pa
         )
         _write_alignment_picture(trainer, raw_test["source"][0], output_dir / "attention.png")
     return results
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Train (and evaluate) a translation model; see `attn train --help`."""
-    return run(*parse_args(argv))
 
 
 class HubSetupError(RuntimeError):
@@ -784,26 +726,4 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
     return 0
 
 
-def cli_main(argv: list[str] | None = None) -> int:
-    """`main` for the command line: bad flags and bad data end with one line (flag, or file and line) and exit
-    status 2."""
-    try:
-        try:
-            recipe, training_args = parse_args(argv)
-        except ValueError as error:  # a combination of flags that cannot work
-            print(f"attn train: error: {str(error).strip().splitlines()[0]}", file=sys.stderr)
-            return 2
-        return run(recipe, training_args)
-    # What the flags, the data or the model files make impossible, found after parsing (a preset's config refusing
-    # an override, a token budget that cannot hold a pair, a model folder that does not exist, bad data): one line.
-    except (DataError, HubSetupError, ValueError, OSError, StrictDataclassError) as error:
-        print(f"attn train: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-    finally:
-        # A gloo process group left to interpreter shutdown can abort the process ("terminate called without an
-        # active exception", seen once in 2-process CPU runs); tear it down explicitly.
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.destroy_process_group()
-
-
-__all__ = ["RecipeArguments", "build_parser", "cli_main", "main", "paper_learning_rate", "parse_args"]
+__all__ = ["PAPER_DEFAULTS", "RecipeArguments", "paper_learning_rate", "run", "validate"]

@@ -1,9 +1,9 @@
 """`TranslationTrainer`: transformers' `Seq2SeqTrainer` with token-budget batches, raw-text references and
 checkpoints that are never half-written.
 
-The changes, nothing else: the training batches come from `training.batching.TokenBatchSampler` when
+The changes, nothing else: the training batches come from `modeling_attn.training.batching.TokenBatchSampler` when
 `max_tokens_per_batch` is set (Accelerate shards them over processes as it shards any batch sampler; a
-`training.bpe_dropout.BPEDropoutPairs` training set gets its `BPEDropoutBatchSampler`, one process only); BLEU is
+`modeling_attn.training.bpe_dropout.BPEDropoutPairs` training set gets its `BPEDropoutBatchSampler`, one process only); BLEU is
 computed against the raw target sentences of the dataset being evaluated, not against decoded labels; and a
 checkpoint is written into a staging folder (`.checkpoint-staging/`) and renamed to `checkpoint-<step>` only once
 complete. Trainer 5.23 writes weights, optimizer, scheduler, RNG and trainer state straight into `checkpoint-<step>`
@@ -51,7 +51,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, seed_worker, sort_checkpoints
 from transformers.utils.hub import PushInProgress
 
-from modeling_attn.hub import save_for_hub
+from modeling_attn.api.hub import save_for_hub
 
 from .batching import StreamingTokenBatches, TokenBatchSampler, column_lengths
 from .bpe_dropout import BPEDropoutBatchSampler, BPEDropoutPairs

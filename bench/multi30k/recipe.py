@@ -4,14 +4,14 @@
     python bench/multi30k/recipe.py --source_lang de --target_lang en --model_type attn_rnn --output_dir outputs/m30k-rnn
     python bench/multi30k/recipe.py ... --evaluate_only          # score the model already in --output_dir
 
-1. Training: `attn train` (`training.train.main`) with the flags of `configuration/multi30k-transformer.yaml` or
+1. Training: `attn train` (`modeling_attn.training.train.main`) with the flags of `configuration/multi30k-transformer.yaml` or
    `multi30k-rnn.yaml`, then any `attn train` flag given after ours (they win: `--max_steps 500`). The data is read
    in place from `--data` (default `../shared/data/multi30k`); its test split is `test_2016_flickr`. Training ends
    with the average of the last checkpoints (the flags' `average_last_n`), saved in `--output_dir`.
 2. Test: the saved model translates test2016 with `--num_beams` (5, as the reference), via
-   `modeling_attn.app.evaluate.evaluate`, with the length penalty of `--length_penalties` that scores best on the
+   `modeling_attn.cli.evaluate.evaluate`, with the length penalty of `--length_penalties` that scores best on the
    validation split (lowercased tokenized BLEU; 0.6, 1.0, 1.5, 2.0 by default; the choice and the beam size are written
-   into the model's generation_config.json by `modeling_attn.hub.paper_generation_config`, the function `attn train`
+   into the model's generation_config.json by `modeling_attn.api.hub.paper_generation_config`, the function `attn train`
    and `attn push` write it with). The test split plays no part in the choice.
 3. Scores: sacreBLEU (cased, 13a) and chrF on the raw text, with signatures, and BLEU on lowercased Moses-tokenized
    text (`bleu.py`: the reference numbers' way). Written to `--output_dir/multi30k_results.json`, the
@@ -72,7 +72,7 @@ def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[
 
 def train(args: argparse.Namespace, extra: list[str]) -> tuple[list[str], float]:
     """Run `attn train` with the recipe's flags; returns the command line and the wall time in seconds."""
-    from training.train import main as attn_train
+    from modeling_attn.cli.train import train as attn_train
 
     command = [
         "--data", args.data, "--source_lang", args.source_lang, "--target_lang", args.target_lang,
@@ -88,10 +88,11 @@ def train(args: argparse.Namespace, extra: list[str]) -> tuple[list[str], float]
 
 def evaluate(args: argparse.Namespace) -> dict:
     """Translate test2016 with the model in --output_dir and score it (sacreBLEU, chrF, lowercased tokenized BLEU)."""
-    from modeling_attn.app.evaluate import evaluate as translate_and_score
-    from modeling_attn.hub import paper_generation_config
-    from modeling_attn.translation import load_model
-    from training.data import load_parallel_data, require_splits
+    from modeling_attn.training.data import load_parallel_data, require_splits
+
+    from modeling_attn.api.hub import paper_generation_config
+    from modeling_attn.api.translation import load_model
+    from modeling_attn.cli.evaluate import evaluate as translate_and_score
 
     parallel = load_parallel_data(args.data, args.source_lang, args.target_lang)
     splits = ["test", "validation"] if len(args.length_penalties) > 1 else ["test"]
@@ -119,7 +120,7 @@ def evaluate(args: argparse.Namespace) -> dict:
             score, _ = lowercased_tokenized_bleu(hypotheses, list(validation["target"]), args.target_lang)
             selection[length_penalty] = round(score.score, 2)
     length_penalty = args.length_penalties[0] if validation is None else max(selection, key=selection.get)  # 1st tie
-    # The model's decoding (modeling_attn.hub's one owner of it) with the test's beams and length penalty: the folder
+    # The model's decoding (modeling_attn.api.hub's one owner of it) with the test's beams and length penalty: the folder
     # saved here, and what `attn push` uploads with multi30k_results.json, decode as the test did.
     chosen = {"num_beams": args.num_beams, "length_penalty": length_penalty}
     model.generation_config = paper_generation_config(model, chosen)

@@ -36,8 +36,9 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, PreTrainedModel
 
-from .generation import SOURCE_LIMIT_FIELD
-from .pipeline_translation import TranslationPipeline
+from ..generation import SOURCE_LIMIT_FIELD
+from ..pipeline_translation import TranslationPipeline
+from ..registry import MODEL_TYPES
 from .translation import check_tokenizer_fits
 
 logger = logging.getLogger(__name__)
@@ -53,10 +54,6 @@ EMBEDDED_TASK_TEXT = (
     "the embedded dates task of modeling-attn (`training/synthetic.py`): dates written in many English and German "
     "styles (source) to ISO 8601 dates (target), generated without network; not a natural language pair"
 )
-ARCHITECTURES = {
-    "attn_transformer": 'the encoder-decoder Transformer of Vaswani et al. (2017), "Attention Is All You Need"',
-    "attn_rnn": "a bidirectional RNN encoder and an RNN decoder with attention (Bahdanau et al. 2015, Luong et al. 2015)",
-}
 
 
 def paper_generation_config(model: PreTrainedModel, measured: dict[str, Any] | None = None) -> GenerationConfig:
@@ -161,7 +158,7 @@ def local_or_hub(name_or_path: str | None) -> str | None:
 def record_origin(folder: str | Path, source: str | Path, how: str) -> Path:
     """Write `origin.json` into the model folder `folder`: the model it was made from (`source`, a folder or a Hub
     id) and `how` ("converted from the Marian model"). `attn push` makes a Hub id the card's `base_model`."""
-    from . import __version__
+    from .. import __version__
 
     path = Path(folder) / ORIGIN_FILE
     origin = {"how": how, "source": local_or_hub(str(source)), "hub_id": hub_id(str(source)),
@@ -233,18 +230,7 @@ def read_results(path: str | Path) -> dict[str, Any]:
 
 
 def _describe_size(model: PreTrainedModel) -> str:
-    config = model.config
-    parameters = f"{model.num_parameters() / 1e6:.2f}M parameters"
-    if config.model_type == "attn_transformer":
-        return (
-            f"{parameters}: {config.encoder_layers} encoder and {config.decoder_layers} decoder layers, d_model "
-            f"{config.d_model}, {config.num_heads} heads, d_ff {config.d_ff}, vocabulary {config.vocab_size}"
-        )
-    return (
-        f"{parameters}: {config.rnn_type.upper()} encoder ({config.encoder_layers} layers, {config.encoder_hidden_size}"
-        f" per direction), {config.decoder_style} decoder ({config.decoder_hidden_size}), "
-        f"{config.attention_score} attention, vocabulary {config.vocab_size}"
-    )
+    return f"{model.num_parameters() / 1e6:.2f}M parameters: {MODEL_TYPES[model.config.model_type].size(model.config)}"
 
 
 def _describe_decoding(settings: dict[str, Any] | None) -> str:
@@ -388,7 +374,7 @@ def model_card(
         model_name=repo_id.split("/")[-1],
         repo_id=repo_id,
         model_type=model_type,
-        architecture=ARCHITECTURES[model_type],
+        architecture=MODEL_TYPES[model_type].describe,
         size=_describe_size(model),
         decoding=_describe_generation(model.generation_config),
         origin=origin,

@@ -30,12 +30,9 @@ here like any other (`marian_to_attn` first, or give a Marian folder).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 from transformers import AutoConfig, AutoTokenizer, GenerationConfig, PreTrainedTokenizerBase
@@ -66,7 +63,7 @@ class MissingExtraError(ImportError):
     """ctranslate2, an optional dependency, is not installed."""
 
 
-def _import_ctranslate2():
+def import_ctranslate2():
     try:
         import ctranslate2
     except ImportError as error:
@@ -104,7 +101,7 @@ def _set_stack(spec, stack) -> None:
 
 def build_spec(model: AttnTransformerForConditionalGeneration):
     """The `ctranslate2.specs.TransformerSpec` of `model`, weights set, vocabularies and config not yet."""
-    _import_ctranslate2()
+    import_ctranslate2()
     from ctranslate2.specs import common_spec, transformer_spec
 
     config = model.config
@@ -220,7 +217,7 @@ def export_ctranslate2(
     The folder gets CTranslate2's model.bin, config.json and vocabularies, the model's generation_config.json and,
     when there is a tokenizer, the tokenizer in `tokenizer/`. Returns the folder.
     """
-    ctranslate2 = _import_ctranslate2()
+    ctranslate2 = import_ctranslate2()
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization must be one of {list(QUANTIZATIONS)}, got {quantization!r}")
     model, tokenizer = _load(model_or_dir, tokenizer)
@@ -266,7 +263,7 @@ class CTranslate2Translator:
     """
 
     def __init__(self, model_dir: str | Path, device: str = "cpu", compute_type: str = "default", **kwargs):
-        ctranslate2 = _import_ctranslate2()
+        ctranslate2 = import_ctranslate2()
         self.model_dir = Path(model_dir)
         self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type, **kwargs)
         if (self.model_dir / "shared_vocabulary.json").exists():
@@ -346,50 +343,11 @@ class CTranslate2Translator:
         return self.tokenizer.batch_decode(self.translate_ids(source_ids, **overrides), skip_special_tokens=True)
 
 
-@dataclass
-class ExportArguments:
-    """`attn export`: the flags."""
-
-    ctranslate2: str = dataclasses.field(metadata={"help": "output folder of the CTranslate2 model", "metavar": "DIR"})
-    model: str | None = dataclasses.field(
-        default=None, metadata={"help": "an attn_transformer (or Marian) model folder"}
-    )
-    quantization: Literal[QUANTIZATIONS] = dataclasses.field(default="float32", metadata={"help": "weight type"})
-    force: bool = dataclasses.field(default=False, metadata={"help": "overwrite DIR if it exists"})
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`attn export MODEL --ctranslate2 DIR` (or `--model MODEL`)."""
-    from .cli import parse_command
-
-    args, parser = parse_command(ExportArguments, argv, "attn export", "Export a saved model to CTranslate2.", "model")
-    try:
-        _import_ctranslate2()
-    except MissingExtraError as error:
-        parser.error(str(error))
-    if not Path(args.model).is_dir():
-        parser.error(f"{args.model}: no such model folder")
-    if not (Path(args.model) / "config.json").is_file():
-        parser.error(f"{args.model}: no config.json, not a saved model folder")
-    if Path(args.ctranslate2).exists() and not args.force:
-        parser.error(f"{args.ctranslate2} already exists; pass --force to overwrite it")
-    try:
-        output = export_ctranslate2(args.model, args.ctranslate2, quantization=args.quantization, force=args.force)
-    except ValueError as error:  # a model CTranslate2 cannot represent, or not a model folder we read
-        parser.error(str(error).strip().splitlines()[0])
-    except OSError as error:  # a folder without a readable config or weights
-        parser.error(f"{args.model}: cannot load it ({str(error).strip().splitlines()[0]})")
-    print(f"exported {args.model} to CTranslate2 ({args.quantization}) in {output}")
-    return 0
-
-
 __all__ = [
     "ACTIVATIONS",
     "CTranslate2Translator",
-    "ExportArguments",
     "MissingExtraError",
     "build_spec",
     "export_ctranslate2",
-    "main",
     "vocabulary",
 ]

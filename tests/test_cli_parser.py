@@ -1,4 +1,4 @@
-"""The `attn` command-line convention (training/arguments.py): both spellings of a flag, flags files, and user
+"""The `attn` command-line convention (modeling_attn/cli/parser.py): both spellings of a flag, flags files, and user
 errors as one line with exit status 2."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from training.arguments import CommandParser
+from modeling_attn.cli.parser import CommandParser
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""`attn push`: upload a trained model to the Hugging Face Hub (what is uploaded: `modeling_attn.hub`)."""
+"""`attn push`: upload a trained model to the Hugging Face Hub (what is uploaded: `modeling_attn.api.hub`)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalTokenNotFoundError
 from huggingface_hub.utils import validate_repo_id
 
-from ..hub import RESULTS_FILE, push_to_hub, save_for_hub
-from .cli import parse_command
+from ..api.hub import RESULTS_FILE, push_to_hub, save_for_hub
+from .parser import parse_command
 
 
 @dataclass
@@ -42,7 +42,7 @@ class PushArguments:
     )
 
 
-def push_main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """`attn push --model DIR --repo-id ID [--private] [--revision BRANCH] [--results FILE] [--save-to DIR]`."""
     args, parser = parse_command(PushArguments, argv, "attn push", "Upload a trained model to the Hugging Face Hub.")
     if not Path(args.model).is_dir():
@@ -70,4 +70,4 @@ def push_main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-__all__ = ["PushArguments", "push_main"]
+__all__ = ["PushArguments", "main"]

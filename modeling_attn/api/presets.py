@@ -1,6 +1,6 @@
 """Named model presets (the JSON files of the repository's `configuration/` folder, shipped in the package).
 
->>> from modeling_attn.presets import load_preset
+>>> from modeling_attn.api.presets import load_preset
 >>> config = load_preset("base", vocab_size=8000)   # the paper's base model, our vocabulary
 """
 

@@ -6,12 +6,12 @@ Three ways to give the test set:
   only that split's files are read (`{split}.{src}`/`{split}.{tgt}`, `{split}.tsv` as source TAB target with no
   header line, `{split}.jsonl`; `.gz` too; a test set may be any one `test*` stem such as `test_2016_flickr`), so a
   folder holding only test files works and the training data is not read. Other data (a `save_to_disk` folder, a
-  dataset name, none: the embedded dates task) goes through the recipe's loader, `training.data.load_parallel_data`.
+  dataset name, none: the embedded dates task) goes through the recipe's loader, `modeling_attn.training.data.load_parallel_data`.
 - `--model M --sources_file S --references_file R`: translate S, score against R (one sentence per line).
 - `--hypotheses_file H --references_file R`: score existing translations; no model is loaded.
 
 `evaluate(model, tokenizer, sources, references)` is the Python function behind the first two. The flags follow the
-`attn` convention (`training.arguments.CommandParser`); bad data ends with one line naming the file and line, and
+`attn` convention (`modeling_attn.cli.parser.CommandParser`); bad data ends with one line naming the file and line, and
 exit status 2.
 """
 
@@ -29,11 +29,11 @@ from typing import Any, Literal
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from training.arguments import CommandParser
-from training.data import SPLIT_STEMS, DataError, jsonl_rows, text_pair_rows, tsv_rows
+from modeling_attn.cli.parser import CommandParser
 
-from ..hub import EMBEDDED_TASK, decoding_settings, local_or_hub
-from ..translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
+from ..api.corpus import SPLIT_STEMS, DataError, jsonl_rows, text_pair_rows, tsv_rows
+from ..api.hub import EMBEDDED_TASK, decoding_settings, local_or_hub
+from ..api.translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
 from .translate import DecodingArguments, atomic_output, generation_overrides, parse_flags, shown_defaults
 
 _TEXT_FORMATS = ("tsv", "jsonl")
@@ -125,8 +125,7 @@ def evaluate(
     """BLEU, chrF, TER, exact match and the sacreBLEU signatures of the model's translations of `sources`, and the
     translations themselves. A model whose tokenizer lowercases is scored case-insensitively (signatures `case:lc`),
     as is any model with `lowercase`."""
-    from training.metrics import translation_scores
-    from training.tokenizer import writes_lowercase
+    from ..api.metrics import translation_scores, writes_lowercase
 
     chunks = batches(sources, batch_size)
     if progress:
@@ -184,7 +183,7 @@ def _split_stems(folder: Path, split: str) -> list[str]:
 
 def _pairs(rows: Iterator[tuple[str, str, int]], where: Callable[[int], str],
            empty_targets: bool = False) -> tuple[list[str], list[str]]:  # fmt: skip
-    """Sources and references of the recipe's row readers (`training.data`: stripped, file and line checked);
+    """Sources and references of the recipe's row readers (`modeling_attn.api.corpus`: stripped, file and line checked);
     an empty source or reference names its place (`where(line)`), unless `empty_targets` allows empty second sides."""
     firsts, seconds = [], []
     for first, second, number in rows:
@@ -235,7 +234,7 @@ def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> Evalua
 
 def _loaded_split(args: SimpleNamespace) -> EvaluationSet:
     """The split through the training recipe's loader (embedded task, save_to_disk folder, dataset name)."""
-    from training.data import load_parallel_data, require_splits
+    from ..training.data import load_parallel_data, require_splits
 
     parallel = load_parallel_data(args.data, args.source_lang, args.target_lang, args.data_config)
     require_splits(parallel, [args.split], args.data)
@@ -270,7 +269,7 @@ def load_evaluation_set(args: SimpleNamespace) -> EvaluationSet:
 # -- attn evaluate ---------------------------------------------------------------------------------------------
 
 
-def evaluate_main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """`attn evaluate`: see the module docstring and `attn evaluate --help`."""
     args = parse_flags(evaluate_parser(), argv)
     try:
@@ -284,7 +283,7 @@ def evaluate_main(argv: list[str] | None = None) -> int:
 
 
 def _evaluate(args: SimpleNamespace) -> int:
-    from training.metrics import translation_scores
+    from ..api.metrics import translation_scores
 
     if args.threads:
         import torch
@@ -322,4 +321,4 @@ def _evaluate(args: SimpleNamespace) -> int:
     return 0
 
 
-__all__ = ["EvaluateArguments", "EvaluationSet", "evaluate", "evaluate_main", "evaluate_parser", "load_evaluation_set"]
+__all__ = ["EvaluateArguments", "EvaluationSet", "evaluate", "main", "evaluate_parser", "load_evaluation_set"]

@@ -35,6 +35,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from ..registry import MODEL_TYPES
 from .heatmaps import TranslationAttention, attention_from_generate
 
 
@@ -124,7 +125,8 @@ def load_model(
             f"{model_name_or_path}: no tokenizer (tokenizer.json / tokenizer_config.json); save the tokenizer the "
             "model was trained with in the same folder (tokenizer.save_pretrained)"
         )
-    kwargs = {"attn_implementation": "eager"} if eager and config.model_type == "attn_transformer" else {}
+    per_head = config.model_type in MODEL_TYPES and MODEL_TYPES[config.model_type].per_head_attention
+    kwargs = {"attn_implementation": "eager"} if eager and per_head else {}
     try:
         model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, **kwargs)
     except SafetensorError as error:  # its own message names no file

@@ -1,8 +1,8 @@
 """`attn translate`: translate text with a trained model, one translation (or an n-best block) per input line.
 
-Built on `modeling_attn.translation` (`load_model`, `translate_batch`, `translate_nbest`: the model's own
+Built on `modeling_attn.api.translation` (`load_model`, `translate_batch`, `translate_nbest`: the model's own
 `generation_config` unless a setting is given on the command line). The flags are dataclasses parsed by
-`training.arguments.CommandParser`, the one `attn` convention: `--a_b` and `--a-b` alike, `attn translate flags.yaml`,
+`modeling_attn.cli.parser.CommandParser`, the one `attn` convention: `--a_b` and `--a-b` alike, `attn translate flags.yaml`,
 `--help` with the defaults, and a user error as one line `attn translate: error: ...` with exit status 2.
 
 `attn translate --model DIR_OR_REPO [TEXT ... | --input FILE | stdin]`:
@@ -38,11 +38,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TextIO
 
-from training.arguments import CommandParser
-from training.data import DataError, decode_lines
+from modeling_attn.cli.parser import CommandParser
 
-from ..heatmaps import ALIGNMENT_MODES, TranslationAttention, figure_class
-from ..translation import (
+from ..api.corpus import DataError, decode_lines
+from ..api.heatmaps import ALIGNMENT_MODES, TranslationAttention, figure_class
+from ..api.translation import (
     SentenceTooLong,
     TranslateError,
     batches,
@@ -51,6 +51,7 @@ from ..translation import (
     translate_batch,
     translate_nbest,
 )
+from ..registry import MODEL_TYPES
 
 SAMPLING_FLAGS = ("top_k", "top_p", "temperature", "seed")
 
@@ -295,7 +296,7 @@ class Pictures:
         return Path(template) if first else None
 
     def write(self, number: int, attention: TranslationAttention | None) -> None:
-        from ..heatmaps import plot_alignment, plot_self_attention, save_bertviz_json
+        from ..api.heatmaps import plot_alignment, plot_self_attention, save_bertviz_json
 
         if attention is None:
             if any("{n}" in template for template in self.templates):
@@ -319,7 +320,7 @@ class Pictures:
 # -- attn translate --------------------------------------------------------------------------------------------
 
 
-def translate_main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """`attn translate`: see the module docstring and `attn translate --help`."""
     args = parse_flags(translate_parser(), argv)
     try:
@@ -355,7 +356,7 @@ def _translate(args: SimpleNamespace) -> int:
 
         torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model, args.device, eager=bool(pictures.templates))
-    if args.self_attention_png and model.config.model_type == "attn_rnn":
+    if args.self_attention_png and not MODEL_TYPES[model.config.model_type].self_attention:
         raise TranslateError(f"--self-attention-png: {args.model} is an RNN model, with no self-attention to picture")
     overrides = generation_overrides(args)
     if args.num_return_sequences:
@@ -425,6 +426,6 @@ __all__ = [
     "generation_overrides",
     "parse_flags",
     "shown_defaults",
-    "translate_main",
+    "main",
     "translate_parser",
 ]

@@ -40,21 +40,16 @@ that `attn push` writes, for the converted model and for models fine-tuned from 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import logging
-from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
 from transformers import AutoConfig, AutoTokenizer, MarianConfig, MarianMTModel, PreTrainedModel
 
 from ..configuration_transformer import AttnTransformerConfig
 from ..generation import SOURCE_LIMIT_FIELD
-from ..hub import record_origin
 from ..modeling_transformer import AttnTransformerForConditionalGeneration, sinusoid_table
+from .hub import record_origin
 
 logger = logging.getLogger(__name__)
 
@@ -322,64 +317,6 @@ def convert_attn_folder(source: str | Path, output_dir: str | Path) -> MarianMTM
     return marian
 
 
-@dataclass
-class ConvertArguments:
-    """`attn convert`: the flags."""
-
-    to: str = dataclasses.field(
-        metadata={"help": "output folder (model, tokenizer, generation config)", "metavar": "DIR"}
-    )
-    from_marian: str | None = dataclasses.field(
-        default=None, metadata={"help": "a MarianMTModel folder (or Hub id) to convert", "metavar": "SRC"}
-    )
-    to_marian: str | None = dataclasses.field(
-        default=None, metadata={"help": "an attn_transformer folder to convert to Marian", "metavar": "SRC"}
-    )
-
-    def __post_init__(self):
-        if (self.from_marian is None) == (self.to_marian is None):
-            raise ValueError("give one of --from_marian SRC (Marian to attn_transformer) or --to_marian SRC (back)")
-
-
-def _check_source(source: str, flag: str, parser) -> None:
-    """A source that is neither a folder nor a possible Hub id is a user error, named before anything loads."""
-    if Path(source).exists():
-        if not Path(source).is_dir():
-            parser.error(f"{flag} {source}: a file; give the model's folder")
-        if not (Path(source) / "config.json").is_file():
-            parser.error(f"{flag} {source}: no config.json, not a saved model folder")
-        return
-    try:
-        validate_repo_id(source)
-    except HFValidationError:
-        parser.error(f"{flag} {source}: no such folder")
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """`attn convert --from-marian SRC --to DIR` / `attn convert --to-marian SRC --to DIR`."""
-    from .cli import parse_command
-
-    args, parser = parse_command(
-        ConvertArguments, argv, "attn convert", "Convert Marian (OPUS-MT) checkpoints to attn_transformer and back."
-    )
-    source, flag = (
-        (args.from_marian, "--from_marian") if args.from_marian is not None else (args.to_marian, "--to_marian")
-    )
-    _check_source(source, flag, parser)
-    try:
-        if args.from_marian is not None:
-            convert_marian_folder(args.from_marian, args.to)
-            print(f"converted Marian model {args.from_marian} to attn_transformer in {args.to}")
-        else:
-            convert_attn_folder(args.to_marian, args.to)
-            print(f"converted attn_transformer model {args.to_marian} to Marian in {args.to}")
-    except MarianConversionError as error:
-        parser.error(str(error))
-    except OSError as error:  # not a model folder, or a Hub id that cannot be loaded (no network, no such repo)
-        parser.error(f"{flag} {source}: cannot load it ({str(error).strip().splitlines()[0]})")
-    return 0
-
-
 __all__ = [
     "MarianConversionError",
     "attn_config_to_marian",
@@ -387,7 +324,6 @@ __all__ = [
     "convert_attn_folder",
     "convert_marian_folder",
     "interleaved_to_halves",
-    "main",
     "marian_config_to_attn",
     "marian_to_attn",
 ]

@@ -9,8 +9,8 @@ them with `CommandParser.parse`:
   `__post_init__`) ends with one line on stderr, `attn COMMAND: error: ...`, naming the closest valid flag for an
   unknown one, and exit status 2 (argparse's usage block and Python's traceback are left out).
 
-`training` owns this module so that both the recipe (`attn train`, `python -m training`) and the application layer
-(`modeling_attn.app`) use one convention; the model package does not parse command lines.
+`training` owns this module so that both the recipe (`attn train`, `python -m modeling_attn.training`) and the application layer
+(`modeling_attn.cli`) use one convention; the model package does not parse command lines.
 """
 
 from __future__ import annotations
@@ -125,4 +125,43 @@ def _as_arguments(name: str, value: Any) -> list[str]:
     return [f"--{name}", str(value)]
 
 
-__all__ = ["CONFIG_SUFFIXES", "CommandParser"]
+def command_error(prog: str, message: str) -> NoReturn:
+    """A user error outside a parser (a missing folder, a failed load): one line on stderr, exit status 2."""
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def parse_command(
+    arguments: type,
+    argv: Sequence[str] | None,
+    prog: str,
+    description: str,
+    positional: str | None = None,
+    nargs: str = "?",
+    required: bool = True,
+) -> tuple[Any, CommandParser]:
+    """The `arguments` dataclass filled from `argv` by `CommandParser`, and the parser (for its `error`).
+
+    `positional`: a field that may also be given without its flag, as the command's first argument(s); it must
+    default to None (nargs "?") or an empty list (nargs "*"), and is `required` one way or the other.
+    """
+    parser = CommandParser(arguments, prog=prog, description=description)
+    if positional is not None:
+        metavar = positional.upper()
+        parser.add_argument(
+            f"{positional}_positional", nargs=nargs, metavar=metavar, help=f"the same as --{positional}"
+        )
+    parsed = parser.parse(argv)
+    args = parsed[0]
+    if positional is not None:
+        given = getattr(parsed[1], f"{positional}_positional")
+        if given and getattr(args, positional):
+            parser.error(f"{positional.upper()} given twice: as an argument ({given}) and as --{positional}")
+        if given:
+            setattr(args, positional, given)
+        if required and not getattr(args, positional):
+            parser.error(f"the following arguments are required: {positional.upper()} (or --{positional})")
+    return args, parser
+
+
+__all__ = ["CONFIG_SUFFIXES", "CommandParser", "command_error", "parse_command"]

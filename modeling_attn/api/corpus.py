@@ -1,0 +1,141 @@
+"""Reading parallel text: UTF-8 lines, the file names of the splits, and the rows of text, TSV and JSONL files.
+
+The training recipe reads its corpora with these (`modeling_attn.training.data`, which caches them as Arrow files),
+and `attn translate` / `attn evaluate` read their inputs and test sets with the same functions, so a file is
+checked the same way everywhere: bad bytes, a wrong number of fields and mismatched line counts raise `DataError`
+naming the file and the line.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+# File stems tried for each split, in order; a test stem may also be any one stem starting with "test"
+# (Multi30k's `test_2016_flickr`).
+SPLIT_STEMS = {"train": ["train"], "validation": ["validation", "valid", "val", "dev"], "test": ["test"]}
+
+
+class DataError(ValueError):
+    """Bad training data; the message names the file (or dataset split) and the line (or row)."""
+
+
+def _open_binary(path: Path):
+    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+
+
+def decode_lines(handle: BinaryIO, name: str | Path) -> Iterator[tuple[int, str]]:
+    """(line number, line without its line end) of a binary stream read as UTF-8 text, a leading byte-order mark
+    dropped; DataError naming `name` and the line on bad bytes. `attn translate` reads its input with it too."""
+    for number, raw in enumerate(handle, 1):
+        try:
+            text = raw.decode("utf-8-sig" if number == 1 else "utf-8").rstrip("\r\n")
+        except UnicodeDecodeError as error:
+            raise DataError(
+                f"{name}:{number}: not valid UTF-8 (byte 0x{raw[error.start]:02x} at column {error.start + 1}); "
+                "re-encode it as UTF-8"
+            ) from None
+        yield number, text
+
+
+def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """(line number, line without its line end) of a UTF-8 text file (gzipped if its name ends in .gz), read as a
+    stream; DataError naming the file and line on bad bytes, naming the file if it is truncated or unreadable."""
+    try:
+        with _open_binary(path) as handle:
+            yield from decode_lines(handle, path)
+    except (OSError, EOFError) as error:  # e.g. a truncated or corrupt .gz file
+        raise DataError(f"{path}: cannot be read: {error}") from None
+
+
+def read_lines(path: Path) -> list[str]:
+    """The lines of a UTF-8 text file (gzipped if its name ends in .gz), without line ends; DataError on bad bytes."""
+    return [line for _, line in iter_lines(path)]
+
+
+def find_split_file(folder: Path, stem: str, suffix: str) -> Path | None:
+    for name in (f"{stem}.{suffix}", f"{stem}.{suffix}.gz"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def split_stem(folder: Path, split: str, suffix: str) -> str | None:
+    """The file stem of `split` among files ending in `.{suffix}` (or `.{suffix}.gz`), or None."""
+    for stem in SPLIT_STEMS[split]:
+        if find_split_file(folder, stem, suffix):
+            return stem
+    if split == "test":
+        stems = sorted({p.name.split(".")[0] for p in folder.glob(f"test*.{suffix}*")} - {"test"})
+        if len(stems) == 1:
+            return stems[0]
+        if len(stems) > 1:
+            raise DataError(f"{folder}: several test sets {stems}; keep one or rename it to test.{suffix}")
+    return None
+
+
+def languages_in(folder: Path) -> list[str]:
+    stems = {stem for stems in SPLIT_STEMS.values() for stem in stems}
+    langs = set()
+    for path in folder.iterdir():
+        parts = path.name.removesuffix(".gz").split(".")
+        if len(parts) == 2 and (parts[0] in stems or parts[0].startswith("test")) and parts[1] not in ("tsv", "jsonl"):
+            langs.add(parts[1])
+    return sorted(langs)
+
+
+def text_pair_rows(source_path: str, target_path: str) -> Iterator[tuple[str, str, int]]:
+    source_file, target_file = Path(source_path), Path(target_path)
+    sources, targets = iter_lines(source_file), iter_lines(target_file)
+    number = 0
+    while True:
+        source, target = next(sources, None), next(targets, None)
+        if source is None or target is None:
+            break
+        number += 1
+        yield source[1].strip(), target[1].strip(), number
+    if source is None and target is None:
+        if number == 0:
+            raise DataError(f"{source_file} and {target_file} are empty (the split holds no sentence pair)")
+        return
+    source_count = number + (source is not None) + sum(1 for _ in sources)
+    target_count = number + (target is not None) + sum(1 for _ in targets)
+    longer, shorter = (source_file, target_file) if source_count > target_count else (target_file, source_file)
+    raise DataError(
+        f"{longer}:{number + 1}: line has no counterpart: {source_file.name} has {source_count} lines but "
+        f"{target_file.name} has {target_count}; {shorter} ends after line {number}"
+    )
+
+
+def tsv_rows(path: str) -> Iterator[tuple[str, str, int]]:
+    number = 0
+    for number, line in iter_lines(Path(path)):
+        fields = line.split("\t")
+        if len(fields) != 2:
+            raise DataError(f"{path}:{number}: expected 2 tab-separated fields (source, target), found {len(fields)}")
+        yield fields[0].strip(), fields[1].strip(), number
+    if number == 0:
+        raise DataError(f"{path}: empty file (no sentence pair)")
+
+
+def jsonl_rows(path: str, source_lang: str, target_lang: str) -> Iterator[tuple[str, str, int]]:
+    number = 0
+    for number, line in iter_lines(Path(path)):
+        if not line.strip():
+            raise DataError(f"{path}:{number}: empty line (each line must be one JSON object)")
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{path}:{number}: invalid JSON ({error.msg} at column {error.colno})") from None
+        record = record.get("translation", record) if isinstance(record, dict) else None
+        if not isinstance(record, dict) or not all(isinstance(record.get(k), str) for k in (source_lang, target_lang)):
+            raise DataError(
+                f"{path}:{number}: expected an object with string fields {source_lang!r} and {target_lang!r} "
+                "(optionally inside 'translation')"
+            )
+        yield record[source_lang].strip(), record[target_lang].strip(), number
+    if number == 0:
+        raise DataError(f"{path}: empty file (no sentence pair)")

@@ -1,0 +1,50 @@
+"""`attn average`: the average of the weights of checkpoints (paper, Sec. 6.1)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..training.averaging import average_checkpoints, find_checkpoints
+from .parser import parse_command
+
+
+@dataclass
+class AverageArguments:
+    """`attn average`: the flags."""
+
+    output_dir: str = field(metadata={"help": "where to save the averaged model"})
+    inputs: list[str] = field(
+        default_factory=list, metadata={"help": "checkpoint folders, or a training output folder (its checkpoint-*)"}
+    )
+    last: int = field(default=5, metadata={"help": "from a training output folder, average its last N checkpoints"})
+
+    def __post_init__(self):
+        if self.last < 1:
+            raise ValueError(f"argument --last: must be a positive integer, got {self.last}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`attn average FOLDER... --output_dir DIR [--last N]`."""
+    args, parser = parse_command(
+        AverageArguments,
+        argv,
+        "attn average",
+        "Average the weights of checkpoints (paper, Sec. 6.1).",
+        "inputs",
+        "*",
+    )
+    checkpoints = []
+    for path in args.inputs:
+        if not Path(path).is_dir():
+            parser.error(f"{path}: no such folder")
+        found = find_checkpoints(path)
+        checkpoints += found[-args.last :] if found else [Path(path)]  # a training folder: its last N checkpoints
+    print(f"averaging {len(checkpoints)} checkpoints: {', '.join(map(str, checkpoints))}")
+    try:
+        average_checkpoints(checkpoints, args.output_dir)
+    except (OSError, ValueError) as error:  # not a checkpoint, a truncated file, checkpoints of different models
+        parser.error(str(error).splitlines()[0])
+    print(f"saved the averaged model in {args.output_dir}")
+    return 0

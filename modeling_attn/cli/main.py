@@ -1,0 +1,66 @@
+"""The `attn` command: a dispatcher that imports only the command it runs.
+
+Each command is one module of this package with its flags (a dataclass, parsed by `parser.CommandParser`) and a
+`main(argv) -> int`: `attn train` (`train.py`, the recipe of `modeling_attn.training`), `average`, `translate`,
+`evaluate`, `push`, `convert`, `export`, `preset`. A command module never imports this dispatcher; the convention
+they share (flags files, `--a-b` and `--a_b`, one-line errors with exit status 2) lives in `parser.py`.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from .parser import command_error
+
+PROG = "attn"
+
+# name: what it does (for `attn --help`); the command is `modeling_attn.cli.<name>.main`
+COMMANDS = {
+    "train": "train or fine-tune a translation model (the paper's recipe; every Seq2SeqTrainingArguments flag)",
+    "average": "average the weights of the last checkpoints of a training run (paper, Sec. 6.1)",
+    "translate": "translate sentences (arguments, --input FILE or stdin); attention pictures",
+    "evaluate": "BLEU, chrF and TER (sacreBLEU) of a model on a data split, or of a file of translations, as JSON",
+    "push": "upload a trained model (weights, code, tokenizer, generation config, card) to the Hugging Face Hub",
+    "convert": "convert Marian (OPUS-MT) checkpoints to attn_transformer and back",
+    "export": "export a model to CTranslate2",
+    "preset": "list the model presets, or print one as a config JSON",
+}
+
+
+def usage() -> str:
+    """What `attn --help` prints: the commands, one a line."""
+    width = max(map(len, COMMANDS))
+    lines = [f"usage: {PROG} COMMAND [flags]   ({PROG} COMMAND --help for a command's flags)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {text}" for name, text in COMMANDS.items()]
+    lines += ["", "options:", "  -h, --help     this list", "  -V, --version  the version of modeling-attn"]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The `attn` entry point: `attn COMMAND [flags]` (exit status 2 for a user error, as argparse)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv:
+        print(usage(), file=sys.stderr)
+        raise SystemExit(2)
+    command, rest = argv[0], argv[1:]
+    if command in ("-h", "--help"):
+        print(usage())
+        return 0
+    if command in ("-V", "--version"):
+        print(f"modeling-attn {__version__}")
+        return 0
+    if command not in COMMANDS:
+        near = difflib.get_close_matches(command, list(COMMANDS), n=1)
+        if command.startswith("-"):
+            command_error(PROG, f"unknown option {command!r}; a command comes first (see {PROG} --help)")
+        hint = f"; did you mean {near[0]!r}?" if near else f"; one of {', '.join(COMMANDS)}"
+        command_error(PROG, f"unknown command {command!r}{hint} (see {PROG} --help)")
+    return importlib.import_module(f"{__package__}.{command}").main(rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""`attn preset`: the model presets (configuration/*.json), listed or printed as a config JSON."""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..api.presets import available_presets, load_preset
+from .parser import parse_command
+
+
+@dataclass
+class PresetArguments:
+    """`attn preset`: the flags."""
+
+    name: str | None = field(default=None, metadata={"help": "the preset to print as a config JSON (omit: list them)"})
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """`attn preset [NAME]`: the presets, or one as a config JSON."""
+    args, parser = parse_command(
+        PresetArguments, argv, "attn preset", "List the model presets, or print one.", "name", required=False
+    )
+    name = args.name
+    presets = available_presets()
+    if name is None:
+        print("\n".join(presets))
+        return 0
+    if name not in presets:
+        near = difflib.get_close_matches(name, presets, n=1)
+        parser.error(f"unknown preset {name!r}" + (f"; did you mean {near[0]!r}?" if near else f"; one of {presets}"))
+    print(json.dumps(load_preset(name).to_diff_dict(), indent=2))
+    return 0

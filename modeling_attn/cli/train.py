@@ -1,0 +1,102 @@
+"""`attn train` (and `python -m modeling_attn.training`): the recipe's flags parsed, checked, and the recipe run.
+
+The flags are the recipe's (`modeling_attn.training.train.RecipeArguments`) and every `Seq2SeqTrainingArguments`
+flag, with the paper's defaults (`PAPER_DEFAULTS`), and the embedded task's (configuration/train-dates.yaml) over
+them when `--data` is not given. A user error (a bad flag, a combination the recipe refuses, bad data, a model folder
+that cannot be used) ends with one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+
+import torch
+import yaml
+from huggingface_hub.errors import StrictDataclassError
+from transformers import Seq2SeqTrainingArguments
+
+from ..api.corpus import DataError
+from ..training.train import PAPER_DEFAULTS, HubSetupError, RecipeArguments, run, validate
+from .parser import CONFIG_SUFFIXES, CommandParser
+
+
+def _embedded_task_defaults() -> dict:
+    text = (resources.files("modeling_attn.configuration") / "train-dates.yaml").read_text()
+    return yaml.safe_load(text)
+
+
+def build_parser(embedded_task: bool = False) -> CommandParser:
+    """The `attn train` parser: our flags and Trainer's, with the paper's defaults (`PAPER_DEFAULTS`), and the embedded
+    task's (configuration/train-dates.yaml) over them when `embedded_task`."""
+    embedded = _embedded_task_defaults()
+    parser = CommandParser(
+        (RecipeArguments, Seq2SeqTrainingArguments),
+        prog="attn train",
+        description="Train a translation model with the paper's recipe (the defaults shown). Without --data the "
+        "embedded dates task trains, with these defaults over the paper's: "
+        + ", ".join(f"--{key} {value}" for key, value in embedded.items())
+        + ". Flags may come from a file: attn train recipe.yaml [flags that override it].",
+    )
+    # None: computed from the model's d_model and the warmup (paper_learning_rate) unless a rate is given.
+    parser.set_defaults(**PAPER_DEFAULTS, learning_rate=None)
+    parser._option_string_actions["--learning_rate"].help = (
+        "Peak learning rate. Default: the paper's d_model^-0.5 * warmup^-0.5 (Eq. 3), computed from the model's "
+        "d_model and --warmup_steps."
+    )
+    if embedded_task:
+        parser.set_defaults(**embedded)
+    return parser
+
+
+def _given_flags(parser: CommandParser, argv: list[str]) -> set[str]:
+    """The fields named by flags of `argv` (any spelling or alias)."""
+    actions = parser._option_string_actions
+    return {actions[arg.split("=", 1)[0]].dest for arg in argv if arg.split("=", 1)[0] in actions}
+
+
+def parse_args(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqTrainingArguments]:
+    """Our flags and Trainer's, with the paper's defaults (and the embedded task's when --data is not given).
+
+    A user error in a flag ends the process with one line (`CommandParser`); a combination of flags that cannot work
+    (or that would be silently ignored) raises ValueError naming the flags, before any work.
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if argv and not argv[0].startswith("-") and argv[0].endswith(CONFIG_SUFFIXES) and Path(argv[0]).is_file():
+        argv = parser.config_file_flags(Path(argv[0])) + argv[1:]
+    given = _given_flags(parser, argv)
+    asks_help = bool({"-h", "--help"} & set(argv))
+    if "data" not in given and not asks_help:  # --help shows the paper's defaults; its description the task's
+        parser = build_parser(embedded_task=True)
+    recipe, training_args = parser.parse(argv)
+    validate(recipe, training_args, given)
+    return recipe, training_args
+
+
+def train(argv: list[str] | None = None) -> int:
+    """Train (and evaluate) a translation model; see `attn train --help`."""
+    return run(*parse_args(argv))
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`attn train`: `train` with bad flags and bad data end with one line (flag, or file and line) and exit
+    status 2."""
+    try:
+        try:
+            recipe, training_args = parse_args(argv)
+        except ValueError as error:  # a combination of flags that cannot work
+            print(f"attn train: error: {str(error).strip().splitlines()[0]}", file=sys.stderr)
+            return 2
+        return run(recipe, training_args)
+    # What the flags, the data or the model files make impossible, found after parsing (a preset's config refusing
+    # an override, a token budget that cannot hold a pair, a model folder that does not exist, bad data): one line.
+    except (DataError, HubSetupError, ValueError, OSError, StrictDataclassError) as error:
+        print(f"attn train: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+    finally:
+        # A gloo process group left to interpreter shutdown can abort the process ("terminate called without an
+        # active exception", seen once in 2-process CPU runs); tear it down explicitly.
+        if torch.distributed.is_available() and torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
