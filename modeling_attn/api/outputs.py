@@ -6,8 +6,8 @@ What it promises (docs/reliability.md lists the tests behind each):
    hidden temporary in the same folder) and renamed into place (`output_file`). A folder's files are written into a
    staging folder beside it and moved into place only when the writer has finished (`output_folder`); an error or
    a kill leaves the target as it was.
-2. **Never an input.** An output that is one of the command's inputs, lies inside one, or holds one, is refused
-   before any work, naming both paths (`check_apart`).
+2. **Never an input.** An output that is one of the command's inputs, or lies inside one, is refused before any
+   work, naming both paths (`check_apart`).
 3. **Never what it did not write.** A folder output remembers what it wrote (`.attn-written.json`: each file's size
    and modification time). A later write may replace those files; any other file in the folder (another model, a
    README, results, a file of ours edited since) makes the write refused, naming it, unless the caller says
@@ -46,8 +46,9 @@ class OutputError(ValueError):
 
 
 def check_apart(output: PathLike, inputs: Mapping[str, PathLike | None], output_name: str = "--output") -> None:
-    """Refuse an output that is one of `inputs` (name -> path, e.g. {"--model": "runs/a"}), lies inside one, or holds
-    one (writing a folder that contains an input may replace it)."""
+    """Refuse an output that is one of `inputs` (name -> path, e.g. {"--model": "runs/a"}) or lies inside one. (A
+    folder output that holds an input is left to `output_folder`: it never deletes, and refuses a folder holding files
+    it did not write unless told.)"""
     target = Path(output).resolve()
     for name, path in inputs.items():
         if path is None:
@@ -57,8 +58,6 @@ def check_apart(output: PathLike, inputs: Mapping[str, PathLike | None], output_
             raise OutputError(f"{output_name} {output} is {name} {path}: writing it would destroy the input")
         if source in target.parents:
             raise OutputError(f"{output_name} {output} is inside {name} {path}: write it somewhere else")
-        if target in source.parents:
-            raise OutputError(f"{output_name} {output} holds {name} {path}: writing there could replace the input")
 
 
 def _stamp(path: Path) -> list[int]:
@@ -157,7 +156,7 @@ def output_folder(
 ) -> Iterator[Path]:
     """A staging folder to write into; when the block ends without an error, its files replace those of `path`.
 
-    Refused before the block runs (OutputError): `path` is or holds an input, or lies inside one; it is a file; it
+    Refused before the block runs (OutputError): `path` is an input or lies inside one; it is a file; it
     holds files this package did not write (unless `force`); another process is writing it. Nothing at `path` is
     deleted: files of `path` that the block did not write stay as they were.
     """
