@@ -144,8 +144,18 @@ CASES = [
     (lambda w: ["export", "--ctranslate2", str(w / "e")], "the following arguments are required: MODEL (or --model)"),
     (lambda w: ["export", str(w / "model"), "--model", str(w / "model"), "--ctranslate2", str(w / "e")],
      "MODEL given twice"),
-    (lambda w: ["export", str(w / "model"), "--ctranslate2", str(w / "model")],
-     "{w}/model already exists; pass --force to overwrite it"),
+    (lambda w: ["export", str(w / "model"), "--ctranslate2", str(w / "model"), "--force"],
+     "--ctranslate2 {w}/model is --model {w}/model: writing it would destroy the input"),
+    (lambda w: ["export", str(w / "model"), "--ctranslate2", str(w / "run")],
+     "--ctranslate2 {w}/run holds files that attn export did not write (checkpoint-10/, checkpoint-20/, checkpoint-30/)"),
+    (lambda w: ["average", str(w / "run"), "--output_dir", str(w / "run" / "checkpoint-30")],
+     "--output_dir {w}/run/checkpoint-30 is input checkpoint 3 {w}/run/checkpoint-30: writing it would destroy"),
+    (lambda w: ["average", str(w / "run"), "--output_dir", str(w / "model")],
+     "--output_dir {w}/model holds files that attn average did not write (config.json, generation_config.json, model.safetensors and "),
+    (lambda w: ["convert", "--to_marian", str(w / "model"), "--to", str(w / "model" / "marian")],
+     "--to {w}/model/marian is inside --to_marian {w}/model: write it somewhere else"),
+    (lambda w: ["push", "--model", str(w / "model"), "--repo_id", "u/m", "--save_to", str(w / "model" / "hub")],
+     "--save_to {w}/model/hub is inside --model {w}/model"),
 ]  # fmt: skip
 
 

@@ -165,7 +165,10 @@ def output_folder(
     if target.exists() and not target.is_dir():
         raise OutputError(f"{output_name} {path} is a file; give a folder")
     if not force and (foreign := foreign_files(target)):
-        shown = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        # named by their top-level entries (a checkpoint folder once, not each of its files), code files last
+        entries = sorted({name.split("/")[0] + ("/" if "/" in name else "") for name in foreign},
+                         key=lambda entry: (entry.endswith(".py"), entry))  # fmt: skip
+        shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
         raise OutputError(
             f"{output_name} {path} holds files that {command} did not write ({shown}); choose an empty or new "
             "folder, or pass --force to replace only the files it writes"

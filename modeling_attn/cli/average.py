@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..api.outputs import output_folder
 from ..training.averaging import average_checkpoints, find_checkpoints
 from .parser import parse_command
 
@@ -19,6 +20,12 @@ class AverageArguments:
         default_factory=list, metadata={"help": "checkpoint folders, or a training output folder (its checkpoint-*)"}
     )
     last: int = field(default=5, metadata={"help": "from a training output folder, average its last N checkpoints"})
+    force: bool = field(
+        default=False,
+        metadata={
+            "help": "write into a folder that holds files this command did not write, replacing only the files it writes (nothing is deleted)"
+        },
+    )
 
     def __post_init__(self):
         if self.last < 1:
@@ -42,8 +49,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         found = find_checkpoints(path)
         checkpoints += found[-args.last :] if found else [Path(path)]  # a training folder: its last N checkpoints
     print(f"averaging {len(checkpoints)} checkpoints: {', '.join(map(str, checkpoints))}")
+    inputs = {f"input checkpoint {number}": path for number, path in enumerate(checkpoints, 1)}
     try:
-        average_checkpoints(checkpoints, args.output_dir)
+        with output_folder(args.output_dir, "attn average", inputs, args.force) as staging:
+            average_checkpoints(checkpoints, staging)
     except (OSError, ValueError) as error:  # not a checkpoint, a truncated file, checkpoints of different models
         parser.error(str(error).splitlines()[0])
     print(f"saved the averaged model in {args.output_dir}")

@@ -11,6 +11,7 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from ..api.convert_marian import MarianConversionError, convert_attn_folder, convert_marian_folder
+from ..api.outputs import OutputError, output_folder
 from .parser import parse_command
 
 
@@ -26,6 +27,12 @@ class ConvertArguments:
     )
     to_marian: str | None = dataclasses.field(
         default=None, metadata={"help": "an attn_transformer folder to convert to Marian", "metavar": "SRC"}
+    )
+    force: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "write into a folder that holds files attn convert did not write, replacing only the files it writes (nothing is deleted)"
+        },
     )
 
     def __post_init__(self):
@@ -56,13 +63,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         (args.from_marian, "--from_marian") if args.from_marian is not None else (args.to_marian, "--to_marian")
     )
     _check_source(source, flag, parser)
+    inputs = {flag: source} if Path(source).exists() else {}
     try:
-        if args.from_marian is not None:
-            convert_marian_folder(args.from_marian, args.to)
-            print(f"converted Marian model {args.from_marian} to attn_transformer in {args.to}")
-        else:
-            convert_attn_folder(args.to_marian, args.to)
-            print(f"converted attn_transformer model {args.to_marian} to Marian in {args.to}")
+        with output_folder(args.to, "attn convert", inputs, args.force, "--to") as staging:
+            if args.from_marian is not None:
+                convert_marian_folder(args.from_marian, staging)
+            else:
+                convert_attn_folder(args.to_marian, staging)
+        direction = (
+            "Marian model {} to attn_transformer" if args.from_marian else "attn_transformer model {} to Marian"
+        )
+        print(f"converted {direction.format(source)} in {args.to}")
+    except OutputError as error:
+        parser.error(str(error))
     except MarianConversionError as error:
         parser.error(str(error))
     except OSError as error:  # not a model folder, or a Hub id that cannot be loaded (no network, no such repo)

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal
 
 from ..api.export_ctranslate2 import QUANTIZATIONS, MissingExtraError, export_ctranslate2, import_ctranslate2
+from ..api.outputs import output_folder
 from .parser import parse_command
 
 
@@ -21,7 +22,12 @@ class ExportArguments:
         default=None, metadata={"help": "an attn_transformer (or Marian) model folder"}
     )
     quantization: Literal[QUANTIZATIONS] = dataclasses.field(default="float32", metadata={"help": "weight type"})
-    force: bool = dataclasses.field(default=False, metadata={"help": "overwrite DIR if it exists"})
+    force: bool = dataclasses.field(
+        default=False,
+        metadata={
+            "help": "write into a folder that holds files this command did not write, replacing only the files it writes (nothing is deleted)"
+        },
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -35,13 +41,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{args.model}: no such model folder")
     if not (Path(args.model) / "config.json").is_file():
         parser.error(f"{args.model}: no config.json, not a saved model folder")
-    if Path(args.ctranslate2).exists() and not args.force:
-        parser.error(f"{args.ctranslate2} already exists; pass --force to overwrite it")
     try:
-        output = export_ctranslate2(args.model, args.ctranslate2, quantization=args.quantization, force=args.force)
+        with output_folder(
+            args.ctranslate2, "attn export", {"--model": args.model}, args.force, "--ctranslate2"
+        ) as staging:
+            export_ctranslate2(args.model, staging, quantization=args.quantization, force=True)
     except ValueError as error:  # a model CTranslate2 cannot represent, or not a model folder we read
         parser.error(str(error).strip().splitlines()[0])
     except OSError as error:  # a folder without a readable config or weights
         parser.error(f"{args.model}: cannot load it ({str(error).strip().splitlines()[0]})")
-    print(f"exported {args.model} to CTranslate2 ({args.quantization}) in {output}")
+    print(f"exported {args.model} to CTranslate2 ({args.quantization}) in {args.ctranslate2}")
     return 0

@@ -10,6 +10,7 @@ from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalToken
 from huggingface_hub.utils import validate_repo_id
 
 from ..api.hub import RESULTS_FILE, push_to_hub, save_for_hub
+from ..api.outputs import output_folder
 from .parser import parse_command
 
 
@@ -40,6 +41,12 @@ class PushArguments:
     save_to: str | None = field(
         default=None, metadata={"help": "write the files that would be uploaded into this folder, upload nothing"}
     )
+    force: bool = field(
+        default=False,
+        metadata={
+            "help": "write into a folder that holds files attn push did not write, replacing only the files it writes (nothing is deleted)"
+        },
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -55,8 +62,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--results {args.results}: no such file")
     try:
         if args.save_to:
-            folder = save_for_hub(args.model, args.save_to, args.repo_id, args.results)
-            print(f"wrote {', '.join(sorted(p.name for p in folder.iterdir()))} to {folder}")
+            inputs = {"--model": args.model, "--results": args.results}
+            with output_folder(args.save_to, "attn push", inputs, args.force, "--save_to") as staging:
+                save_for_hub(args.model, staging, args.repo_id, args.results)
+                written = sorted(path.name for path in staging.iterdir())
+            print(f"wrote {', '.join(written)} to {args.save_to}")
             return 0
         url = push_to_hub(args.model, args.repo_id, args.private, args.revision, args.token, args.results,
                           args.commit_message)  # fmt: skip
