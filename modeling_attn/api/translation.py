@@ -27,8 +27,6 @@ from typing import Any, NamedTuple
 import torch
 from safetensors import SafetensorError
 from transformers import (
-    AutoConfig,
-    AutoModelForSeq2SeqLM,
     AutoTokenizer,
     BatchEncoding,
     PreTrainedModel,
@@ -37,6 +35,7 @@ from transformers import (
 
 from ..registry import MODEL_TYPES
 from .heatmaps import TranslationAttention, attention_from_generate
+from .model_folder import check_config, load_checked
 
 
 class TranslateError(ValueError):
@@ -51,11 +50,6 @@ class SentenceTooLong(TranslateError):
         super().__init__(f"sentence {row} of the batch {detail}")
         self.row = row
         self.detail = detail
-
-
-def _looks_local(name: str) -> bool:
-    """Whether `name` can only be a local path (a Hub repo id is `name` or `namespace/name`)."""
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).is_absolute()
 
 
 def check_tokenizer_fits(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, where: str) -> None:
@@ -109,17 +103,8 @@ def load_model(
 
     target = resolve_device(device)  # before the (slow) load
 
+    config = check_config(model_name_or_path)  # ModelFolderError (an OSError) naming what is wrong
     folder = Path(model_name_or_path).expanduser()
-    if not folder.exists() and _looks_local(str(model_name_or_path)):
-        raise FileNotFoundError(f"{model_name_or_path}: no such model folder")
-    if folder.is_dir() and not (folder / "config.json").is_file():
-        raise FileNotFoundError(
-            f"{model_name_or_path}: no config.json (a folder written by save_pretrained or attn train)"
-        )
-    try:
-        config = AutoConfig.from_pretrained(model_name_or_path)
-    except ValueError as error:  # e.g. a model type transformers does not know; its message runs over lines
-        raise TranslateError(f"{model_name_or_path}: {str(error).splitlines()[0]}") from error
     if folder.is_dir() and not any((folder / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json")):
         raise TranslateError(
             f"{model_name_or_path}: no tokenizer (tokenizer.json / tokenizer_config.json); save the tokenizer the "
@@ -128,7 +113,7 @@ def load_model(
     per_head = config.model_type in MODEL_TYPES and MODEL_TYPES[config.model_type].per_head_attention
     kwargs = {"attn_implementation": "eager"} if eager and per_head else {}
     try:
-        model = AutoModelForSeq2SeqLM.from_pretrained(model_name_or_path, **kwargs)
+        model = load_checked(model_name_or_path, **kwargs)
     except SafetensorError as error:  # its own message names no file
         raise OSError(f"{model_name_or_path}: the safetensors weights are corrupt or truncated ({error})") from error
     try:

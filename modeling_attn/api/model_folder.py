@@ -1,0 +1,113 @@
+"""A model folder that cannot be used is named, with the reason, in one exception (`ModelFolderError`).
+
+transformers' own answers to a broken folder are correct but scattered: a path that does not exist is reported as an
+invalid Hub repository id, a config of another architecture as "Unrecognized configuration class ... for this kind of
+AutoModel" followed by the list of all classes, an invalid config field as a `StrictDataclassClassValidationError`
+dump, a weights file that holds none of the model's tensors as a logged table (the model then runs with random
+weights), and a `generation_config.json` that is not JSON is replaced by the defaults without a word. Here:
+
+- `check_config(path)`: the folder exists, its config.json is JSON, of a translation (seq2seq) model type, with valid
+  fields (the field and its value named); its generation_config.json, if any, is JSON;
+- `load_checked(path, ...)`: `AutoModelForSeq2SeqLM.from_pretrained` with the load report checked: weights that match
+  none of the model's tensors are refused; some missing are refused unless `allow_missing` (their names shown).
+
+Hub ids (`user/name`) go through the same checks once transformers has fetched the files.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from huggingface_hub.errors import StrictDataclassError
+from transformers import AutoConfig, AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
+from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
+
+
+class ModelFolderError(OSError):
+    """A model folder (or Hub repository) that cannot be used; the message names it and the reason."""
+
+
+def looks_local(name: str) -> bool:
+    """Whether `name` can only be a local path (a Hub repo id is `name` or `namespace/name`)."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).is_absolute()
+
+
+def _read_json(path: Path, what: str) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ModelFolderError(f"{path}: the {what} is not UTF-8 text") from None
+    except json.JSONDecodeError as error:
+        raise ModelFolderError(
+            f"{path}: the {what} is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
+        ) from None
+
+
+def check_config(name_or_path: str | Path) -> PretrainedConfig:
+    """The config of a model folder or Hub repository, checked as the module docstring says."""
+    name = str(name_or_path)
+    folder = Path(name).expanduser()
+    if not folder.exists() and looks_local(name):
+        raise ModelFolderError(f"{name}: no such model folder")
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise ModelFolderError(f"{name}: no config.json (a folder written by save_pretrained or attn train)")
+        fields = _read_json(folder / "config.json", "config")
+        if not isinstance(fields, dict):
+            raise ModelFolderError(f"{folder / 'config.json'}: a config is a JSON object, not {type(fields).__name__}")
+        if (folder / "generation_config.json").is_file():
+            _read_json(folder / "generation_config.json", "generation config")  # else silently the defaults
+    try:
+        config = AutoConfig.from_pretrained(name)
+    except StrictDataclassError as error:  # "Class validation error for validator ...:\n    ValueError: <what>"
+        reason = str(error).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
+        raise ModelFolderError(f"{name}: invalid config.json: {reason}") from None
+    except ValueError as error:  # a model type transformers does not know; its message runs over lines
+        raise ModelFolderError(f"{name}: {str(error).strip().splitlines()[0]}") from None
+    import modeling_attn  # noqa: F401  (registers our model types, so that they count as seq2seq below)
+
+    if type(config) not in MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING:
+        architectures = ", ".join(config.architectures or []) or "no architectures listed"
+        raise ModelFolderError(
+            f"{name}: a {config.model_type!r} model ({architectures}), not a translation (encoder-decoder) model"
+        )
+    return config
+
+
+def load_checked(name_or_path: str | Path, allow_missing: bool = False, **kwargs: Any) -> PreTrainedModel:
+    """`AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **kwargs)` after `check_config`, refusing weights that
+    do not belong to the model (see the module docstring)."""
+    check_config(name_or_path)
+    model, report = AutoModelForSeq2SeqLM.from_pretrained(name_or_path, output_loading_info=True, **kwargs)
+    missing = sorted(report.get("missing_keys", ()))
+    mismatched = sorted(str(key) for key in report.get("mismatched_keys", ()))
+    if mismatched:
+        raise ModelFolderError(f"{name_or_path}: weights of the wrong shape for {', '.join(mismatched[:3])}")
+    expected = set(model.state_dict())
+    if missing and expected <= set(missing) | _tied(model):
+        raise ModelFolderError(
+            f"{name_or_path}: the weights hold none of the model's tensors (e.g. {missing[0]}); it would translate with "
+            "random weights"
+        )
+    if missing and not allow_missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise ModelFolderError(
+            f"{name_or_path}: the weights lack {len(missing)} of the model's tensors ({shown}); they would be random"
+        )
+    return model
+
+
+def _tied(model: PreTrainedModel) -> set[str]:
+    """Names that share their tensor with another name (tied embeddings): never reported as loaded on their own."""
+    seen: dict[int, str] = {}
+    tied = set()
+    for key, tensor in model.state_dict(keep_vars=True).items():
+        if tensor.data_ptr() in seen:
+            tied |= {key, seen[tensor.data_ptr()]}
+        seen.setdefault(tensor.data_ptr(), key)
+    return tied
+
+
+__all__ = ["ModelFolderError", "check_config", "load_checked", "looks_local"]
