@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..training.averaging import average_checkpoints, find_checkpoints
-from .parser import parse_command
+from .parser import parse_command, require_positive
 
 
 @dataclass
@@ -21,8 +21,7 @@ class AverageArguments:
     last: int = field(default=5, metadata={"help": "from a training output folder, average its last N checkpoints"})
 
     def __post_init__(self):
-        if self.last < 1:
-            raise ValueError(f"argument --last: must be a positive integer, got {self.last}")
+        require_positive(self, ("last",))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
