@@ -1,14 +1,17 @@
 """The `attn` command-line convention (modeling_attn/cli/parser.py): both spellings of a flag, flags files, and user
-errors as one line with exit status 2."""
+errors as one line with exit status 2, while parsing (`CommandParser`, `require_positive`) or running
+(`run_command`, with Ctrl-C as 130 and a reader that went away as 141)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import dataclass, field
 
 import pytest
 
-from modeling_attn.cli.parser import CommandParser
+from modeling_attn.cli.parser import CommandParser, require_positive, run_command
 
 
 @dataclass
@@ -20,8 +23,7 @@ class Flags:
     splits: list[str] = field(default_factory=lambda: ["test"], metadata={"help": "several values"})
 
     def __post_init__(self):
-        if self.batch_size < 1:
-            raise ValueError(f"--batch_size must be a positive integer, got {self.batch_size}")
+        require_positive(self, ("batch_size",))
 
 
 def parser() -> CommandParser:
@@ -66,7 +68,8 @@ def test_a_flags_file_gives_the_flags_and_later_flags_override_it(tmp_path, suff
         (["--model", "m", "stray"], "unexpected argument 'stray'"),
         (["--batch_size", "4"], "the following arguments are required: --model"),
         (["--model", "m", "--batch_size", "many"], "argument --batch_size/--batch-size: invalid int value: 'many'"),
-        (["--model", "m", "--batch_size", "0"], "--batch_size must be a positive integer, got 0"),
+        (["--model", "m", "--batch_size", "0"], "argument --batch_size: must be a positive integer, got 0"),
+        (["--model", "m", "--batch_size", "-3"], "argument --batch_size: must be a positive integer, got -3"),
         (["recipe.yaml"], "recipe.yaml: no such flags file"),
     ],
 )
@@ -80,3 +83,37 @@ def test_a_bad_flags_file_names_the_file_and_the_key(tmp_path, capsys):
     assert f"{path}: unknown flag 'batch_sise'; did you mean 'batch_size'?" in error_of([str(path)], capsys)
     path.write_text("- model\n- m\n")
     assert f"{path}: a flags file holds a mapping of flag names to values, not list" in error_of([str(path)], capsys)
+
+
+def test_run_command_passes_the_exit_status_and_reports_user_errors_in_one_line(capsys):
+    assert run_command("attn demo", lambda: 0, (ValueError,)) == 0
+    assert run_command("attn demo", lambda: 3, (ValueError,)) == 3
+
+    def bad_data() -> int:
+        raise ValueError("data.tsv:7: no tab\n  between source and target")
+
+    assert run_command("attn demo", bad_data, (ValueError,)) == 2
+    assert capsys.readouterr().err == "attn demo: error: data.tsv:7: no tab between source and target\n"
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    assert run_command("attn demo", interrupted, (ValueError,)) == 130
+    assert capsys.readouterr().err == "attn demo: interrupted\n"
+
+    def bug() -> int:
+        raise KeyError("not a user error")
+
+    with pytest.raises(KeyError):  # anything else is a bug: its traceback stays
+        run_command("attn demo", bug, (ValueError,))
+
+
+def test_run_command_ends_quietly_with_141_when_the_reader_goes_away():
+    """`attn ... | head`: BrokenPipeError is an OSError, but not a user error to report, even where OSError is one."""
+    code = ("import sys\nfrom modeling_attn.cli.parser import run_command\ndef spam():\n    while True:\n"
+            "        print('x' * 1000)\nsys.exit(run_command('attn demo', spam, (OSError,)))\n")  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert process.stdout.read(10) == b"x" * 10
+    process.stdout.close()
+    assert process.wait(timeout=120) == 141
+    assert process.stderr.read() == b""

@@ -1,4 +1,5 @@
-"""Tests of `attn train`'s command line and flags (training/train.py, issues 24 and 25): the CommandParser convention
+"""Tests of `attn train`'s command line and flags (modeling_attn/cli/train.py, training/arguments.py,
+training/validate.py, training/hub_push.py; issues 24, 25 and 29): the CommandParser convention
 (flags files, aliases of run_translation.py's names, one-line errors), flags that would be silently beaten refused
 up front, output folders never mixed, --load_best_model_at_end, --early_stopping_patience, the throughput Trainer
 logs, and one decoding for the trained folder, the pushed folder and the card.
@@ -9,15 +10,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
 import torch
 from huggingface_hub import ModelCard, get_token
+from modeling_attn.training import train as recipe_steps
 from modeling_attn.training.data import load_parallel_data
-from modeling_attn.training.trainer import hub_uploads
+from modeling_attn.training.hub_push import CheckpointPush, hub_uploads
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
@@ -68,6 +72,16 @@ def test_unknown_and_abbreviated_flags_are_one_line_naming_the_closest(capsys):
                                              r"--metric_for_best_model"),
         (["--early_stopping_patience", "0", "--metric_for_best_model", "bleu"], r"must be a positive integer, got 0"),
         (["--overwrite_output_dir", "--resume_from_checkpoint", "somewhere"], r"give one of them"),
+        # a preset's config with the overrides is built here, before any work: its own checks run
+        (["--config_overrides", "d_model=30"],
+         r"--config_overrides d_model=30: AttnTransformerConfig\.d_model \(30\) must be divisible by num_heads \(4\)$"),
+        (["--config_overrides", "dropout=0.1,colour=1"], r"--config_overrides: \['colour'\] are not fields of the "
+                                                         r"'small' preset's config"),
+        (["--preset", "rnn-small", "--model_type", "attn_transformer"],
+         r"preset 'rnn-small' is a attn_rnn model but --model_type is attn_transformer"),
+        (["--streaming", "--max_steps", "2", "--dataloader_num_workers", "1"],
+         r"--streaming packs the token batches of the stream in this process: it needs --dataloader_num_workers 0, "
+         r"got 1"),
     ],
 )  # fmt: skip
 def test_flags_that_would_be_ignored_are_refused_with_the_reason(tmp_path, capsys, flags, message):
@@ -243,6 +257,51 @@ def test_hub_strategy_uploads_as_transformers_documents(tmp_path):
     assert hub_uploads("all_checkpoints", checkpoint, model) == [(model, None), (checkpoint, "checkpoint-20")]
     with pytest.raises(ValueError, match="sometimes is not a valid HubStrategy"):
         hub_uploads("sometimes", checkpoint, model)
+
+
+class FolderPush(CheckpointPush):
+    """`CheckpointPush` with each upload copied into a local folder standing for the repository (the local Hub server
+    of tests/hub_server.py serves no uploads; the real upload is the opt-in test below): Trainer's `on_save`, the
+    checkpoint it names, `save_for_hub` and `hub_uploads` are the real ones."""
+
+    def __init__(self, repo_id: str, repository: Path):
+        super().__init__(repo_id)
+        self.repository, self.commits = repository, []
+
+    def upload(self, args, folder, path_in_repo, message):
+        shutil.copytree(folder, self.repository / (path_in_repo or ""), dirs_exist_ok=True)
+        self.commits.append(message)
+        done = Future()
+        done.set_result(None)
+        return done
+
+
+def test_checkpoint_pushes_run_as_a_callback_at_each_save(tmp_path):
+    """--hub_strategy checkpoint through the recipe's own steps and `CheckpointPush` (a `TrainerCallback`, `on_save`):
+    each save pushes the checkpoint's model with the files of `attn push` to the root and the checkpoint itself (what
+    resuming needs) to last-checkpoint/; after training, both are the last save's."""
+    out, repository = tmp_path / "out", tmp_path / "repository"
+    recipe, args = parse_args(["--output_dir", str(out), *TINY, *QUIET, "--max_steps", "4", "--save_steps", "2",
+                               "--warmup_steps", "2", "--hub_strategy", "checkpoint"])  # fmt: skip
+    parallel = recipe_steps.load_data(recipe, args)
+    tokenizer = recipe_steps.build_tokenizer(recipe, args, parallel)
+    model = recipe_steps.build_model(recipe, tokenizer)
+    tokenized = recipe_steps.tokenize(parallel, tokenizer, recipe, args)
+    recipe_steps.configure(model, recipe, args)
+    train_dataset = recipe_steps.training_set(parallel, tokenized, tokenizer, recipe, args)
+    trainer = recipe_steps.build_trainer(model, tokenizer, train_dataset, None, recipe, args, repo_id=None)
+    push = FolderPush("me/dates", repository)
+    trainer.add_callback(push)
+    trainer.train()
+    assert push.commits == ["Training in progress, step 2", "Training in progress, step 2, checkpoint",
+                            "Training in progress, step 4", "Training in progress, step 4, checkpoint"]  # fmt: skip
+    assert {"model.safetensors", "README.md", "generation_config.json", "pipeline_translation.py", "tokenizer.json",
+            "config.json"} <= {path.name for path in repository.iterdir()}  # fmt: skip
+    assert json.loads((repository / "last-checkpoint" / "trainer_state.json").read_text())["global_step"] == 4
+    assert (repository / "last-checkpoint" / "optimizer.pt").is_file()
+    pushed, saved = load_file(repository / "model.safetensors"), load_file(out / "checkpoint-4" / "model.safetensors")
+    assert pushed.keys() == saved.keys() and all(torch.equal(pushed[name], saved[name]) for name in saved)
+    assert "4 steps with `attn train`" in ModelCard.load(repository / "README.md").text
 
 
 @pytest.mark.slow

@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard
+from modeling_attn.training.arguments import paper_learning_rate, paper_warmup_steps
 from modeling_attn.training.synthetic import generate_pairs
-from modeling_attn.training.train import paper_learning_rate, paper_warmup_steps
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer
 

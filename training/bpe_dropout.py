@@ -94,7 +94,7 @@ class BPEDropoutBatchSampler(TokenBatchSampler):
 
     The epoch keeps the number of batches of the first packing (Trainer counts an epoch's steps once; `pack_into`).
     The sampler changes the dataset it reads, so it needs the dataset in the same process: one training process
-    and no DataLoader workers (`TranslationTrainer` checks).
+    and no DataLoader workers (the recipe's `validate` checks).
     """
 
     def __init__(self, pairs: BPEDropoutPairs, max_tokens: int, seed: int = 0):

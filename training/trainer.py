@@ -22,8 +22,13 @@ trains later with whatever its next Trainer says), and training steps call the m
 it takes it, so the output projection runs on labelled positions only. Evaluation and prediction still get the
 full logits, and their loss is smoothed alike (`prediction_step`).
 
-With `--hub_strategy`, each checkpoint save pushes as transformers documents the strategies (`hub_uploads`), with the
-files of `attn push`; with `--streaming`, token batches are packed from a bounded buffer of the stream.
+A streamed training set (`datasets.IterableDataset`, `--streaming`) gets token batches packed from a bounded buffer
+of the stream. The trainer checks no flags (`modeling_attn.training.validate` does, before any work), and pushes
+nothing to the Hub (`modeling_attn.training.hub_push.CheckpointPush`, a callback, does).
+
+Four private Trainer methods are overridden, each because no public hook does the job (see each one's comment):
+`_save_checkpoint` and `_get_output_dir` (the staging folder), `_save` (FSDP2's class) and `_run_epoch` (the resumed
+final step).
 
 Under FSDP2, two more: the tied source/target embedding is held by one module (FSDP2 refuses a parameter shared by
 two of its units), and models are saved under their own class, not the `FSDP<Name>` class `fully_shard` derives.
@@ -36,22 +41,16 @@ import inspect
 import logging
 import os
 import shutil
-import tempfile
 from functools import partial
 from pathlib import Path
 
 import datasets
-import numpy as np
 import torch
-from huggingface_hub import HfApi
 from torch import nn
 from torch.utils.data import DataLoader
 from transformers import Seq2SeqTrainer
 from transformers.trainer_pt_utils import LabelSmoother
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy, seed_worker, sort_checkpoints
-from transformers.utils.hub import PushInProgress
-
-from modeling_attn.api.hub import save_for_hub
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker, sort_checkpoints
 
 from .batching import StreamingTokenBatches, TokenBatchSampler, column_lengths
 from .bpe_dropout import BPEDropoutBatchSampler, BPEDropoutPairs
@@ -95,25 +94,6 @@ def _class_before_fully_shard(cls: type) -> type | None:
     return next(base for base in cls.__bases__ if not issubclass(base, FSDPModule))
 
 
-def hub_uploads(strategy: HubStrategy | str, checkpoint: Path, model_folder: Path) -> list[tuple[Path, str | None]]:
-    """The uploads of one checkpoint save for `--hub_strategy`, as transformers documents the strategies: (folder,
-    path in the repository, None for its root). `model_folder` holds the checkpoint's model as `save_for_hub` wrote it.
-
-    end: none (the final model is pushed after training); every_save: the model; checkpoint: the model, and the
-    checkpoint (optimizer, scheduler, trainer state: what resuming needs) as `last-checkpoint`; all_checkpoints: the
-    model, and the checkpoint under its own name.
-    """
-    strategy = HubStrategy(strategy)
-    if strategy == HubStrategy.END:
-        return []
-    uploads: list[tuple[Path, str | None]] = [(model_folder, None)]
-    if strategy == HubStrategy.CHECKPOINT:
-        uploads.append((checkpoint, "last-checkpoint"))
-    elif strategy == HubStrategy.ALL_CHECKPOINTS:
-        uploads.append((checkpoint, checkpoint.name))
-    return uploads
-
-
 class TranslationTrainer(Seq2SeqTrainer):
     """`Seq2SeqTrainer` with batches of at most `max_tokens_per_batch` padded source (and target) tokens per process.
 
@@ -121,13 +101,9 @@ class TranslationTrainer(Seq2SeqTrainer):
     """
 
     def __init__(self, *args, max_tokens_per_batch: int | None = None, streaming_buffer_pairs: int = 100_000,
-                 hub_repo_id: str | None = None, **kwargs):  # fmt: skip
+                 **kwargs):  # fmt: skip
         super().__init__(*args, **kwargs)
         self.max_tokens_per_batch, self.streaming_buffer_pairs = max_tokens_per_batch, streaming_buffer_pairs
-        # Checkpoint pushes of --hub_strategy (see `_push_checkpoint`); Trainer's own need args.push_to_hub, kept off
-        self.hub_repo_id = hub_repo_id
-        self.push_in_progress: PushInProgress | None = None
-        self._push_folders: list[tempfile.TemporaryDirectory] = []
         self.token_sampler: TokenBatchSampler | None = None
         self._staging_root: Path | None = None
         self._consumed: dict | None = None  # sentences and target tokens of the training steps; set by `train`
@@ -215,30 +191,11 @@ class TranslationTrainer(Seq2SeqTrainer):
         if isinstance(dataset, datasets.Dataset):  # not `BPEDropoutPairs`, whose rows hold model inputs only
             dataset = self._remove_unused_columns(dataset, description="Training")
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        if isinstance(dataset, BPEDropoutPairs):
-            if self.args.world_size > 1 or self.args.dataloader_num_workers > 0:
-                raise ValueError(
-                    "--bpe_dropout segments the training set anew in this process at each epoch: it needs one "
-                    f"training process and --dataloader_num_workers 0 (got {self.args.world_size} processes and "
-                    f"{self.args.dataloader_num_workers} workers)"
-                )
-            source_lengths, target_lengths = dataset.longest_lengths()  # what any epoch's segmentation may reach
-        else:  # numpy arrays read from the Arrow columns
-            source_lengths, target_lengths = column_lengths(dataset, "input_ids"), column_lengths(dataset, "labels")
-        longest = int(np.argmax(np.maximum(source_lengths, target_lengths))) if len(source_lengths) else 0
-        if len(source_lengths) and max(source_lengths[longest], target_lengths[longest]) > self.max_tokens_per_batch:
-            raise ValueError(
-                f"--max_tokens_per_batch {self.max_tokens_per_batch} cannot hold training pair {longest} "
-                f"({source_lengths[longest]} source / {target_lengths[longest]} target tokens"
-                f"{', with every BPE merge skipped' if isinstance(dataset, BPEDropoutPairs) else ''}); raise it, or lower "
-                "--max_source_length / --max_target_length"
-            )
-        if isinstance(dataset, BPEDropoutPairs):
+        if isinstance(dataset, BPEDropoutPairs):  # one process, no workers: the recipe's `validate` refuses others
             self.token_sampler = BPEDropoutBatchSampler(dataset, self.max_tokens_per_batch, seed=seed)
-        else:
-            self.token_sampler = TokenBatchSampler(
-                source_lengths, target_lengths, self.max_tokens_per_batch, seed=seed
-            )
+        else:  # numpy arrays read from the Arrow columns
+            lengths = column_lengths(dataset, "input_ids"), column_lengths(dataset, "labels")
+            self.token_sampler = TokenBatchSampler(*lengths, self.max_tokens_per_batch, seed=seed)
         logger.info(
             f"token batches: {len(self.token_sampler)} batches of at most {self.max_tokens_per_batch} padded tokens "
             f"per side, padding {100 * self.token_sampler.padding_fraction:.1f}% of positions"
@@ -256,6 +213,8 @@ class TranslationTrainer(Seq2SeqTrainer):
         )
         return self.accelerator.prepare(loader)
 
+    # No public hook: the public `save_model` also gathers the sharded state dict, which needs the FSDP class; `_save`
+    # is the step that only writes the files.
     def _save(self, output_dir: str | None = None, state_dict: dict | None = None) -> None:
         """Trainer's, with the model's own class during the save: FSDP2 gives a sharded model a class of its own
         (`FSDP<Name>`, defined in torch's `_fsdp_init`), which `save_pretrained` would write into `config.auto_map`
@@ -272,13 +231,8 @@ class TranslationTrainer(Seq2SeqTrainer):
             model.__class__ = sharded_class
 
     def _streaming_train_dataloader(self) -> DataLoader:
-        """Token batches of a streamed training set, packed a buffer of `streaming_buffer_pairs` pairs at a time."""
-        if self.args.world_size > 1 or self.args.dataloader_num_workers > 0:
-            raise ValueError(
-                "--streaming with token batches reads the stream in this process: it needs one training process and "
-                f"--dataloader_num_workers 0 (got {self.args.world_size} processes and "
-                f"{self.args.dataloader_num_workers} workers)"
-            )
+        """Token batches of a streamed training set, packed a buffer of `streaming_buffer_pairs` pairs at a time (in
+        this process: the recipe's `validate` refuses more processes or DataLoader workers)."""
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
         batches = StreamingTokenBatches(dataset, self.max_tokens_per_batch, self.streaming_buffer_pairs,
@@ -290,14 +244,17 @@ class TranslationTrainer(Seq2SeqTrainer):
         loader = DataLoader(batches, batch_size=None, pin_memory=self.args.dataloader_pin_memory)
         return self.accelerator.prepare(loader)
 
+    # No public hook: Trainer 5.23 checks max_steps, and a callback's `should_training_stop`, only after an optimizer
+    # step, so a run resumed from the checkpoint of its last step (a job killed after that save) would train one step
+    # more than the run that was never interrupted; this stops before the epoch's first step.
     def _run_epoch(self, *args, **kwargs):
-        # Trainer 5.23 checks max_steps only after an optimizer step, so a run resumed from the checkpoint of its last
-        # step (a job killed after that save) would train one step more than the run that was never interrupted.
         if 0 < self.state.max_steps <= self.state.global_step:
             self.control.should_training_stop = True
             return None
         return super()._run_epoch(*args, **kwargs)
 
+    # No public hook for where a checkpoint is written (`on_save` comes after the writing): `_save_checkpoint` writes
+    # into the staging folder that `_get_output_dir` names while it runs, then renames the finished checkpoint.
     def _get_output_dir(self, trial) -> str:
         staging_root = getattr(self, "_staging_root", None)  # set only while _save_checkpoint runs
         return str(staging_root) if staging_root is not None else super()._get_output_dir(trial)
@@ -328,37 +285,6 @@ class TranslationTrainer(Seq2SeqTrainer):
             self._rotate_checkpoints_atomically(run_dir, staging_root)
             shutil.rmtree(staging_root, ignore_errors=True)
         self.accelerator.wait_for_everyone()
-        if self.hub_repo_id is not None and self.is_world_process_zero():
-            self._push_checkpoint(final)
-
-    def _push_checkpoint(self, checkpoint: Path) -> None:
-        """Trainer's `_push_from_checkpoint` for --hub_strategy, with the files of `attn push`: at each save the
-        checkpoint's model as `save_for_hub` writes it (weights, code, tokenizer, generation config, card) goes to
-        the repository's root, and with `checkpoint` / `all_checkpoints` the checkpoint folder to `last-checkpoint/` /
-        `checkpoint-<step>/`. Uploads run in the background; a save while one runs is skipped unless
-        --hub_always_push (as Trainer does); Trainer waits for the last one at the end of training."""
-        if self.args.hub_strategy == HubStrategy.END:
-            return
-        if not self.args.hub_always_push and self.push_in_progress is not None and not self.push_in_progress.is_done():
-            return
-        if self.push_in_progress is None or self.push_in_progress.is_done():
-            for folder in self._push_folders:  # what the finished uploads read
-                folder.cleanup()
-            self._push_folders = []
-        staged = tempfile.TemporaryDirectory(prefix="attn-push-")
-        self._push_folders.append(staged)
-        save_for_hub(checkpoint, staged.name, self.hub_repo_id)
-        api = HfApi(token=self.args.hub_token)
-        message = f"Training in progress, step {self.state.global_step}"
-        jobs = []
-        for folder, path_in_repo in hub_uploads(self.args.hub_strategy, checkpoint, Path(staged.name)):
-            jobs.append(api.upload_folder(repo_id=self.hub_repo_id, folder_path=folder, path_in_repo=path_in_repo,
-                                          commit_message=message + (", checkpoint" if path_in_repo else ""),
-                                          revision=self.args.hub_revision, run_as_future=True))  # fmt: skip
-        if self.push_in_progress is None or self.push_in_progress.is_done():
-            self.push_in_progress = PushInProgress(jobs)
-        else:  # --hub_always_push: Trainer waits for all of them at the end
-            self.push_in_progress.jobs.extend(jobs)
 
     def _rotate_checkpoints_atomically(self, run_dir: Path, staging_root: Path) -> None:
         """Trainer's `rotate_checkpoints` (keep `save_total_limit`, the newest and the best), but each deleted folder

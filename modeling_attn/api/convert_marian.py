@@ -56,6 +56,29 @@ logger = logging.getLogger(__name__)
 MARIAN_POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 MARIAN_LAYER_NORM_EPS = 1e-5  # MarianEncoderLayer / MarianDecoderLayer use nn.LayerNorm's default
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "source.spm", "vocab.json")
+# The config fields that mean the same on both sides, read one way or the other by each conversion: our field ->
+# Marian's (two where Marian has one per stack, which `_check_marian_config` requires to be equal).
+SAME_FIELDS = {
+    "vocab_size": ("vocab_size",),
+    "decoder_vocab_size": ("decoder_vocab_size",),
+    "d_model": ("d_model",),
+    "encoder_layers": ("encoder_layers",),
+    "decoder_layers": ("decoder_layers",),
+    "num_heads": ("encoder_attention_heads", "decoder_attention_heads"),
+    "d_ff": ("encoder_ffn_dim", "decoder_ffn_dim"),
+    "dropout": ("dropout",),
+    "attention_dropout": ("attention_dropout",),
+    "activation_dropout": ("activation_dropout",),
+    "activation_function": ("activation_function",),
+    "scale_embedding": ("scale_embedding",),
+    "max_position_embeddings": ("max_position_embeddings",),
+    "tie_word_embeddings": ("tie_word_embeddings",),
+    "use_cache": ("use_cache",),
+    "pad_token_id": ("pad_token_id",),
+    "bos_token_id": ("bos_token_id",),
+    "eos_token_id": ("eos_token_id",),
+    "decoder_start_token_id": ("decoder_start_token_id",),
+}
 
 
 class MarianConversionError(ValueError):
@@ -122,30 +145,12 @@ def marian_config_to_attn(model: MarianMTModel) -> AttnTransformerConfig:
     shared = _shares_embeddings(model)
     try:
         attn_config = AttnTransformerConfig(
-            vocab_size=config.vocab_size,
-            decoder_vocab_size=config.decoder_vocab_size,
-            d_model=config.d_model,
-            encoder_layers=config.encoder_layers,
-            decoder_layers=config.decoder_layers,
-            num_heads=config.encoder_attention_heads,
-            d_ff=config.encoder_ffn_dim,
-            dropout=config.dropout,
-            attention_dropout=config.attention_dropout,
-            activation_dropout=config.activation_dropout,
-            activation_function=config.activation_function,
+            **{ours: getattr(config, theirs[0]) for ours, theirs in SAME_FIELDS.items()},
             norm_first=False,
             layer_norm_eps=MARIAN_LAYER_NORM_EPS,
-            scale_embedding=config.scale_embedding,
             positional_layout="halves",
-            max_position_embeddings=config.max_position_embeddings,
             share_encoder_decoder_embeddings=shared,
-            tie_word_embeddings=config.tie_word_embeddings,
             final_logits_bias=True,
-            use_cache=config.use_cache,
-            pad_token_id=config.pad_token_id,
-            bos_token_id=config.bos_token_id,
-            eos_token_id=config.eos_token_id,
-            decoder_start_token_id=config.decoder_start_token_id,
         )
     except ValueError as error:
         raise MarianConversionError(f"this Marian config has no attn_transformer counterpart: {error}") from error
@@ -195,28 +200,8 @@ def attn_config_to_marian(config: AttnTransformerConfig) -> MarianConfig:
     """The Marian config of a model with this config (the positional layout is handled on the weights)."""
     _check_attn_config(config)
     marian_config = MarianConfig(
-        vocab_size=config.vocab_size,
-        decoder_vocab_size=config.decoder_vocab_size,
-        max_position_embeddings=config.max_position_embeddings,
-        encoder_layers=config.encoder_layers,
-        encoder_ffn_dim=config.d_ff,
-        encoder_attention_heads=config.num_heads,
-        decoder_layers=config.decoder_layers,
-        decoder_ffn_dim=config.d_ff,
-        decoder_attention_heads=config.num_heads,
-        use_cache=config.use_cache,
-        activation_function=config.activation_function,
-        d_model=config.d_model,
-        dropout=config.dropout,
-        attention_dropout=config.attention_dropout,
-        activation_dropout=config.activation_dropout,
-        scale_embedding=config.scale_embedding,
+        **{name: getattr(config, ours) for ours, theirs in SAME_FIELDS.items() for name in theirs},
         share_encoder_decoder_embeddings=config.share_encoder_decoder_embeddings,
-        tie_word_embeddings=config.tie_word_embeddings,
-        pad_token_id=config.pad_token_id,
-        bos_token_id=config.bos_token_id,
-        eos_token_id=config.eos_token_id,
-        decoder_start_token_id=config.decoder_start_token_id,
         forced_eos_token_id=None,  # MarianConfig defaults to 0; the generation config is carried over instead
     )
     if config._attn_implementation in ("eager", "sdpa"):

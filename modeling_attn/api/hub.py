@@ -277,6 +277,65 @@ def _describe_data(results: dict[str, Any] | None) -> tuple[str | None, str | No
     return None, Path(data).name  # a local folder: its name only, the pusher's folders stay private
 
 
+def _card_metrics(results: dict[str, Any]) -> list[tuple[str, str, float, str | None]]:
+    """The scores of `results` the card reports: (metric type, name, value, metric_config), recorded ones only. A
+    lowercasing model is scored case-insensitively (sacreBLEU signature `case:lc`): the names say so."""
+    case = " (case-insensitive)" if "case:lc" in (results.get("bleu_signature") or "") else ""
+    metrics = [("bleu", f"BLEU{case}", results["bleu"], None), ("chrf", f"chrF{case}", results.get("chrf"), None)]
+    if results.get("bleu_lc_tok") is not None:
+        name = "BLEU, lowercased and Moses-tokenized (multi-bleu)"
+        metrics.append(("bleu", name, results["bleu_lc_tok"], "lowercased-tokenized"))
+    return [metric for metric in metrics if metric[2] is not None]
+
+
+def _eval_results(results: dict[str, Any], dataset_id: str | None, dataset: str | None) -> list[EvalResult]:
+    """The card's `model-index`: one `EvalResult` per score of `_card_metrics`."""
+    return [
+        EvalResult(
+            task_type="translation",
+            task_name="Translation",
+            # the Hub id, else an id-like slug of the name (the model-index wants no spaces there)
+            dataset_type=dataset_id or re.sub(r"[^A-Za-z0-9._-]+", "-", dataset or "unknown").strip("-"),
+            dataset_name=dataset or "unknown",
+            dataset_config=results.get("data_config"),
+            dataset_split=results.get("split"),
+            metric_type=metric,
+            metric_name=name,
+            metric_value=round(value, 2),
+            metric_config=config,
+        )
+        for metric, name, value, config in _card_metrics(results)
+    ]
+
+
+def _results_table(results: dict[str, Any], dataset: str | None, pair_text: str) -> str:
+    """The card's scores in its text: what was scored and how it was decoded, a table, the signatures."""
+    rows = [f"| {name} | {value:.2f} |" for _, name, value, _ in _card_metrics(results)]
+    lines = [
+        f"On the {results.get('split')} split of {dataset} ({results.get('sentences')} sentences, {pair_text}), "
+        f"decoding with {_describe_decoding(results.get('generation'))}:",
+        "",
+        "| metric | score |",
+        "| --- | --- |",
+        *rows,
+        "",
+        f"sacreBLEU signature: `{results.get('bleu_signature')}`",
+    ]
+    if "bleu_lc_tok" in results:
+        lines.append(f"Lowercased tokenized BLEU: `{results['bleu_lc_tok_signature']}`")
+    return "\n".join(lines)
+
+
+def _describe_training_data(dataset: str | None, dataset_id: str | None, pair_text: str) -> str | None:
+    if dataset == EMBEDDED_TASK:
+        return EMBEDDED_TASK_TEXT
+    if dataset_id is not None:
+        return f"[{dataset_id}](https://huggingface.co/datasets/{dataset_id}) ({pair_text})"
+    if dataset:
+        return f"{dataset}, a local dataset ({pair_text})"
+    return None
+
+
 def model_card(
     model: PreTrainedModel,
     repo_id: str,
@@ -295,75 +354,20 @@ def model_card(
     """
     model_type = model.config.model_type
     pair = [lang for lang in ((results or {}).get("source_lang"), (results or {}).get("target_lang")) if lang]
-    languages = language_codes(*pair) if len(pair) == 2 else None
     dataset_id, dataset = _describe_data(results)
     pair_text = " -> ".join(pair) or "languages not recorded"
-    eval_results = None
-    results_table = None
-    if results is not None:
-        # (metric type, name, value, metric_config)
-        # A lowercasing model is scored case-insensitively (sacreBLEU signature `case:lc`): the names say so.
-        case = " (case-insensitive)" if "case:lc" in (results.get("bleu_signature") or "") else ""
-        metrics = [("bleu", f"BLEU{case}", results["bleu"], None), ("chrf", f"chrF{case}", results.get("chrf"), None)]
-        if results.get("bleu_lc_tok") is not None:
-            name = "BLEU, lowercased and Moses-tokenized (multi-bleu)"
-            metrics.append(("bleu", name, results["bleu_lc_tok"], "lowercased-tokenized"))
-        eval_results = [
-            EvalResult(
-                task_type="translation",
-                task_name="Translation",
-                # the Hub id, else an id-like slug of the name (the model-index wants no spaces there)
-                dataset_type=dataset_id or re.sub(r"[^A-Za-z0-9._-]+", "-", dataset or "unknown").strip("-"),
-                dataset_name=dataset or "unknown",
-                dataset_config=results.get("data_config"),
-                dataset_split=results.get("split"),
-                metric_type=metric,
-                metric_name=name,
-                metric_value=round(value, 2),
-                metric_config=config,
-            )
-            for metric, name, value, config in metrics
-            if value is not None
-        ]
-        rows = [f"| {name} | {value:.2f} |" for _, name, value, _ in metrics if value is not None]
-        results_table = "\n".join(
-            [
-                f"On the {results.get('split')} split of {dataset} ({results.get('sentences')} sentences, "
-                f"{pair_text}), decoding with "
-                f"{_describe_decoding(results.get('generation'))}:",
-                "",
-                "| metric | score |",
-                "| --- | --- |",
-                *rows,
-                "",
-                f"sacreBLEU signature: `{results.get('bleu_signature')}`",
-            ]
-            + (
-                [f"Lowercased tokenized BLEU: `{results['bleu_lc_tok_signature']}`"]
-                if "bleu_lc_tok" in results
-                else []
-            )
-        )
-    if dataset == EMBEDDED_TASK:
-        training_data = EMBEDDED_TASK_TEXT
-    elif dataset_id is not None:
-        training_data = f"[{dataset_id}](https://huggingface.co/datasets/{dataset_id}) ({pair_text})"
-    elif dataset:
-        training_data = f"{dataset}, a local dataset ({pair_text})"
-    else:
-        training_data = None
     card_data = ModelCardData(
         model_name=repo_id.split("/")[-1],
         base_model=base_model,
         base_model_relation="finetune" if base_model else None,
-        language=languages,
+        language=language_codes(*pair) if len(pair) == 2 else None,
         license="apache-2.0",
         library_name="transformers",
         pipeline_tag="translation",
         tags=["translation", model_type, "modeling-attn"],
         datasets=[dataset_id] if dataset_id else None,
         metrics=["bleu", "chrf"],
-        eval_results=eval_results,
+        eval_results=_eval_results(results, dataset_id, dataset) if results is not None else None,
     )
     template = (resources.files("modeling_attn") / "hub_card.md").read_text()
     if not template.startswith("---"):  # e.g. a checkout without symlinks holds the link's target path as text
@@ -378,9 +382,9 @@ def model_card(
         size=_describe_size(model),
         decoding=_describe_generation(model.generation_config),
         origin=origin,
-        training_data=training_data,
+        training_data=_describe_training_data(dataset, dataset_id, pair_text),
         training_recipe=training_recipe,
-        results_table=results_table,
+        results_table=_results_table(results, dataset, pair_text) if results is not None else None,
         picture=picture,
     )
 

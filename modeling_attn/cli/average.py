@@ -8,7 +8,7 @@ from pathlib import Path
 
 from ..api.outputs import output_folder
 from ..training.averaging import average_checkpoints, find_checkpoints
-from .parser import parse_command
+from .parser import parse_command, require_positive
 
 
 @dataclass
@@ -28,8 +28,7 @@ class AverageArguments:
     )
 
     def __post_init__(self):
-        if self.last < 1:
-            raise ValueError(f"argument --last: must be a positive integer, got {self.last}")
+        require_positive(self, ("last",))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from modeling_attn.cli.parser import CommandParser
+from modeling_attn.cli.parser import CommandParser, require_positive, run_command
 
 from ..api.corpus import SPLIT_STEMS, DataError, jsonl_rows, text_pair_rows, tsv_rows
 from ..api.hub import EMBEDDED_TASK, decoding_settings, local_or_hub
@@ -81,8 +81,7 @@ class EvaluateArguments:
     hypotheses: str | None = field(default=None, metadata={"help": "Write the model's translations to this file."})
 
     def __post_init__(self) -> None:
-        if self.max_samples is not None and self.max_samples < 1:
-            raise ValueError(f"argument --max_samples: must be a positive integer, got {self.max_samples}")
+        require_positive(self, ("max_samples",))
         data_flags = [f"--{name}" for name in ("data", "data_config") if getattr(self, name) is not None]
         if self.hypotheses_file is not None:
             if self.references_file is None:
@@ -272,14 +271,7 @@ def load_evaluation_set(args: SimpleNamespace) -> EvaluationSet:
 def main(argv: list[str] | None = None) -> int:
     """`attn evaluate`: see the module docstring and `attn evaluate --help`."""
     args = parse_flags(evaluate_parser(), argv)
-    try:
-        return _evaluate(args)
-    except KeyboardInterrupt:
-        print("attn evaluate: interrupted", file=sys.stderr)
-        return 130
-    except (OSError, DataError, TranslateError) as error:
-        print(f"attn evaluate: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
+    return run_command("attn evaluate", lambda: _evaluate(args), (OSError, DataError, TranslateError))
 
 
 def _evaluate(args: SimpleNamespace) -> int:

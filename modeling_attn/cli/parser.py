@@ -6,11 +6,13 @@ them with `CommandParser.parse`:
 - `attn COMMAND flags.yaml` (or `.json`) reads the flags from a file: its keys are flag names, and flags given after
   the file override it (`attn train recipe.yaml --max_steps 10`);
 - a user error (an unknown flag, a bad value, a missing required flag, a value a dataclass refuses in its
-  `__post_init__`) ends with one line on stderr, `attn COMMAND: error: ...`, naming the closest valid flag for an
-  unknown one, and exit status 2 (argparse's usage block and Python's traceback are left out).
+  `__post_init__`, e.g. with `require_positive`) ends with one line on stderr, `attn COMMAND: error: ...`, naming the
+  closest valid flag for an unknown one, and exit status 2 (argparse's usage block and Python's traceback are left
+  out); so does a user error found later, while the command runs (`run_command`: bad data, a file that cannot be
+  read), while Ctrl-C ends with exit status 130 and a closed stdout (`attn translate ... | head`) quietly with 141.
 
-`training` owns this module so that both the recipe (`attn train`, `python -m modeling_attn.training`) and the application layer
-(`modeling_attn.cli`) use one convention; the model package does not parse command lines.
+Every command of `modeling_attn.cli` (`attn train` and `python -m modeling_attn.training` included) uses this
+convention; the model package, the Python API and the recipe do not parse command lines.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -125,6 +128,32 @@ def _as_arguments(name: str, value: Any) -> list[str]:
     return [f"--{name}", str(value)]
 
 
+def require_positive(values: Any, names: Iterable[str]) -> None:
+    """Each field `names` of the dataclass `values` is None or a positive integer; for a `__post_init__`, whose
+    ValueError `CommandParser` reports as one line."""
+    for name in names:
+        if (value := getattr(values, name)) is not None and value < 1:
+            raise ValueError(f"argument --{name}: must be a positive integer, got {value}")
+
+
+def run_command(prog: str, command: Callable[[], int], user_errors: tuple[type[BaseException], ...]) -> int:
+    """`command()`'s exit status, or: a user error (`user_errors`: bad data, a file that cannot be read) as one line
+    on stderr, `PROG: error: ...`, with exit status 2; Ctrl-C as `PROG: interrupted` with 130; a reader that went away
+    (`attn translate ... | head`) quietly with 141 (128 + SIGPIPE), as Unix tools do."""
+    try:
+        return command()
+    except BrokenPipeError:  # before `user_errors`, which may hold OSError
+        # Python's recipe: point stdout at devnull so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except user_errors as error:
+        print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
+        return 2
+
+
 def command_error(prog: str, message: str) -> NoReturn:
     """A user error outside a parser (a missing folder, a failed load): one line on stderr, exit status 2."""
     print(f"{prog}: error: {message}", file=sys.stderr)
@@ -164,4 +193,4 @@ def parse_command(
     return args, parser
 
 
-__all__ = ["CONFIG_SUFFIXES", "CommandParser", "command_error", "parse_command"]
+__all__ = ["CONFIG_SUFFIXES", "CommandParser", "command_error", "parse_command", "require_positive", "run_command"]

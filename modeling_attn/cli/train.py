@@ -1,9 +1,12 @@
 """`attn train` (and `python -m modeling_attn.training`): the recipe's flags parsed, checked, and the recipe run.
 
-The flags are the recipe's (`modeling_attn.training.train.RecipeArguments`) and every `Seq2SeqTrainingArguments`
-flag, with the paper's defaults (`PAPER_DEFAULTS`), and the embedded task's (configuration/train-dates.yaml) over
-them when `--data` is not given. A user error (a bad flag, a combination the recipe refuses, bad data, a model folder
-that cannot be used) ends with one line and exit status 2.
+The flags are the recipe's (`modeling_attn.training.arguments.RecipeArguments`) and every
+`Seq2SeqTrainingArguments` flag, with the paper's defaults (`PAPER_DEFAULTS`), and the embedded task's
+(configuration/train-dates.yaml) over them when `--data` is not given; `modeling_attn.training.validate` checks them,
+then `modeling_attn.training.train.run` runs the recipe's steps. Command line: `parser.CommandParser` (flags files,
+`--a-b`, one-line errors); run_translation.py's `--dataset_name`, `--dataset_config_name`, `--tokenizer_name` are
+aliases of ours. A user error (a bad flag, a combination the recipe refuses, bad data, a model folder that cannot be
+used) ends with one line and exit status 2 (`parser.run_command`).
 """
 
 from __future__ import annotations
@@ -18,8 +21,11 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import Seq2SeqTrainingArguments
 
 from ..api.corpus import DataError
-from ..training.train import PAPER_DEFAULTS, HubSetupError, RecipeArguments, run, validate
-from .parser import CONFIG_SUFFIXES, CommandParser
+from ..training.arguments import PAPER_DEFAULTS, RecipeArguments
+from ..training.hub_push import HubSetupError
+from ..training.train import run
+from ..training.validate import validate
+from .parser import CONFIG_SUFFIXES, CommandParser, run_command
 
 
 def _embedded_task_defaults() -> dict:
@@ -80,21 +86,16 @@ def train(argv: list[str] | None = None) -> int:
     return run(*parse_args(argv))
 
 
+# What the flags, the data or the model files make impossible: a combination of flags (`validate`), a preset's config
+# refusing an override, a token budget that cannot hold a pair, a model folder that does not exist, bad data.
+USER_ERRORS = (DataError, HubSetupError, ValueError, OSError, StrictDataclassError)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`attn train`: `train` with bad flags and bad data end with one line (flag, or file and line) and exit
+    """`attn train`: `train` with bad flags and bad data ending with one line (flag, or file and line) and exit
     status 2."""
     try:
-        try:
-            recipe, training_args = parse_args(argv)
-        except ValueError as error:  # a combination of flags that cannot work
-            print(f"attn train: error: {str(error).strip().splitlines()[0]}", file=sys.stderr)
-            return 2
-        return run(recipe, training_args)
-    # What the flags, the data or the model files make impossible, found after parsing (a preset's config refusing
-    # an override, a token budget that cannot hold a pair, a model folder that does not exist, bad data): one line.
-    except (DataError, HubSetupError, ValueError, OSError, StrictDataclassError) as error:
-        print(f"attn train: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
+        return run_command("attn train", lambda: train(argv), USER_ERRORS)
     finally:
         # A gloo process group left to interpreter shutdown can abort the process ("terminate called without an
         # active exception", seen once in 2-process CPU runs); tear it down explicitly.

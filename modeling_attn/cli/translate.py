@@ -38,7 +38,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, TextIO
 
-from modeling_attn.cli.parser import CommandParser
+from modeling_attn.cli.parser import CommandParser, require_positive, run_command
 
 from ..api.corpus import DataError, decode_lines
 from ..api.heatmaps import ALIGNMENT_MODES, TranslationAttention, figure_class
@@ -54,12 +54,6 @@ from ..api.translation import (
 from ..registry import MODEL_TYPES
 
 SAMPLING_FLAGS = ("top_k", "top_p", "temperature", "seed")
-
-
-def _positive(values: Any, names: Iterable[str]) -> None:
-    for name in names:
-        if (value := getattr(values, name)) is not None and value < 1:
-            raise ValueError(f"argument --{name}: must be a positive integer, got {value}")
 
 
 @dataclass
@@ -85,7 +79,7 @@ class DecodingArguments:
     progress: bool = field(default=True, metadata={"help": "A progress bar on stderr (--no_progress: none)."})
 
     def __post_init__(self) -> None:
-        _positive(self, ("batch_size", "num_beams", "max_new_tokens", "threads"))
+        require_positive(self, ("batch_size", "num_beams", "max_new_tokens", "threads"))
 
 
 @dataclass
@@ -110,7 +104,7 @@ class TranslateArguments:
     )
 
     def __post_init__(self) -> None:
-        _positive(self, ("num_return_sequences",))
+        require_positive(self, ("num_return_sequences",))
 
 
 @dataclass
@@ -126,7 +120,7 @@ class SamplingArguments:
     seed: int | None = field(default=None, metadata={"help": "Random seed: the same seed gives the same samples."})
 
     def __post_init__(self) -> None:
-        _positive(self, ("top_k",))
+        require_positive(self, ("top_k",))
         if self.top_p is not None and not 0 < self.top_p <= 1:
             raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
         if self.temperature is not None and self.temperature <= 0:
@@ -323,19 +317,12 @@ class Pictures:
 def main(argv: list[str] | None = None) -> int:
     """`attn translate`: see the module docstring and `attn translate --help`."""
     args = parse_flags(translate_parser(), argv)
-    try:
+
+    def translate() -> int:
         with terminated_as_exit() if args.output else contextlib.nullcontext():
             return _translate(args)
-    except BrokenPipeError:  # the reader went away (`attn translate ... | head`): stop quietly, as Unix tools do
-        # Python's recipe: point stdout at devnull so the interpreter's final flush does not fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141  # 128 + SIGPIPE
-    except KeyboardInterrupt:
-        print("attn translate: interrupted", file=sys.stderr)
-        return 130
-    except (OSError, TranslateError, DataError) as error:
-        print(f"attn translate: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
+
+    return run_command("attn translate", translate, (OSError, TranslateError, DataError))
 
 
 def _check_combinations(args: SimpleNamespace) -> None:

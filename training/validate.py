@@ -1,0 +1,241 @@
+"""`validate`: every check of `attn train`'s flags, in one step, run once before any work (`parse_args` of
+`modeling_attn.cli.train` calls it; OpenNMT-py's `validate_train_opts` is the model). The recipe's steps
+(`modeling_attn.training.train`) and `TranslationTrainer` check no flags.
+
+A value or a combination that cannot work, or that would be silently ignored, raises ValueError naming the flags.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import json
+import re
+from pathlib import Path
+
+from huggingface_hub.errors import StrictDataclassError
+from transformers import Seq2SeqTrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
+
+from modeling_attn.api.presets import available_presets, load_preset
+from modeling_attn.registry import MODEL_TYPES
+
+from .arguments import RecipeArguments
+from .averaging import find_checkpoints
+
+# Trainer flags that shape sentence batches: token batches (--max_tokens_per_batch > 0) decide the batches instead.
+SENTENCE_BATCH_FLAGS = ("per_device_train_batch_size", "auto_find_batch_size", "train_sampling_strategy",
+                        "dataloader_drop_last")  # fmt: skip
+# Our flags that count something: None (where allowed) or a positive integer.
+POSITIVE_FLAGS = ("max_train_samples", "max_eval_samples", "max_predict_samples", "early_stopping_patience",
+                  "streaming_buffer_pairs")  # fmt: skip
+# Config fields the recipe sets from the tokenizer when it builds a new model: not for --config_overrides.
+TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
+
+
+def validate(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
+    """Every check of the flags, once, before any work. `given`: the fields the command line named (the checks of
+    flags that only matter when given). Fills in what the flags imply: the resumed checkpoint of
+    `--resume_from_checkpoint last`, `--average_last_n 1` under `--load_best_model_at_end`, TER's direction.
+
+    Checked where the thing they are checked against is loaded, not here: the data (its files and splits:
+    `training.data`; the longest training pair against --max_tokens_per_batch: `train.training_set`, after
+    tokenizing; a streamed pair against it: `batching.StreamingTokenBatches`, while streaming), a reused tokenizer
+    against --lowercase / --split_punctuation (`train.build_tokenizer`), the config of --model_name_or_path against
+    --model_type and --config_overrides (`train.pretrained_model`), and the Hub repository of --push_to_hub (created
+    by `train.setup`, before the data is read).
+    """
+    _check_values(recipe)
+    _check_one_process_flags(recipe, training_args)
+    _check_model_flags(recipe)
+    _check_batching_flags(recipe, training_args, given)
+    _check_best_model_flags(recipe, training_args, given)
+    if training_args.learning_rate is None and 0 < training_args.warmup_steps < 1 and training_args.max_steps <= 0:
+        raise ValueError(
+            f"--warmup_steps {training_args.warmup_steps} is a ratio of the training steps, which the paper's learning "
+            "rate needs before training starts: give --max_steps, a whole number of --warmup_steps, or --learning_rate"
+        )
+    _resolve_resumed_checkpoint(training_args)
+    check_output_dir(recipe, training_args)
+
+
+def _check_values(recipe: RecipeArguments) -> None:
+    if not 0 <= recipe.bpe_dropout <= 1:
+        raise ValueError(f"--bpe_dropout is a probability in [0, 1] (0: off), got {recipe.bpe_dropout}")
+    for name in POSITIVE_FLAGS:
+        if (value := getattr(recipe, name)) is not None and value < 1:
+            raise ValueError(f"--{name} must be a positive integer, got {value}")
+
+
+def _check_one_process_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
+    """--bpe_dropout and --streaming read or change the training set in the training process itself."""
+    processes, workers = training_args.world_size, training_args.dataloader_num_workers
+    if recipe.bpe_dropout:
+        if not recipe.max_tokens_per_batch:
+            raise ValueError("--bpe_dropout needs token batches (--max_tokens_per_batch > 0): they are packed anew "
+                             "for each epoch's segmentation")  # fmt: skip
+        if recipe.streaming:
+            raise ValueError("--streaming with --bpe_dropout: BPE-dropout segments the whole training set in memory "
+                             "at each epoch")  # fmt: skip
+        if training_args.do_train and (processes > 1 or workers > 0):
+            raise ValueError(
+                "--bpe_dropout segments the training set anew in this process at each epoch: it needs one training "
+                f"process and --dataloader_num_workers 0 (got {processes} processes and {workers} workers)"
+            )
+    if recipe.streaming:
+        if training_args.do_train and training_args.max_steps <= 0:
+            raise ValueError("--streaming needs --max_steps: a stream has no length for Trainer to count epochs in")
+        if processes > 1:
+            raise ValueError(f"--streaming reads the stream in one training process, not {processes}")
+        if training_args.do_train and recipe.max_tokens_per_batch and workers > 0:
+            raise ValueError("--streaming packs the token batches of the stream in this process: it needs "
+                             f"--dataloader_num_workers 0, got {workers}")  # fmt: skip
+
+
+def config_overrides(text: str | None) -> dict:
+    """--config_overrides 'a=1,b=x' as a dict, each value read as JSON where it is JSON (else a string)."""
+    overrides = {}
+    for item in filter(None, (text or "").split(",")):
+        key, _, value = item.partition("=")
+        try:
+            overrides[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            overrides[key.strip()] = value
+    return overrides
+
+
+def new_model_preset(recipe: RecipeArguments) -> str:
+    """The preset a new model is built from: --preset, else the default preset of --model_type."""
+    return recipe.preset or MODEL_TYPES[recipe.model_type or next(iter(MODEL_TYPES))].default_preset
+
+
+def _check_model_flags(recipe: RecipeArguments) -> None:
+    """--preset, --model_type and --config_overrides describe one model: a preset's config is built here with the
+    overrides (its own checks run: `d_model` divisible by `num_heads`...); a fine-tuned model's is checked when it
+    is loaded (`train.pretrained_model`)."""
+    if recipe.preset is not None and recipe.preset not in available_presets():
+        near = difflib.get_close_matches(recipe.preset, available_presets(), n=1)
+        raise ValueError(f"--preset: unknown preset {recipe.preset!r}; "
+                         + (f"did you mean {near[0]!r}?" if near else f"one of {available_presets()}"))  # fmt: skip
+    if recipe.model_name_or_path is not None:
+        if recipe.preset is not None:
+            raise ValueError(
+                f"--preset {recipe.preset} builds a new model, --model_name_or_path fine-tunes "
+                f"{recipe.model_name_or_path} with its own config: give one of them (--config_overrides changes the "
+                "fine-tuned model's config)"
+            )
+        return
+    preset, overrides = new_model_preset(recipe), config_overrides(recipe.config_overrides)
+    fields = {field.name for field in dataclasses.fields(MODEL_TYPES[load_preset(preset).model_type].config_class)}
+    if unknown := sorted(set(overrides) - fields):
+        raise ValueError(f"--config_overrides: {unknown} are not fields of the {preset!r} preset's config")
+    if from_tokenizer := [name for name in TOKENIZER_FIELDS if name in overrides]:
+        raise ValueError(f"--config_overrides: {from_tokenizer} are set from the tokenizer (--vocab_size sizes a new "
+                         "BPE vocabulary)")  # fmt: skip
+    try:
+        config = load_preset(preset, **overrides)
+    except (ValueError, StrictDataclassError) as error:  # the config's own checks; the reason is on the last line
+        reason = str(error).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
+        raise ValueError(f"--config_overrides {recipe.config_overrides}: {reason}") from error
+    if recipe.model_type is not None and config.model_type != recipe.model_type:
+        raise ValueError(f"preset {preset!r} is a {config.model_type} model but --model_type is {recipe.model_type}")
+
+
+def _check_batching_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
+    if training_args.sortish_sampler:
+        raise ValueError(
+            "--sortish_sampler does nothing in transformers 5.x (Seq2SeqTrainer no longer reads it); batches of "
+            "sentences of similar length are what --max_tokens_per_batch builds (the default)"
+        )
+    if recipe.max_tokens_per_batch and (ignored := [name for name in SENTENCE_BATCH_FLAGS if name in given]):
+        raise ValueError(
+            f"{', '.join('--' + name for name in ignored)}: these shape batches of sentences, but the training batches "
+            f"are token batches (--max_tokens_per_batch {recipe.max_tokens_per_batch}, bucketed by length); give "
+            "--max_tokens_per_batch 0 to batch by sentences, or leave them out"
+        )
+    if not training_args.remove_unused_columns:
+        raise ValueError(
+            "--remove_unused_columns false: the datasets keep each pair's raw target sentence (the BLEU reference), "
+            "which the model does not take and the collator cannot batch; leave it at true"
+        )
+    if not training_args.predict_with_generate and (training_args.eval_strategy != "no" or training_args.do_predict):
+        raise ValueError(
+            "--predict_with_generate false: validation and test scores (BLEU, chrF) are computed on generated "
+            "translations; leave it at true, or turn evaluation off (--eval_strategy no --do_predict false)"
+        )
+    if training_args.generation_config is not None:
+        raise ValueError(
+            "--generation_config: the decoding of `attn train` is set by --generation_num_beams, --length_penalty and "
+            "--generation_max_length (one generation config for evaluation, the saved model and `attn push`)"
+        )
+
+
+def _check_best_model_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
+    """--load_best_model_at_end keeps the best checkpoint as the final model, as Trainer documents, instead of the
+    average of the last ones; --early_stopping_patience needs the validation metric it watches."""
+    if training_args.load_best_model_at_end:
+        if "average_last_n" in given and recipe.average_last_n > 1:
+            raise ValueError(
+                f"--load_best_model_at_end keeps the best checkpoint as the final model, --average_last_n "
+                f"{recipe.average_last_n} averages the last ones into it: give one of them"
+            )
+        recipe.average_last_n = 1
+    if recipe.early_stopping_patience is not None:
+        if training_args.eval_strategy == "no" or not training_args.do_eval:
+            raise ValueError("--early_stopping_patience watches the validation metric: it needs --eval_strategy steps "
+                             "(or epoch) and --do_eval true")  # fmt: skip
+        if training_args.metric_for_best_model is None:
+            raise ValueError("--early_stopping_patience: name the validation metric it watches with "
+                             "--metric_for_best_model (bleu, chrf, ter, exact_match or loss)")  # fmt: skip
+    metric = (training_args.metric_for_best_model or "").removeprefix("eval_")
+    if metric == "ter" and "greater_is_better" not in given:
+        # Trainer guesses the direction from the name (only a "loss" is lower-is-better); TER is an error rate
+        training_args.greater_is_better = False
+
+
+def _resolve_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None:
+    """--resume_from_checkpoint last (or true): the last checkpoint of --output_dir, which must hold one."""
+    if training_args.resume_from_checkpoint in ("True", "true", "last"):
+        if not Path(training_args.output_dir).is_dir():
+            raise ValueError(f"--resume_from_checkpoint: --output_dir {training_args.output_dir} does not exist")
+        training_args.resume_from_checkpoint = get_last_checkpoint(training_args.output_dir)
+        if training_args.resume_from_checkpoint is None:
+            raise ValueError(f"--resume_from_checkpoint: no checkpoint in {training_args.output_dir}")
+
+
+def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
+    """Refuse an --output_dir that holds checkpoints of another run: they would be averaged with this run's.
+
+    The way out: --resume_from_checkpoint (continue that run), --overwrite_output_dir (delete them), another folder.
+    """
+    output_dir = Path(training_args.output_dir)
+    resumed = training_args.resume_from_checkpoint
+    if recipe.overwrite_output_dir and resumed:
+        raise ValueError("--overwrite_output_dir deletes the checkpoints of --output_dir, --resume_from_checkpoint "
+                         "continues from one: give one of them")  # fmt: skip
+    existing = find_checkpoints(output_dir) if output_dir.is_dir() else []
+    if not existing or recipe.overwrite_output_dir or not training_args.do_train:
+        return
+    names = ", ".join(path.name for path in existing)
+    if not resumed:
+        raise ValueError(
+            f"--output_dir {output_dir} holds checkpoints of an earlier run ({names}); they would be averaged with "
+            "this run's. Continue that run with --resume_from_checkpoint last, delete them with "
+            "--overwrite_output_dir, or choose another --output_dir"
+        )
+    resumed = Path(resumed)
+    if resumed.resolve().parent != output_dir.resolve():
+        raise ValueError(
+            f"--resume_from_checkpoint {resumed} is not a checkpoint of --output_dir {output_dir}, which holds "
+            f"checkpoints of another run ({names}); choose an empty --output_dir, or --overwrite_output_dir"
+        )
+    step = re.fullmatch(r"checkpoint-(\d+)", resumed.name)
+    if step and (later := [path.name for path in existing if int(path.name.split("-")[1]) > int(step[1])]):
+        raise ValueError(
+            f"--resume_from_checkpoint {resumed}: --output_dir also holds later checkpoints ({', '.join(later)}) that "
+            "this run would average with its own; resume from the last one (--resume_from_checkpoint last) or "
+            "delete them"
+        )
+
+
+__all__ = ["SENTENCE_BATCH_FLAGS", "check_output_dir", "config_overrides", "new_model_preset", "validate"]
