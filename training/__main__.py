@@ -71,9 +71,9 @@ def _main() -> int:
         os.environ["ACCELERATE_USE_CPU"] = "true"
         if os.environ.get("ACCELERATE_USE_FSDP", "").lower() in ("1", "true"):
             _fsdp_on_cpu()
-    from modeling_attn.cli.train import cli_main
+    from modeling_attn.cli.train import main
 
-    return cli_main()
+    return main()
 
 
 sys.exit(_main())

@@ -4,7 +4,7 @@
     python bench/multi30k/recipe.py --source_lang de --target_lang en --model_type attn_rnn --output_dir outputs/m30k-rnn
     python bench/multi30k/recipe.py ... --evaluate_only          # score the model already in --output_dir
 
-1. Training: `attn train` (`modeling_attn.training.train.main`) with the flags of `configuration/multi30k-transformer.yaml` or
+1. Training: `attn train` (`modeling_attn.cli.train.train`) with the flags of `configuration/multi30k-transformer.yaml` or
    `multi30k-rnn.yaml`, then any `attn train` flag given after ours (they win: `--max_steps 500`). The data is read
    in place from `--data` (default `../shared/data/multi30k`); its test split is `test_2016_flickr`. Training ends
    with the average of the last checkpoints (the flags' `average_last_n`), saved in `--output_dir`.
