@@ -15,7 +15,7 @@
   are written by `save_for_hub`, the function `push_to_hub` uploads from (the upload itself: tests/test_hub.py,
   opt-in with a token).
 - Names and paths: every `modeling_attn.x.y` named in backticks resolves (module import, then attributes), every
-  backticked path under a folder of this repository exists, and every relative link points at a file.
+  backticked path under a folder of this repository exists, and every relative link points at a file (and heading).
 The checks fail on planted mistakes: see the `test_planted_*` tests.
 """
 
@@ -293,14 +293,21 @@ def check_names(text: str, where: str) -> list[str]:
         for path in re.findall(REPO_PATH, span):
             if not (ROOT / path).exists():
                 problems.append(f"{where}: `{path}` does not exist in the repository")
-    for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", prose(text)):
-        if "://" not in target and not (where_dir(where) / target).exists():
+    for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", prose(text)):
+        if "://" in target:
+            continue
+        linked = (ROOT / where).parent / target if target else ROOT / where
+        if not linked.exists():
             problems.append(f"{where}: the link ({target}) points at no file")
+        elif anchor and linked.suffix == ".md" and anchor not in heading_anchors(linked.read_text(encoding="utf-8")):
+            problems.append(f"{where}: the link ({target}#{anchor}) points at no heading of {target or where}")
     return problems
 
 
-def where_dir(where: str) -> Path:
-    return (ROOT / where).parent
+def heading_anchors(text: str) -> set[str]:
+    """The anchors GitHub gives the headings of a Markdown text: lowercase, punctuation dropped, spaces as dashes."""
+    headings = re.findall(r"^#+ (.+)$", prose(text), flags=re.M)
+    return {re.sub(r"[^\w\- ]", "", heading.lower()).replace(" ", "-") for heading in headings}
 
 
 def _resolves(dotted: str) -> bool:
@@ -369,7 +376,7 @@ Fine-tune with `attn train --model_name_or_pth outputs/dates`; see `modeling_att
 ```python
 from modeling_attn.api.hub import push_to_hubb
 ```
-[the guide](docs/no-such-page.md)
+[the guide](docs/no-such-page.md), [its flags](docs/training.md#flagz)
 """
 
 
@@ -392,6 +399,7 @@ def test_planted_mistakes_are_found():
         "`training/nothing.py` does not exist",
         "import push_to_hubb",
         "the link (docs/no-such-page.md) points at no file",
+        "the link (docs/training.md#flagz) points at no heading of docs/training.md",
     ]
     missing = [line for line in expected if line not in problems]
     assert not missing, problems
@@ -416,6 +424,7 @@ def test_the_same_lines_spelt_right_pass():
         .replace("training/nothing.py", "training/train.py")
         .replace("push_to_hubb", "push_to_hub")
         .replace("docs/no-such-page.md", "docs/training.md")
+        .replace("#flagz", "#flags")
     )
     assert document_problems(ROOT / "README.md", fixed) == []
 
