@@ -73,9 +73,9 @@ def inline_spans(text: str) -> list[str]:
 
 def shell_commands(text: str, readme: bool) -> Iterator[tuple[str, bool]]:
     """(command line, whole): each line of the shell blocks (continuations joined), whole=True, and each inline span
-    that starts with a project command, whole=False. README's unlabelled blocks count as shell, except output ones."""
+    that starts with a project command, whole=False. README's unlabelled blocks count as shell (label output `text`)."""
     for language, code in code_blocks(text):
-        if language in SHELL_LANGUAGES or (readme and language == "" and not code.lstrip().startswith("0 |||")):
+        if language in SHELL_LANGUAGES or (readme and language == ""):
             for line in code.replace("\\\n", " ").splitlines():
                 if line.strip():
                     yield line, True
@@ -96,7 +96,7 @@ def simple_commands(line: str) -> list[list[str]]:
             skip_next = False
         elif token in ("&&", "||", "|", ";", "&"):
             commands.append([])
-        elif token in (">", ">>", "<", "2>"):
+        elif token in (">", ">>", "<"):
             skip_next = True
         elif token.strip("[]") and token.strip("[]") != "...":
             commands[-1].append(token.strip("[]") if token.startswith(("[-", "-")) else token)
