@@ -1,5 +1,5 @@
 """The four layers import downward only, and no module of the package imports itself back through others
-(README, "Architecture"; docs/architecture.md):
+(docs/architecture.md):
 
 1. the model core: the flat modules of `modeling_attn/` (what a checkpoint carries to the Hub); they import only
    each other;

@@ -77,7 +77,7 @@ class RecipeArguments:
         metadata={"help": "Read and tokenize the data while training (datasets' IterableDataset) instead of preparing "
                   "it up front: for corpora too large to prepare. Token batches from a bounded length-sorted buffer; "
                   "needs --max_steps. A resumed run reads the stream again and skips the batches already trained "
-                  "(README, Train)."},
+                  "(docs/training.md)."},
     )  # fmt: skip
     streaming_buffer_pairs: int = field(
         default=100_000,
