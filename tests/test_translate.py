@@ -428,11 +428,14 @@ def test_an_interrupted_run_leaves_no_partial_output(transformer_dir, tmp_path, 
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
-    while not any(path.stat().st_size > 0 for path in tmp_path.glob(".out.txt.*.partial")):  # halfway
-        assert process.poll() is None and time.monotonic() < deadline
-        time.sleep(0.05)
-    process.send_signal(signum)
-    stderr = process.communicate(timeout=60)[1]
+    try:
+        while not any(path.stat().st_size > 0 for path in tmp_path.glob(".out.txt.*.partial")):  # halfway
+            assert process.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+        process.send_signal(signum)
+        stderr = process.communicate(timeout=60)[1]
+    finally:
+        process.kill()  # never left running when an assertion above fails
     assert process.returncode == (130 if signum == signal.SIGINT else 143), stderr
     assert "Traceback" not in stderr
     assert output.read_text() == "the previous run\n"
