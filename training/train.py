@@ -57,6 +57,7 @@ from transformers import (
 from transformers.integrations import is_tensorboard_available
 from transformers.trainer_utils import get_last_checkpoint
 
+from modeling_attn.api.alignment import WORD_PATTERNS
 from modeling_attn.api.hub import (
     EMBEDDED_TASK,
     decoding_settings,
@@ -68,8 +69,10 @@ from modeling_attn.api.hub import (
 from modeling_attn.api.metrics import translation_scores, writes_lowercase
 from modeling_attn.api.presets import available_presets, load_preset
 from modeling_attn.generation import SOURCE_LIMIT_FIELD
+from modeling_attn.loss import GUIDED_ALIGNMENT_WEIGHT
 from modeling_attn.registry import MODEL_TYPES
 
+from .alignment import check_alignment_flags, guided_alignment
 from .averaging import average_checkpoints, find_checkpoints, load_weights
 from .bpe_dropout import BPEDropoutPairs
 from .data import ParallelData, load_parallel_data, require_splits
@@ -204,6 +207,23 @@ class RecipeArguments:
         default=0.0, metadata={"help": "With --early_stopping_patience: the least change that counts as improvement."}
     )
     num_samples_to_print: int = field(default=5, metadata={"help": "Test translations printed at the end."})
+    # Guided alignment training (training/alignment.py)
+    alignment_file: str | None = field(
+        default=None,
+        metadata={"help": "Word alignments of the training pairs, one Pharaoh line per pair (`0-0 1-2 ...`: source "
+                  "word - target word), e.g. from fast_align or eflomal: train with guided alignment (Garg et al. "
+                  "2019; Marian's --guided-alignment); the config records the supervised layer and head."},
+    )  # fmt: skip
+    guided_alignment_weight: float = field(
+        default=GUIDED_ALIGNMENT_WEIGHT,
+        metadata={"help": "--alignment_file: weight of the alignment loss added to the translation loss (Marian's "
+                  "default; Garg et al. use 0.05)."},
+    )  # fmt: skip
+    alignment_words: str = field(
+        default="whitespace",
+        metadata={"help": "--alignment_file: what its words are: text between spaces, or runs of letters and digits "
+                  "with the punctuation around them (alnum).", "choices": tuple(WORD_PATTERNS)},
+    )  # fmt: skip
 
 
 def paper_learning_rate(d_model: int, warmup_steps: int) -> float:
@@ -256,6 +276,7 @@ def validate(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, g
         paper_warmup_steps(training_args)  # a warmup ratio needs --max_steps: refused here, before any work
     _check_batching_flags(recipe, training_args, given)
     _check_best_model_flags(recipe, training_args, given)
+    check_alignment_flags(recipe, training_args, given)
     if training_args.resume_from_checkpoint in ("True", "true", "last"):
         if not Path(training_args.output_dir).is_dir():
             raise ValueError(f"--resume_from_checkpoint: --output_dir {training_args.output_dir} does not exist")
@@ -671,6 +692,11 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
             f"has {100 * (growth[0] - 1):.1f}% (source) / {100 * (growth[1] - 1):.1f}% (target) more tokens"
         )
 
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    if recipe.alignment_file and training_args.do_train:  # guided alignment training (training/alignment.py)
+        train_dataset, collator = guided_alignment(
+            recipe, model, tokenizer, parallel.splits["train"], train_dataset, collator
+        )
     metrics = TranslationMetrics(tokenizer)
     trainer = TranslationTrainer(
         model=model,
@@ -678,7 +704,7 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
         train_dataset=train_dataset,
         eval_dataset=tokenized.get("validation"),
         processing_class=tokenizer,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        data_collator=collator,
         compute_metrics=metrics,
         max_tokens_per_batch=recipe.max_tokens_per_batch or None,
         hub_repo_id=repo_id if push else None,
