@@ -396,3 +396,75 @@ def test_guided_training_lowers_aer_on_dates(tmp_path):
         found = align_pairs(model, tokenizer, test["source"], test["target"], words="alnum")
         rates[guided] = alignment_error_rate([a.pairs for a in found], [parse_pharaoh(x) for x in test["alignment"]])
     assert rates[True] < 0.5 * rates[False], rates
+
+
+# -- flags, conversions, card -----------------------------------------------------------------------------------
+
+
+def test_train_flags_are_checked_before_any_work(tmp_path, capsys):
+    from modeling_attn.cli.main import main as attn
+
+    align = tmp_path / "train.align"
+    align.write_text("0-0\n")
+    out = ["--output_dir", str(tmp_path / "out")]
+    cases = [
+        (["--alignment_file", str(tmp_path / "missing.align")], "--alignment_file .*missing.align: no such file"),
+        (["--alignment_file", str(align), "--bpe_dropout", "0.1"], "--alignment_file with --bpe_dropout"),
+        (["--alignment_file", str(align), "--streaming"], "--alignment_file with --streaming"),
+        (["--alignment_file", str(align), "--drop_empty_pairs"], "--alignment_file with --drop_empty_pairs"),
+        (["--alignment_file", str(align), "--guided_alignment_weight", "0"], "must be positive, got 0.0"),
+        (["--guided_alignment_weight", "0.5"], "--guided_alignment_weight: only used with --alignment_file"),
+        (["--alignment_words", "alnum"], "--alignment_words: only used with --alignment_file"),
+    ]
+    for flags, message in cases:
+        assert attn(["train", *out, *flags]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and re.search(message, err), err
+
+
+def _sentencepiece_words(tokens: list[str]) -> list[int | None]:
+    """Marian's rule for SentencePiece tokens: a piece starting with "▁" starts a word (the first piece always
+    does); </s> belongs to none."""
+    words, current = [], -1
+    for index, token in enumerate(tokens):
+        if token == "</s>":
+            words.append(None)
+            continue
+        current += index == 0 or token.startswith("▁")
+        words.append(current)
+    return words
+
+
+def test_converted_marian_keeps_marians_alignment_setting(tmp_path):
+    """transformers' MarianConfig has no alignment field: a converted model gets Marian's (last layer, first head).
+    Through its slow SentencePiece tokenizer (no offsets: the characters of each token come from decoding prefixes)
+    the words are those of Marian's "▁" rule."""
+    pytest.importorskip("sentencepiece", reason="MarianTokenizer needs sentencepiece (the interop extra)")
+    from marian_tiny import SENTENCES, saved_marian
+
+    from modeling_attn.api.alignment import selected_attention
+    from modeling_attn.api.convert_marian import marian_to_attn
+
+    marian, tokenizer = saved_marian(tmp_path / "marian", seed=3)
+    model = marian_to_attn(marian).eval()
+    assert (model.config.alignment_layer, model.config.alignment_heads) == (-1, 1)
+    model.set_attn_implementation("eager")
+    for result, sentence in zip(translate_aligned(model, tokenizer, SENTENCES[:3], num_beams=1, max_new_tokens=6),
+                                SENTENCES[:3], strict=True):  # fmt: skip
+        assert result.alignment.source_words == sentence.split()
+        source_words = _sentencepiece_words(tokenizer.convert_ids_to_tokens(tokenizer(sentence)["input_ids"]))
+        target_words = _sentencepiece_words(result.attention.target_tokens)
+        weights = selected_attention(result.attention, model.config)
+        torch.testing.assert_close(weights, result.attention.cross_attention[-1, 0])  # the last layer's first head
+        expected = word_weights(weights, target_words, source_words, max(w for w in target_words if w is not None) + 1,
+                                len(sentence.split()))  # fmt: skip
+        torch.testing.assert_close(result.alignment.weights, expected)
+
+
+def test_card_names_the_alignment_attention():
+    from modeling_attn.api.hub import model_card
+
+    card = str(model_card(tiny_model(decoder_layers=3, alignment_layer=1, alignment_heads=1), "user/model"))
+    assert "Word alignments (`attn translate --align`): the cross-attention of decoder layer 2 of 3, the mean of its " \
+           "first 1 head(s)" in card  # fmt: skip
+    assert "the RNN's alignment weights alpha" in str(model_card(spread_tiny_rnn(), "user/model"))
