@@ -53,6 +53,12 @@ class AttnTransformerConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTraine
         (no label_smoothing: epsilon_ls (Sec. 5.4 uses 0.1) is a training setting, given to
             `forward(..., smoothing=...)` or as Trainer's `label_smoothing_factor`; a `label_smoothing` in
             an older config.json is ignored with a warning and no longer changes the loss.)
+        alignment_layer, alignment_heads: where word alignments are read from (`api/alignment.py`, the CTranslate2
+            export) and what guided alignment training supervises: the cross-attention of decoder layer
+            `alignment_layer` (0-based; negative counts from the last; None: the penultimate layer, or the only one,
+            as Garg et al. 2019 "Jointly Learning to Align and Translate with Transformer Models" do), averaged over
+            its first `alignment_heads` heads (0: all of them, Garg et al.'s unsupervised extraction; guided training
+            supervises one head, as they do; fairseq's and CTranslate2's meaning of the two fields).
         use_cache: return and use the key/value cache when decoding.
         pad_token_id, bos_token_id, eos_token_id, decoder_start_token_id: special token ids.
     """
@@ -86,12 +92,19 @@ class AttnTransformerConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTraine
     share_encoder_decoder_embeddings: bool = True
     tie_word_embeddings: bool = True
     final_logits_bias: bool = False
+    alignment_layer: int | None = None
+    alignment_heads: int = 0
     use_cache: bool = True
     is_encoder_decoder: bool = True
     pad_token_id: int | None = 0
     bos_token_id: int | None = 1
     eos_token_id: int | list[int] | None = 2
     decoder_start_token_id: int | None = 1
+
+    def __post_init__(self, **kwargs):
+        if self.alignment_layer is None:  # Garg et al. 2019: the penultimate decoder layer
+            self.alignment_layer = max(self.decoder_layers - 2, 0) if isinstance(self.decoder_layers, int) else 0
+        super().__post_init__(**kwargs)
 
     def validate_sizes(self):
         check_positive(
@@ -124,6 +137,24 @@ class AttnTransformerConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTraine
     def validate_choices(self):
         check_choice(self, "activation_function", ACT2FN.keys())
         check_choice(self, "positional_layout", POSITIONAL_LAYOUTS)
+
+    def validate_alignment(self):
+        name = type(self).__name__
+        layer, heads = self.alignment_layer, self.alignment_heads
+        if (
+            isinstance(layer, bool)
+            or not isinstance(layer, int)
+            or not -self.decoder_layers <= layer < self.decoder_layers
+        ):
+            raise ValueError(
+                f"{name}.alignment_layer must be a decoder layer index in [{-self.decoder_layers}, "
+                f"{self.decoder_layers}) (decoder_layers={self.decoder_layers}), got {layer!r}"
+            )
+        if isinstance(heads, bool) or not isinstance(heads, int) or not 0 <= heads <= self.num_heads:
+            raise ValueError(
+                f"{name}.alignment_heads must be 0 (all heads) or a number of heads up to num_heads="
+                f"{self.num_heads}, got {heads!r}"
+            )
 
 
 __all__ = ["AttnTransformerConfig"]

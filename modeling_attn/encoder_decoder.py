@@ -14,7 +14,11 @@ The loss, from `labels` (B, T): token-level cross-entropy summed over the non -1
 count, or by `num_items_in_batch` when Trainer passes it (gradient accumulation). Training settings are call-time
 arguments of `forward`, never config fields: `smoothing` (label smoothing epsilon_ls, Sec. 5.4; the loss of
 Trainer's `label_smoothing_factor`; no "label" in its name, which Trainer would take for a label column) and `skip_logits` (the output projection and the loss on the labelled positions only,
-`logits=None`: what a training step needs, without the (B, T, V) logits of the padding).
+`logits=None`: what a training step needs, without the (B, T, V) logits of the padding). Guided alignment training
+(Garg et al. 2019) is one more: `alignment` (B, T, S), the reference links of each target token, adds
+`alignment_weight` times `loss.guided_alignment_loss` of the attention `alignment_attention` selects (the config's
+`alignment_layer` / `alignment_heads` for the Transformer, which then needs the eager attention; the alignment
+weights alpha for the RNN).
 
 transformers 5.24 renamed the cache argument and output field from `past_key_values` to `cache` (the old name is
 deprecated there). Remote code runs on whatever transformers the loading user has, so `forward` takes both names
@@ -38,7 +42,14 @@ from transformers.utils import can_return_tuple
 from .dropout import word_dropout
 from .inputs import decoder_inputs_for_labels, labelled_prefix, lookup_embeddings, shift_tokens_right
 from .loading import SafetensorsOnly
-from .loss import check_label_smoothing, check_skip_logits, labelled_token_loss, token_loss
+from .loss import (
+    GUIDED_ALIGNMENT_WEIGHT,
+    check_label_smoothing,
+    check_skip_logits,
+    guided_alignment_loss,
+    labelled_token_loss,
+    token_loss,
+)
 from .remote_code import save_with_remote_code
 
 CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
@@ -58,6 +69,24 @@ def cache_argument(past_key_values: Cache | None, cache: Cache | None) -> Cache 
 def with_cache(output_class: type, cache: Cache | None, **fields) -> ModelOutput:
     """`output_class(**fields)` with the cache in the installed transformers' field (`CACHE_FIELD`)."""
     return output_class(**fields, **{CACHE_FIELD: cache})
+
+
+def alignment_attention(cross_attentions: tuple[torch.Tensor | None, ...], config) -> torch.Tensor:
+    """The attention word alignments are read from and guided alignment supervises, (B, T, S), out of a forward's
+    `cross_attentions`: one (B, H, T, S) tensor per decoder layer (Transformer) or the alignments alpha, (B, T, S)
+    (RNN). For the Transformer, layer `config.alignment_layer` averaged over its first `config.alignment_heads`
+    heads (0: all); a config without these fields (the RNN's) takes the last (only) layer."""
+    layer = getattr(config, "alignment_layer", None)
+    weights = cross_attentions[-1 if layer is None else layer] if cross_attentions else None
+    if weights is None:
+        raise ValueError(
+            "no attention weights to align with: the Transformer returns them only with attn_implementation='eager' "
+            "(from_pretrained(..., attn_implementation='eager') or model.set_attn_implementation('eager'))"
+        )
+    if weights.dim() == 4:  # (B, H, T, S)
+        heads = getattr(config, "alignment_heads", 0) or weights.shape[1]
+        weights = weights[:, :heads].mean(dim=1)
+    return weights
 
 
 def embed_inputs(
@@ -225,11 +254,17 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
         skip_logits: bool = False,
         smoothing: float = 0.0,
         cache: Cache | None = None,
+        alignment: torch.Tensor | None = None,
+        alignment_weight: float = GUIDED_ALIGNMENT_WEIGHT,
         **kwargs,
     ) -> Seq2SeqLMOutput:
         past_key_values = cache_argument(past_key_values, cache)
         check_skip_logits(skip_logits, labels)
         check_label_smoothing(smoothing)
+        if alignment is not None:
+            if labels is None:
+                raise ValueError("alignment (reference links for guided alignment training) needs labels")
+            kwargs["output_attentions"] = True  # the supervised attention
         if labels is not None:
             use_cache = False
             decoder_input_ids = decoder_inputs_for_labels(
@@ -259,6 +294,9 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
             logits = self._logits(hidden_states)  # (B, T, V)
             if labels is not None:
                 loss = token_loss(logits, labels, num_items_in_batch, smoothing)
+        if alignment is not None:  # Garg et al. 2019: translation loss + weight * alignment loss
+            attention = alignment_attention(outputs.cross_attentions, self.config)
+            loss = loss + alignment_weight * guided_alignment_loss(attention, alignment, labels, num_items_in_batch)
         return with_cache(
             Seq2SeqLMOutput,
             getattr(outputs, CACHE_FIELD),
@@ -275,6 +313,7 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
 
 __all__ = [
     "CACHE_FIELD",
+    "alignment_attention",
     "EncoderDecoderForConditionalGeneration",
     "EncoderDecoderModel",
     "EncoderDecoderPreTrainedModel",

@@ -1,5 +1,6 @@
 """The training loss of both model types: token-level cross-entropy, with label smoothing, on the full logits or on
-the labelled positions only.
+the labelled positions only; and the guided alignment loss (`guided_alignment_loss`, Garg et al. 2019) added to it
+when reference word alignments are given.
 
 `token_loss` takes logits; `labelled_token_loss` takes the decoder's outputs and the output layer and computes the
 logits of the labelled positions only (`skip_logits=True`); on the CPU it goes through `linear_token_loss`, which
@@ -152,6 +153,39 @@ def labelled_token_loss(
     if bias is not None:
         logits = logits + bias
     return token_loss(logits[None], picked_labels[None], num_items_in_batch, label_smoothing)
+
+
+# Marian's default --guided-alignment-weight (Garg et al. 2019 use 0.05).
+GUIDED_ALIGNMENT_WEIGHT = 0.1
+
+
+def guided_alignment_loss(
+    attention: torch.Tensor,
+    links: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Cross-entropy between reference alignments and the supervised attention (Garg et al. 2019, "Jointly Learning
+    to Align and Translate with Transformer Models", Sec. 4; Marian's `--guided-alignment-cost ce`).
+
+    `attention` (B, T, S): the attention that target position t (the step predicting `labels[:, t]`) gives each
+    source position; `links` (B, T, S): 1 where reference target token t is aligned with source token s, else 0.
+    Each target token's links are normalized to sum to 1 (G^p of the paper), and -sum_s G^p_ts log A_ts is summed
+    over the target tokens that have links (the others are not supervised), then divided as `token_loss` divides
+    (the labelled tokens, or Trainer's `num_items_in_batch`), so that gradient accumulation stays exact.
+    """
+    if links.shape != attention.shape:
+        raise ValueError(
+            f"the reference alignment has shape {tuple(links.shape)} but the attention is (batch, target, source) = "
+            f"{tuple(attention.shape)}; give one (target length, source length) link matrix per pair"
+        )
+    check_labels_shape(labels, attention.shape[:2])
+    links = links.to(attention.device, torch.float32)
+    reference = links / links.sum(dim=-1, keepdim=True).clamp(min=1.0)
+    # Clamped so that a linked position the attention gives exactly 0 costs a large finite amount, not inf
+    log_attention = attention.float().clamp_min(torch.finfo(torch.float32).tiny).log()
+    total = -(reference * log_attention).sum()
+    return total / _token_count(labels, num_items_in_batch, total.device)
 
 
 def _token_count(

@@ -9,6 +9,8 @@ SentencePiece tokenizer exports through `attn export` and translates text as Mar
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 from marian_tiny import SENTENCES, saved_marian
@@ -190,3 +192,55 @@ def test_cli_exports_our_folder_with_its_bpe_tokenizer(tmp_path, capsys):
     assert exit_info.value.code == 2 and "did not write (notes.txt); choose" in capsys.readouterr().err
     assert cli([*again, "--force"]) == 0
     assert (tmp_path / "ct2" / "notes.txt").read_text() == "the user's"
+
+
+@pytest.mark.parametrize(("layer", "heads"), [(0, 2), (-1, 1), (1, 0)])
+def test_attention_of_the_alignment_heads_matches(reverser, tmp_path, layer, heads):
+    """The export carries the config's alignment layer and heads: CTranslate2's `return_attention` equals the
+    attention our word alignments read (`api.alignment.selected_attention`) for the same greedy translation, and
+    differs from another layer's, so a setting that was not carried would show."""
+    from modeling_attn.api.alignment import selected_attention
+    from modeling_attn.api.heatmaps import attention_from_generate
+
+    model = copy.deepcopy(reverser)
+    model.config.alignment_layer, model.config.alignment_heads = layer, heads
+    model.set_attn_implementation("eager")
+    translator = CTranslate2Translator(export_ctranslate2(model, tmp_path / "ct2"))
+    input_ids, attention_mask, _ = reverse_task(12, torch.Generator().manual_seed(9))
+    sources = unpadded(input_ids, attention_mask)
+    results = translator.translate_ids_with_attention(sources, beam_size=1, max_decoding_length=10)
+    other = copy.deepcopy(model.config)
+    other.alignment_layer, other.alignment_heads = (1 if layer == 0 else 0), 0
+    for source, (target_ids, theirs) in zip(sources, results, strict=True):
+        outputs = model.generate(torch.tensor([source]), num_beams=1, max_new_tokens=10, output_attentions=True,
+                                 return_dict_in_generate=True)  # fmt: skip
+        attention = attention_from_generate(outputs, torch.tensor([source]), eos_token_id=EOS)
+        assert [int(token) for token in attention.target_tokens[: len(target_ids)]] == target_ids
+        ours = selected_attention(attention, model.config)[: theirs.shape[0]]
+        assert theirs.shape == (len(target_ids), len(source))
+        torch.testing.assert_close(theirs, ours, rtol=0, atol=2e-5)
+        assert not torch.allclose(theirs, selected_attention(attention, other)[: theirs.shape[0]], atol=1e-3)
+
+
+def test_converted_marian_aligns_with_its_last_layer_first_head(tmp_path):
+    """A converted OPUS-MT model keeps Marian's alignment setting (last decoder layer, first head) into the export."""
+    from modeling_attn.api.alignment import selected_attention
+    from modeling_attn.api.convert_marian import marian_to_attn
+    from modeling_attn.api.heatmaps import attention_from_generate
+
+    pytest.importorskip("sentencepiece", reason="MarianTokenizer needs sentencepiece (the interop extra)")
+    marian, tokenizer = saved_marian(tmp_path / "marian", seed=3)
+    model = marian_to_attn(marian)
+    assert (model.config.alignment_layer, model.config.alignment_heads) == (-1, 1)
+    translator = CTranslate2Translator(export_ctranslate2(tmp_path / "marian", tmp_path / "ct2"))
+    sources = tokenizer(SENTENCES[:3])["input_ids"]
+    results = translator.translate_ids_with_attention(sources, max_decoding_length=8, beam_size=1)
+    model.set_attn_implementation("eager")
+    for source, (target_ids, theirs) in zip(sources, results, strict=True):
+        outputs = model.generate(torch.tensor([source]), num_beams=1, max_new_tokens=8, output_attentions=True,
+                                 return_dict_in_generate=True)  # fmt: skip
+        attention = attention_from_generate(outputs, torch.tensor([source]), eos_token_id=marian.config.eos_token_id)
+        assert [int(token) for token in attention.target_tokens[: len(target_ids)]] == target_ids
+        ours = selected_attention(attention, model.config)[: theirs.shape[0]]
+        torch.testing.assert_close(theirs, ours, rtol=0, atol=2e-5)
+        torch.testing.assert_close(ours, attention.cross_attention[-1, 0, : theirs.shape[0]])

@@ -22,6 +22,8 @@ import torch
 from transformers import Seq2SeqTrainingArguments
 from transformers.integrations import is_tensorboard_available
 
+from modeling_attn.api.alignment import WORD_PATTERNS
+from modeling_attn.loss import GUIDED_ALIGNMENT_WEIGHT
 from modeling_attn.registry import MODEL_TYPES
 
 # The paper's recipe, as defaults of transformers' own Seq2SeqTrainingArguments flags.
@@ -146,6 +148,23 @@ class RecipeArguments:
         default=0.0, metadata={"help": "With --early_stopping_patience: the least change that counts as improvement."}
     )
     num_samples_to_print: int = field(default=5, metadata={"help": "Test translations printed at the end."})
+    # Guided alignment training (training/alignment.py)
+    alignment_file: str | None = field(
+        default=None,
+        metadata={"help": "Word alignments of the training pairs, one Pharaoh line per pair (`0-0 1-2 ...`: source "
+                  "word - target word), e.g. from fast_align or eflomal: train with guided alignment (Garg et al. "
+                  "2019; Marian's --guided-alignment); the config records the supervised layer and head."},
+    )  # fmt: skip
+    guided_alignment_weight: float = field(
+        default=GUIDED_ALIGNMENT_WEIGHT,
+        metadata={"help": "--alignment_file: weight of the alignment loss added to the translation loss (Marian's "
+                  "default; Garg et al. use 0.05)."},
+    )  # fmt: skip
+    alignment_words: str = field(
+        default="whitespace",
+        metadata={"help": "--alignment_file: what its words are: text between spaces, or runs of letters and digits "
+                  "with the punctuation around them (alnum).", "choices": tuple(WORD_PATTERNS)},
+    )  # fmt: skip
 
 
 def paper_learning_rate(d_model: int, warmup_steps: int) -> float:

@@ -61,6 +61,7 @@ from modeling_attn.api.presets import load_preset
 from modeling_attn.generation import SOURCE_LIMIT_FIELD
 from modeling_attn.registry import MODEL_TYPES
 
+from .alignment import guided_alignment
 from .arguments import RecipeArguments, paper_learning_rate, paper_warmup_steps
 from .averaging import average_checkpoints, find_checkpoints, load_weights
 from .batching import column_lengths
@@ -86,8 +87,9 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
     tokenized = tokenize(parallel, tokenizer, recipe, training_args)
     configure(model, recipe, training_args)
     train_dataset = training_set(parallel, tokenized, tokenizer, recipe, training_args)
-    trainer = build_trainer(model, tokenizer, train_dataset, tokenized.get("validation"), recipe, training_args,
-                            repo_id)  # fmt: skip
+    train_dataset, collator = collate(parallel, model, tokenizer, train_dataset, recipe, training_args)
+    trainer = build_trainer(model, tokenizer, train_dataset, tokenized.get("validation"), collator, recipe,
+                            training_args, repo_id)  # fmt: skip
     if training_args.do_train:
         train(trainer, recipe, training_args)
         average(trainer, recipe, training_args)
@@ -385,7 +387,17 @@ def _check_token_budget(train_dataset, max_tokens: int) -> None:
 # -- 6. train ---------------------------------------------------------------------------------------------------
 
 
-def build_trainer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, train_dataset, eval_dataset,
+def collate(parallel: ParallelData, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, train_dataset,
+            recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments):  # fmt: skip
+    """The training set and the collator of its batches; with --alignment_file, each training pair carries its word
+    alignment and the collator pads it (guided alignment training, training/alignment.py)."""
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    if recipe.alignment_file and training_args.do_train:
+        return guided_alignment(recipe, model, tokenizer, parallel.splits["train"], train_dataset, collator)
+    return train_dataset, collator
+
+
+def build_trainer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, train_dataset, eval_dataset, collator,
                   recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments,
                   repo_id: str | None) -> TranslationTrainer:  # fmt: skip
     """`TranslationTrainer` with token batches, BLEU/chrF/TER as `compute_metrics`, and the callbacks the flags ask
@@ -399,7 +411,7 @@ def build_trainer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, tr
         train_dataset=train_dataset,
         eval_dataset=eval_dataset,
         processing_class=tokenizer,
-        data_collator=DataCollatorForSeq2Seq(tokenizer, model=model),
+        data_collator=collator,
         compute_metrics=TranslationMetrics(tokenizer),
         callbacks=callbacks,
         max_tokens_per_batch=recipe.max_tokens_per_batch or None,

@@ -20,6 +20,7 @@ from transformers.trainer_utils import get_last_checkpoint
 from modeling_attn.api.presets import available_presets, load_preset
 from modeling_attn.registry import MODEL_TYPES
 
+from .alignment import check_alignment_flags
 from .arguments import RecipeArguments
 from .averaging import find_checkpoints
 
@@ -50,6 +51,7 @@ def validate(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, g
     _check_model_flags(recipe)
     _check_batching_flags(recipe, training_args, given)
     _check_best_model_flags(recipe, training_args, given)
+    check_alignment_flags(recipe, training_args, given)
     if training_args.learning_rate is None and 0 < training_args.warmup_steps < 1 and training_args.max_steps <= 0:
         raise ValueError(
             f"--warmup_steps {training_args.warmup_steps} is a ratio of the training steps, which the paper's learning "

@@ -13,6 +13,11 @@ documented field of `AttnTransformerConfig`:
 - `final_logits_bias`, a fixed (1, V) buffer added to the logits: our `final_logits_bias=True`.
 - decoding starts from the pad token (`decoder_start_token_id = pad_token_id`) and the generation config forbids
   generating it (`bad_words_ids=[[pad]]`): the config ids and the whole generation config are carried over.
+- word alignments: transformers' `MarianConfig` has no field for them, so a converted model gets Marian's own
+  default, the first head of the last decoder layer (`alignment_layer=-1, alignment_heads=1`: Marian's
+  `--transformer-guided-alignment-layer last`, whose alignments are read from one head; OPUS-MT models trained with
+  `--guided-alignment` supervised that head). `attn translate --align` and the CTranslate2 export read it. The
+  way back drops the setting (MarianConfig cannot hold it).
 - one shared vocabulary, or separate source and target vocabularies (`share_encoder_decoder_embeddings=False`,
   `decoder_vocab_size`), with the output projection tied to the target embeddings or not.
 
@@ -55,6 +60,8 @@ logger = logging.getLogger(__name__)
 
 MARIAN_POSITION_KEYS = ("model.encoder.embed_positions.weight", "model.decoder.embed_positions.weight")
 MARIAN_LAYER_NORM_EPS = 1e-5  # MarianEncoderLayer / MarianDecoderLayer use nn.LayerNorm's default
+# Marian's alignments: the last decoder layer (--transformer-guided-alignment-layer last), its first head
+MARIAN_ALIGNMENT = {"alignment_layer": -1, "alignment_heads": 1}
 TOKENIZER_FILES = ("tokenizer_config.json", "tokenizer.json", "source.spm", "vocab.json")
 # The config fields that mean the same on both sides, read one way or the other by each conversion: our field ->
 # Marian's (two where Marian has one per stack, which `_check_marian_config` requires to be equal).
@@ -151,6 +158,7 @@ def marian_config_to_attn(model: MarianMTModel) -> AttnTransformerConfig:
             positional_layout="halves",
             share_encoder_decoder_embeddings=shared,
             final_logits_bias=True,
+            **MARIAN_ALIGNMENT,
         )
     except ValueError as error:
         raise MarianConversionError(f"this Marian config has no attn_transformer counterpart: {error}") from error

@@ -11,6 +11,9 @@ model spec (`ctranslate2.specs.TransformerSpec`) tensor by tensor from our model
   `positional_layout`) is written into the spec as it is.
 - attention: CTranslate2 fuses the self-attention q/k/v projections into one linear layer and the cross-attention
   k/v into another; scaling is head_dim^-0.5 as ours.
+- alignments: the spec's `alignment_layer` / `alignment_heads` are the config's (0 heads, all of them, is written
+  as num_heads), so CTranslate2's `return_attention` gives the attention our word alignments are read from
+  (`modeling_attn.api.alignment`; `CTranslate2Translator.translate_ids_with_attention`).
 - `final_logits_bias` becomes the bias of the output projection; separate source and target vocabularies and an
   untied output projection are separate spec tensors.
 - vocabularies: CTranslate2 works on token strings. They come from the tokenizer (ids past its end are named
@@ -116,6 +119,8 @@ def build_spec(model: AttnTransformerForConditionalGeneration):
         config.num_heads,
         pre_norm=config.norm_first,
         activation=activation,
+        alignment_layer=config.alignment_layer,
+        alignment_heads=config.alignment_heads or config.num_heads,
     )
     spec.config.layer_norm_epsilon = config.layer_norm_eps
     encoder, decoder = model.get_encoder(), model.model.decoder
@@ -320,6 +325,24 @@ class CTranslate2Translator:
         options = self.options([len(tokens) for tokens in batch], **overrides)
         results = self.translator.translate_batch(batch, **options)
         return [[self.target_ids[token] for token in result.hypotheses[0]] for result in results]
+
+    def translate_ids_with_attention(
+        self, source_ids: Sequence[Sequence[int]], **overrides
+    ) -> list[tuple[list[int], torch.Tensor]]:
+        """`translate_ids`' translations, each with the attention CTranslate2 returns for it (`return_attention`:
+        the export's alignment layer and heads), as a (target tokens, source tokens) tensor: row t is the step that
+        produced token t, the columns are the source ids given (the end token included)."""
+        vocab_size = len(self.source_tokens)
+        for row, ids in enumerate(source_ids):
+            if bad := [token_id for token_id in ids if not 0 <= token_id < vocab_size]:
+                raise IndexError(f"source_ids[{row}] holds token id {bad[0]}; ids must be in [0, {vocab_size})")
+        batch = [[self.source_tokens[token_id] for token_id in ids] for ids in source_ids]
+        options = self.options([len(tokens) for tokens in batch], **overrides)
+        results = self.translator.translate_batch(batch, return_attention=True, **options)
+        return [
+            ([self.target_ids[token] for token in result.hypotheses[0]], torch.tensor(result.attention[0]))
+            for result in results
+        ]
 
     def score_ids(self, source_ids: Sequence[Sequence[int]], target_ids: Sequence[Sequence[int]]) -> list[list[float]]:
         """Log-probability of each target token (the end token appended) given its source, as CTranslate2

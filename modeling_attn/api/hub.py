@@ -34,7 +34,7 @@ from typing import Any
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, PreTrainedModel
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, PreTrainedConfig, PreTrainedModel
 
 from ..generation import SOURCE_LIMIT_FIELD
 from ..pipeline_translation import TranslationPipeline
@@ -266,6 +266,18 @@ def _describe_generation(config: GenerationConfig) -> str:
     return ", ".join(parts)
 
 
+def _describe_alignments(config: PreTrainedConfig) -> str:
+    """Where `attn translate --align` reads word alignments (`api/alignment.py`), in words."""
+    if not hasattr(config, "alignment_layer"):
+        return "the RNN's alignment weights alpha (Bahdanau et al. 2015)"
+    layer = config.alignment_layer % config.decoder_layers
+    heads = "all its heads" if config.alignment_heads == 0 else f"its first {config.alignment_heads} head(s)"
+    return (
+        f"the cross-attention of decoder layer {layer + 1} of {config.decoder_layers}, the mean of {heads} "
+        "(`alignment_layer`, `alignment_heads` in config.json)"
+    )
+
+
 def _describe_data(results: dict[str, Any] | None) -> tuple[str | None, str | None]:
     """The data of the results for the card: (Hub dataset id or None, a short name for the text and model-index)."""
     data = (results or {}).get("data")
@@ -381,6 +393,7 @@ def model_card(
         architecture=MODEL_TYPES[model_type].describe,
         size=_describe_size(model),
         decoding=_describe_generation(model.generation_config),
+        alignments=_describe_alignments(model.config),
         origin=origin,
         training_data=_describe_training_data(dataset, dataset_id, pair_text),
         training_recipe=training_recipe,

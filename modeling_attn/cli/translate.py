@@ -17,7 +17,11 @@ Built on `modeling_attn.api.translation` (`load_model`, `translate_batch`, `tran
 - a progress bar on stderr when the number of sentences is known (arguments, `--input FILE`) or stdin is not a
   terminal (`--no_progress` turns it off);
 - attention pictures (`--attention-png`, `--self-attention-png`) and a bertviz JSON (`--attention-json`) of the
-  first non-empty sentence, or of every sentence n with `{n}` in the file name.
+  first non-empty sentence, or of every sentence n with `{n}` in the file name;
+- `--align`: each translation followed by ` ||| ` and its word alignment as Pharaoh pairs `i-j` (source word i,
+  target word j), as fast_align, Moses and Marian write them; `--align soft`: one JSON object per line with the
+  translation, the words and the soft alignment weights (`modeling_attn.api.alignment`; `--align_words` says what a
+  word is).
 
 Bad input stops with a message naming it: a model folder that does not exist or holds a corrupt weights file, a
 tokenizer with more tokens than the model's vocabulary, a device this machine or torch build lacks, an input file
@@ -40,6 +44,7 @@ from typing import Any, TextIO
 
 from modeling_attn.cli.parser import CommandParser, require_positive, run_command
 
+from ..api.alignment import ALIGN_FORMATS, WORD_PATTERNS, aligned_line, translate_aligned
 from ..api.corpus import DataError, decode_lines
 from ..api.heatmaps import ALIGNMENT_MODES, TranslationAttention, figure_class
 from ..api.translation import (
@@ -150,7 +155,24 @@ class PictureArguments:
     )
 
 
-TRANSLATE_ARGUMENTS = (TranslateArguments, DecodingArguments, SamplingArguments, PictureArguments)
+@dataclass
+class AlignmentArguments:
+    _argument_group_name = "word alignments"
+
+    align: str | None = field(
+        default=None,
+        metadata={"help": "Write `translation ||| i-j ...` (Pharaoh pairs: source word i, target word j; --align or "
+                  "--align hard), or JSON lines with the soft weights (--align soft).", "nargs": "?",
+                  "const": "hard", "choices": ALIGN_FORMATS},
+    )  # fmt: skip
+    align_words: str = field(
+        default="whitespace",
+        metadata={"help": "What a word is: text between spaces, or runs of letters and digits with the punctuation "
+                  "around them (alnum).", "choices": tuple(WORD_PATTERNS)},
+    )  # fmt: skip
+
+
+TRANSLATE_ARGUMENTS = (TranslateArguments, DecodingArguments, SamplingArguments, PictureArguments, AlignmentArguments)
 
 
 def shown_defaults(parser: CommandParser) -> CommandParser:
@@ -331,6 +353,8 @@ def _check_combinations(args: SimpleNamespace) -> None:
     pictures = [flag for flag in ("attention_png", "self_attention_png", "attention_json") if getattr(args, flag)]
     if pictures and args.num_return_sequences is not None:
         raise TranslateError(f"--{pictures[0]} pictures one translation per sentence; drop --num_return_sequences")
+    if args.align and args.num_return_sequences is not None:
+        raise TranslateError("--align aligns one translation per sentence; drop --num_return_sequences")
 
 
 def _translate(args: SimpleNamespace) -> int:
@@ -342,7 +366,7 @@ def _translate(args: SimpleNamespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(args.model, args.device, eager=bool(pictures.templates))
+    model, tokenizer = load_model(args.model, args.device, eager=bool(pictures.templates or args.align))
     if args.self_attention_png and not MODEL_TYPES[model.config.model_type].self_attention:
         raise TranslateError(f"--self-attention-png: {args.model} is an RNN model, with no self-attention to picture")
     overrides = generation_overrides(args)
@@ -374,6 +398,10 @@ def _translate(args: SimpleNamespace) -> int:
                         for hypothesis in block
                     )
                     attentions = None
+                elif args.align:
+                    aligned = translate_aligned(model, tokenizer, batch, words=args.align_words, **overrides)
+                    text = "".join(aligned_line(item, args.align) for item in aligned)
+                    attentions = [item.attention for item in aligned]
                 else:
                     translations, attentions = translate_batch(
                         model, tokenizer, batch, output_attentions=pictures.wanted(), **overrides
@@ -405,6 +433,7 @@ def _translate(args: SimpleNamespace) -> int:
 
 
 __all__ = [
+    "AlignmentArguments",
     "DecodingArguments",
     "PictureArguments",
     "SamplingArguments",

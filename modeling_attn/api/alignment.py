@@ -1,0 +1,399 @@
+"""Word alignments from the attention of a translation model: which source word each target word comes from.
+
+What is aligned: words, not subwords. `split_words` cuts a text into words: "whitespace" (the default; the tokens
+fast_align, Moses and Marian align, so pre-tokenized text aligns token by token) or "alnum" (runs of letters and
+digits, each with the punctuation around it: "1987-03-03" is "1987-", "03-", "03"; for text whose words are not
+separated by spaces, such as the dates task's ISO dates). Each subword token belongs to the word holding the first
+non-space character it covers; a token covering only whitespace (SentencePiece's lone "▁") belongs to the next word,
+special tokens (</s>) to none. A fast tokenizer gives the characters a token covers (its offsets); otherwise, and for
+generated translations, they come from decoding growing prefixes of the ids.
+
+Which attention: `modeling_attn.encoder_decoder.alignment_attention`, one documented choice per model type: for the
+Transformer the cross-attention of decoder layer `config.alignment_layer` averaged over its first
+`config.alignment_heads` heads (default: the penultimate layer, all heads, Garg et al. 2019, "Jointly Learning to
+Align and Translate with Transformer Models"; guided training supervises one head of it, which the config then
+records); for the RNN its alignment weights alpha_ij (Bahdanau et al. 2015, Sec. 3.1). Row t is the step that
+predicts target token t.
+
+Subwords to words (`word_weights`): a source word's columns are summed and a target word's rows averaged. A row is a
+distribution over source tokens; summing the columns of a word's pieces gives the mass on that word (a distribution
+over words again), and averaging the rows of a target word's pieces keeps it one (a sum would weigh long words
+more). The columns of special tokens (the source </s>) are dropped, not renormalized: a row sums to 1 minus the mass
+on them.
+
+Hard alignment (`hard_alignment`): each target word is linked to its source word of largest weight (the argmax, as
+fairseq's `--print-alignment` and Marian's `--alignment hard` do), so every target word gets exactly one link.
+Written as Pharaoh pairs `i-j` (source word i, target word j, 0-based), in target order, as fast_align writes them.
+
+- `translate_aligned`: translate sentences (one generate() call) and align each translation with its source;
+- `align_pairs`: align given (source, target) pairs with the model, teacher-forced (forced alignment: how the
+  alignment error rate of a model is measured against reference alignments);
+- `alignment_error_rate`: AER (Och & Ney 2003, "A Systematic Comparison of Various Statistical Alignment Models").
+
+The Transformer returns attention weights only with `attn_implementation="eager"`
+(`translation.load_model(..., eager=True)`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from ..encoder_decoder import alignment_attention
+from .heatmaps import TranslationAttention, attention_from_generate
+from .translation import TranslateError, _encode, batches
+
+WORD_PATTERNS = {"whitespace": re.compile(r"\S+"), "alnum": re.compile(r"[^\w\s]*\w+[^\w\s]*|[^\w\s]+")}
+ALIGN_FORMATS = ("hard", "soft")
+
+Span = tuple[int, int]
+Pair = tuple[int, int]  # (source word, target word)
+
+
+def split_words(text: str, words: str = "whitespace") -> list[Span]:
+    """The (start, end) character spans of the words of `text` (see the module docstring for `words`)."""
+    if words not in WORD_PATTERNS:
+        raise ValueError(f"words must be one of {list(WORD_PATTERNS)}, got {words!r}")
+    return [match.span() for match in WORD_PATTERNS[words].finditer(text)]
+
+
+def decoded_spans(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int], text: str) -> list[Span | None]:
+    """The characters of `text` (the decoding of `ids`) each token covers, from decoding growing prefixes of the ids;
+    None for special tokens."""
+    special = set(tokenizer.all_special_ids)
+    spans: list[Span | None] = []
+    end = 0
+    for length in range(1, len(ids) + 1):
+        if ids[length - 1] in special:
+            spans.append(None)
+            continue
+        prefix = tokenizer.decode(list(ids[:length]), skip_special_tokens=True)
+        common = next((k for k, (a, b) in enumerate(zip(prefix, text, strict=False)) if a != b), None)
+        new_end = max(end, min(len(prefix), len(text)) if common is None else common)
+        spans.append((end, new_end))
+        end = new_end
+    return spans
+
+
+def encode_with_spans(
+    tokenizer: PreTrainedTokenizerBase, text: str, target: bool = False
+) -> tuple[list[int], list[Span | None], str]:
+    """`text` tokenized as the model reads it (`target`: as labels), the characters each token covers (None for
+    special tokens) and the text the spans refer to: `text` itself with a fast tokenizer (its offsets), else the
+    decoding of the ids (which may differ from `text` where the tokenizer normalizes)."""
+    kwargs = {"text_target": text} if target else {"text": text}
+    if getattr(tokenizer, "is_fast", False):
+        encoded = tokenizer(**kwargs, return_offsets_mapping=True, return_special_tokens_mask=True)
+        spans = [
+            None if special else (start, end)
+            for (start, end), special in zip(encoded["offset_mapping"], encoded["special_tokens_mask"], strict=True)
+        ]
+        return encoded["input_ids"], spans, text
+    ids = tokenizer(**kwargs)["input_ids"]
+    decoded = tokenizer.decode(ids, skip_special_tokens=True)
+    return ids, decoded_spans(tokenizer, ids, decoded), decoded
+
+
+def token_words(spans: Sequence[Span | None], word_spans: Sequence[Span], length: int) -> list[int | None]:
+    """The word of each token: the word holding the first non-space character it covers; a token covering none
+    (whitespace only) belongs to the next token's word, or the previous one's at the end; special tokens (span
+    None) to no word."""
+    char_word: list[int | None] = [None] * length
+    for word, (start, end) in enumerate(word_spans):
+        char_word[start:end] = [word] * (end - start)
+    found: list[int | None] = []
+    for span in spans:
+        if span is None:
+            found.append(None)
+            continue
+        found.append(
+            next((char_word[c] for c in range(span[0], min(span[1], length)) if char_word[c] is not None), -1)
+        )
+    for index in reversed(range(len(found))):  # -1: whitespace only; take the next token's word
+        if found[index] == -1 and index + 1 < len(found) and found[index + 1] not in (None, -1):
+            found[index] = found[index + 1]
+    previous = None
+    for index, word in enumerate(found):  # still -1 (nothing after it): the previous token's word
+        if word == -1:
+            found[index] = previous
+        elif word is not None:
+            previous = word
+    return found
+
+
+def word_weights(
+    weights: torch.Tensor,
+    target_words: Sequence[int | None],
+    source_words: Sequence[int | None],
+    num_target_words: int,
+    num_source_words: int,
+) -> torch.Tensor:
+    """Token attention (T, S) to word weights (J, I): the columns of each source word summed, the rows of each target
+    word averaged; tokens of no word (special tokens) left out."""
+    weights = weights.float()
+    source_map = torch.zeros(weights.shape[1], num_source_words)
+    for token, word in enumerate(source_words):
+        if word is not None:
+            source_map[token, word] = 1.0
+    target_map = torch.zeros(num_target_words, weights.shape[0])
+    for token, word in enumerate(target_words):
+        if word is not None:
+            target_map[word, token] = 1.0
+    target_map = target_map / target_map.sum(dim=1, keepdim=True).clamp(min=1.0)  # mean over a word's tokens
+    return target_map @ weights.cpu() @ source_map
+
+
+def hard_alignment(weights: torch.Tensor) -> list[Pair]:
+    """(source word, target word) pairs: each target word with the source word it gives the largest weight, in target
+    order; a target word with no weight at all (no token) gets no link."""
+    if weights.shape[1] == 0:
+        return []
+    return [(int(row.argmax()), target) for target, row in enumerate(weights) if row.sum() > 0]
+
+
+def format_pharaoh(pairs: Iterable[Pair]) -> str:
+    """Pairs as a Pharaoh line: `i-j` (source word i, target word j) separated by spaces."""
+    return " ".join(f"{source}-{target}" for source, target in pairs)
+
+
+def parse_pharaoh(line: str) -> list[Pair]:
+    """The (source word, target word) pairs of a Pharaoh line `0-0 1-2 ...`; ValueError naming a malformed pair."""
+    pairs = []
+    for item in line.split():
+        source, dash, target = item.partition("-")
+        if not dash or not source.isdigit() or not target.isdigit():
+            raise ValueError(f"{item!r} is not a Pharaoh pair i-j (source word i, target word j, 0-based)")
+        pairs.append((int(source), int(target)))
+    return pairs
+
+
+def alignment_error_rate(
+    predicted: Sequence[Iterable[Pair]],
+    sure: Sequence[Iterable[Pair]],
+    possible: Sequence[Iterable[Pair]] | None = None,
+) -> float:
+    """AER = 1 - (|A & S| + |A & P|) / (|A| + |S|) over a corpus (Och & Ney 2003): A the predicted links, S the sure
+    and P the possible reference links of each sentence (S is part of P; without `possible`, P = S and AER is
+    1 - F1). Counts are summed over sentences before the ratio."""
+    if len(predicted) != len(sure) or (possible is not None and len(possible) != len(sure)):
+        raise ValueError(f"{len(predicted)} predicted alignments for {len(sure)} reference ones")
+    found = reference = hits_sure = hits_possible = 0
+    for index, (links, sure_links) in enumerate(zip(predicted, sure, strict=True)):
+        links, sure_links = set(links), set(sure_links)
+        possible_links = sure_links | (set(possible[index]) if possible is not None else set())
+        found += len(links)
+        reference += len(sure_links)
+        hits_sure += len(links & sure_links)
+        hits_possible += len(links & possible_links)
+    if found + reference == 0:
+        raise ValueError("no links, predicted or reference: the alignment error rate is undefined")
+    return 1.0 - (hits_sure + hits_possible) / (found + reference)
+
+
+@dataclass
+class WordAlignment:
+    """The alignment of one sentence pair over words: `weights[j, i]` is how much target word j attends to source
+    word i (module docstring), `pairs` the hard alignment (source word, target word)."""
+
+    source_words: list[str]
+    target_words: list[str]
+    weights: torch.Tensor  # (J, I)
+    pairs: list[Pair]
+
+    def pharaoh(self) -> str:
+        return format_pharaoh(self.pairs)
+
+    def soft(self, digits: int = 5) -> dict[str, Any]:
+        """The words and the weights (rows: target words, columns: source words) as JSON-ready lists."""
+        return {
+            "source_words": self.source_words,
+            "target_words": self.target_words,
+            "weights": [[round(float(value), digits) for value in row] for row in self.weights],
+        }
+
+
+def word_alignment(
+    weights: torch.Tensor,
+    source: tuple[str, Sequence[Span | None]],
+    target: tuple[str, Sequence[Span | None]],
+    words: str = "whitespace",
+) -> WordAlignment:
+    """The word alignment of token attention `weights` (T, S): `source` and `target` are (text, the characters each
+    token covers), the spans of `encode_with_spans` or `decoded_spans`."""
+    (source_text, source_spans), (target_text, target_spans) = source, target
+    if tuple(weights.shape) != (len(target_spans), len(source_spans)):
+        raise ValueError(
+            f"attention of shape {tuple(weights.shape)} for {len(target_spans)} target and {len(source_spans)} "
+            "source tokens"
+        )
+    source_word_spans, target_word_spans = split_words(source_text, words), split_words(target_text, words)
+    merged = word_weights(
+        weights,
+        token_words(target_spans, target_word_spans, len(target_text)),
+        token_words(source_spans, source_word_spans, len(source_text)),
+        len(target_word_spans),
+        len(source_word_spans),
+    )
+    return WordAlignment(
+        source_words=[source_text[start:end] for start, end in source_word_spans],
+        target_words=[target_text[start:end] for start, end in target_word_spans],
+        weights=merged,
+        pairs=hard_alignment(merged),
+    )
+
+
+def selected_attention(attention: TranslationAttention, config: Any) -> torch.Tensor:
+    """The (T, S) attention a translation's words are aligned with (`alignment_attention`: the config's layer and
+    heads, or the RNN's alpha)."""
+    return alignment_attention(tuple(layer[None] for layer in attention.cross_attention), config)[0]
+
+
+def _check_eager(model: PreTrainedModel) -> None:
+    from ..registry import MODEL_TYPES
+
+    entry = MODEL_TYPES.get(model.config.model_type)
+    if entry is not None and entry.per_head_attention and model.config._attn_implementation != "eager":
+        raise TranslateError(
+            f"word alignments need the attention weights, which the Transformer returns only with the eager attention "
+            f"(this model uses {model.config._attn_implementation!r}): load it with load_model(..., eager=True) or "
+            "call model.set_attn_implementation('eager')"
+        )
+
+
+@dataclass
+class AlignedTranslation:
+    """One translation, its word alignment with the source, and the attention it came from (None for an empty
+    sentence, which is not translated)."""
+
+    text: str
+    alignment: WordAlignment
+    attention: TranslationAttention | None
+
+
+def aligned_line(aligned: AlignedTranslation, mode: str = "hard") -> str:
+    """One output line of `attn translate --align`: `translation ||| i-j ...` ("hard"), or a JSON object with the
+    translation, the words and the weights ("soft")."""
+    if mode == "hard":
+        return f"{aligned.text} ||| {aligned.alignment.pharaoh()}\n"
+    if mode == "soft":
+        return json.dumps({"translation": aligned.text, **aligned.alignment.soft()}, ensure_ascii=False) + "\n"
+    raise ValueError(f"mode must be one of {list(ALIGN_FORMATS)}, got {mode!r}")
+
+
+def _empty(sentence: str, words: str) -> AlignedTranslation:
+    source_words = [sentence[start:end] for start, end in split_words(sentence, words)]
+    return AlignedTranslation("", WordAlignment(source_words, [], torch.zeros(0, len(source_words)), []), None)
+
+
+@torch.no_grad()
+def translate_aligned(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: list[str],
+    words: str = "whitespace",
+    **generate_kwargs: Any,
+) -> list[AlignedTranslation]:
+    """Translations of `sentences` (one generate() call, `translation.translate_batch`'s settings) with their word
+    alignments. Empty sentences translate to empty strings without reaching the model."""
+    _check_eager(model)
+    split_words("", words)  # an unknown `words` fails before the model runs
+    if generate_kwargs.get("num_return_sequences", 1) != 1:
+        raise TranslateError("translate_aligned returns one translation per sentence")
+    results = [_empty(sentence, words) for sentence in sentences]
+    rows = [row for row, sentence in enumerate(sentences) if sentence.strip()]
+    if not rows:
+        return results
+    encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
+    outputs = model.generate(
+        input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], output_attentions=True,
+        return_dict_in_generate=True, **generate_kwargs,
+    )  # fmt: skip
+    beam_indices = getattr(outputs, "beam_indices", None)
+    generated_columns = beam_indices.shape[1] if beam_indices is not None else len(outputs.cross_attentions)
+    prompt_length = outputs.sequences.shape[1] - generated_columns
+    for index, row in enumerate(rows):
+        attention = attention_from_generate(outputs, encoded["input_ids"], encoded["attention_mask"], index, tokenizer)
+        source_ids, source_spans, source_text = encode_with_spans(tokenizer, sentences[row])
+        if source_ids != encoded["input_ids"][index, : len(source_ids)].tolist():
+            raise TranslateError(f"sentence {row}: the tokenizer gives other ids alone than in a batch")
+        target_ids = outputs.sequences[index, prompt_length : prompt_length + len(attention.target_tokens)].tolist()
+        text = tokenizer.decode(target_ids, skip_special_tokens=True)
+        alignment = word_alignment(
+            selected_attention(attention, model.config),
+            (source_text, source_spans),
+            (text, decoded_spans(tokenizer, target_ids, text)),
+            words,
+        )
+        results[row] = AlignedTranslation(text, alignment, attention)
+    return results
+
+
+@torch.no_grad()
+def align_pairs(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sources: Sequence[str],
+    targets: Sequence[str],
+    words: str = "whitespace",
+    batch_size: int = 32,
+) -> list[WordAlignment]:
+    """Word alignments of given (source, target) pairs: the model reads each target teacher-forced (as in training)
+    and its attention is turned into words as for a translation (forced alignment)."""
+    _check_eager(model)
+    split_words("", words)
+    if len(sources) != len(targets):
+        raise ValueError(f"{len(sources)} sources for {len(targets)} targets")
+    found: list[WordAlignment] = []
+    pad = tokenizer.pad_token_id
+    for rows in batches(range(len(sources)), batch_size):
+        source_sides = [encode_with_spans(tokenizer, sources[row]) for row in rows]
+        target_sides = [encode_with_spans(tokenizer, targets[row], target=True) for row in rows]
+        input_ids, attention_mask = _padded([ids for ids, _, _ in source_sides], pad or 0)
+        labels, _ = _padded([ids for ids, _, _ in target_sides], -100)
+        outputs = model(
+            input_ids=input_ids.to(model.device), attention_mask=attention_mask.to(model.device),
+            labels=labels.to(model.device), output_attentions=True,
+        )  # fmt: skip
+        weights = alignment_attention(outputs.cross_attentions, model.config).float().cpu()  # (B, T, S)
+        for index, ((_, s_spans, s_text), (_, t_spans, t_text)) in enumerate(
+            zip(source_sides, target_sides, strict=True)
+        ):
+            token_weights = weights[index, : len(t_spans), : len(s_spans)]
+            found.append(word_alignment(token_weights, (s_text, s_spans), (t_text, t_spans), words))
+    return found
+
+
+def _padded(rows: list[list[int]], value: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded rows and their mask (1 on the tokens)."""
+    width = max(len(row) for row in rows)
+    padded = torch.tensor([row + [value] * (width - len(row)) for row in rows])
+    mask = torch.tensor([[1] * len(row) + [0] * (width - len(row)) for row in rows])
+    return padded, mask
+
+
+__all__ = [
+    "ALIGN_FORMATS",
+    "AlignedTranslation",
+    "WORD_PATTERNS",
+    "WordAlignment",
+    "align_pairs",
+    "aligned_line",
+    "alignment_error_rate",
+    "decoded_spans",
+    "encode_with_spans",
+    "format_pharaoh",
+    "hard_alignment",
+    "parse_pharaoh",
+    "selected_attention",
+    "split_words",
+    "token_words",
+    "translate_aligned",
+    "word_alignment",
+    "word_weights",
+]
