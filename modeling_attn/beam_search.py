@@ -211,6 +211,71 @@ class OpenSentences:
         self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
 
 
+def beam_settings(input_ids: torch.Tensor, generation_config: GenerationConfig) -> tuple[BeamSettings, int]:
+    """The search's fixed settings, and the id that fills unused positions of the sequences."""
+    eos_token_id = generation_config._eos_token_tensor
+    # transformers' choices: keep enough candidates that num_beams of them do not end the sentence; fill the
+    # unused positions with the pad token, or the end token when the pad id is 0 (its `or`)
+    n_eos = eos_token_id.shape[0] if eos_token_id is not None else 0
+    settings = BeamSettings(
+        num_beams=generation_config.num_beams,
+        candidates=max(2, 1 + n_eos) * generation_config.num_beams,
+        length_penalty=generation_config.length_penalty,
+        early_stopping=generation_config.early_stopping,
+        max_length=generation_config.max_length,
+        prompt_length=input_ids.shape[1],
+    )
+    fill = (generation_config._pad_token_tensor or eos_token_id[0]) if eos_token_id is not None else -1
+    return settings, fill
+
+
+@dataclass
+class SearchResults:
+    """The finished beams of every sentence of the batch, one row each, written when the sentence closes; and the
+    two flags transformers' stopping test reads for all of them (closed sentences keep the flags they closed with)."""
+
+    sequences: torch.Tensor  # (B, K, L)
+    origins: torch.Tensor  # (B, K, G)
+    may_improve: torch.Tensor  # (B,) bool
+    full: torch.Tensor  # (B,) bool: every finished slot holds an ended beam
+
+    @classmethod
+    def start(cls, state: OpenSentences) -> SearchResults:
+        may_improve = torch.ones(len(state.sentences), dtype=torch.bool, device=state.running.device)
+        return cls(state.finished.clone(), state.finished_origins.clone(), may_improve, torch.zeros_like(may_improve))
+
+    def closed_sentences(self, state: OpenSentences, stops: torch.Tensor, settings: BeamSettings):
+        """After a step: None when the search is over, else which open sentences (N,) are closed."""
+        full = state.is_finished.all(dim=-1)
+        self.may_improve[state.sentences], self.full[state.sentences] = state.may_improve[:, 0], full
+        # transformers' stopping test over the whole batch; its "every candidate hit a stopping criterion" can only
+        # come from max_length here (end tokens are fewer than the candidates), which stops the rows of closed
+        # sentences too.
+        if not (self.may_improve.any() and not (self.full.all() and settings.early_stopping is True)) or stops.all():
+            return None
+        # A sentence is closed when no finished beam can change any more: no improvement possible, or (with
+        # early_stopping=True) all its beams finished.
+        closed = ~state.may_improve[:, 0] | (full & (settings.early_stopping is True))
+        return None if closed.all() else closed  # all closed: transformers would run on without effect
+
+    def close(self, state: OpenSentences, closed: torch.Tensor) -> torch.Tensor:
+        """Write out the `closed` sentences' finished beams and drop them from `state`; return the positions (in
+        the open sentences before the drop) of those kept."""
+        self.sequences[state.sentences[closed]] = state.finished[closed]
+        self.origins[state.sentences[closed]] = state.finished_origins[closed]
+        kept = (~closed).nonzero().squeeze(1)
+        state.keep(kept)
+        return kept
+
+    def finish(self, state: OpenSentences, returned: int, prompt_length: int) -> torch.Tensor:
+        """The best `returned` translations of each sentence, (B * returned, prompt + longest generated)."""
+        self.sequences[state.sentences], self.origins[state.sentences] = state.finished, state.finished_origins
+        sequences = self.sequences[:, :returned].flatten(0, 1)
+        # transformers' crop: to the longest returned translation (its generated positions have an origin)
+        generated = (self.origins[:, :returned] != -1).flatten(0, 1).sum(dim=1).max()
+        return sequences[:, : prompt_length + generated]
+
+
 class CompactBeamSearchMixin:
     """transformers' beam search, run only on the sentences whose search is still open (module docstring)."""
 
@@ -258,26 +323,9 @@ class CompactBeamSearchMixin:
             return super()._beam_search(
                 input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, **model_kwargs
             )
-        eos_token_id = generation_config._eos_token_tensor
-        num_beams = generation_config.num_beams
-        # transformers' choices: keep enough candidates that num_beams of them do not end the sentence; fill the
-        # unused positions with the pad token, or the end token when the pad id is 0 (its `or`)
-        n_eos = eos_token_id.shape[0] if eos_token_id is not None else 0
-        settings = BeamSettings(
-            num_beams=num_beams,
-            candidates=max(2, 1 + n_eos) * num_beams,
-            length_penalty=generation_config.length_penalty,
-            early_stopping=generation_config.early_stopping,
-            max_length=generation_config.max_length,
-            prompt_length=input_ids.shape[1],
-        )
-        fill = (generation_config._pad_token_tensor or eos_token_id[0]) if eos_token_id is not None else -1
+        settings, fill = beam_settings(input_ids, generation_config)
         state = OpenSentences.start(input_ids, settings, fill)
-        # The results, one row per sentence of the batch; and the two flags the stopping test reads for all of them.
-        out_sequences, out_origins = state.finished.clone(), state.finished_origins.clone()
-        all_may_improve = torch.ones(len(state.sentences), dtype=torch.bool, device=input_ids.device)
-        all_full = torch.zeros_like(all_may_improve)
-
+        results = SearchResults.start(state)
         flat_running = input_ids
         outputs = self._prefill(
             input_ids, generation_config, model_kwargs, is_first_iteration=not generation_config.is_assistant
@@ -298,43 +346,37 @@ class CompactBeamSearchMixin:
             state.advance(scores, sequences, origins, stops, settings, cur_len)
             rows = state.running_origins[..., cur_len - settings.prompt_length].flatten().long()  # cache rows
             cur_len += 1
-            full = state.is_finished.all(dim=-1)
-            all_may_improve[state.sentences], all_full[state.sentences] = state.may_improve[:, 0], full
-            # transformers' stopping test over the whole batch (closed sentences keep the flags they closed with);
-            # its "every candidate hit a stopping criterion" can only come from max_length here (end tokens are
-            # fewer than the candidates), which stops the rows of closed sentences too.
-            if not (all_may_improve.any() and not (all_full.all() and settings.early_stopping is True)) or stops.all():
-                break
-            # A sentence is closed when no finished beam can change any more: no improvement possible, or (with
-            # early_stopping=True) all its beams finished.
-            closed = ~state.may_improve[:, 0] | (full & (settings.early_stopping is True))
-            if closed.all():  # nothing can change any more (transformers would run on without effect)
+            closed = results.closed_sentences(state, stops, settings)
+            if closed is None:  # the search is over
                 break
             if closed.any():
-                out_sequences[state.sentences[closed]] = state.finished[closed]
-                out_origins[state.sentences[closed]] = state.finished_origins[closed]
-                kept = (~closed).nonzero().squeeze(1)
-                state.keep(kept)
-                model_kwargs = select_rows(model_kwargs, rows.view(open_count, num_beams)[kept].flatten())
+                kept = results.close(state, closed)
+                model_kwargs = select_rows(model_kwargs, rows.view(open_count, settings.num_beams)[kept].flatten())
                 logits_processor = LogitsProcessorList(
                     p.select(kept) if isinstance(p, SourceLengthLimit) else p for p in logits_processor
                 )
             else:
-                cache_name = next(name for name in ALL_CACHE_NAMES if name in model_kwargs)
-                if hasattr(self, "_reorder_cache"):
-                    model_kwargs[cache_name] = self._reorder_cache(model_kwargs[cache_name], rows)
-                else:
-                    model_kwargs[cache_name].reorder_cache(rows)
+                model_kwargs = self._reorder_beams(model_kwargs, rows)
             flat_running = state.running[:, :, :cur_len].flatten(0, 1)
             inputs = self.prepare_inputs_for_generation(flat_running, next_sequence_length=1, **model_kwargs)
             outputs = self(**inputs, return_dict=True)
+        return results.finish(state, generation_config.num_return_sequences, settings.prompt_length)
 
-        out_sequences[state.sentences], out_origins[state.sentences] = state.finished, state.finished_origins
-        returned = generation_config.num_return_sequences
-        sequences = out_sequences[:, :returned].flatten(0, 1)
-        # transformers' crop: to the longest returned translation (its generated positions have an origin)
-        generated = (out_origins[:, :returned] != -1).flatten(0, 1).sum(dim=1).max()
-        return sequences[:, : settings.prompt_length + generated]
+    def _reorder_beams(self, model_kwargs: dict, rows: torch.Tensor) -> dict:
+        """Every sentence still open: its cache rows follow the beams that continue (`rows`, one per decoder row)."""
+        cache_name = next(name for name in ALL_CACHE_NAMES if name in model_kwargs)
+        if hasattr(self, "_reorder_cache"):
+            model_kwargs[cache_name] = self._reorder_cache(model_kwargs[cache_name], rows)
+        else:
+            model_kwargs[cache_name].reorder_cache(rows)
+        return model_kwargs
 
 
-__all__ = ["CompactBeamSearchMixin", "OpenSentences", "rows_can_leave", "select_rows"]
+__all__ = [
+    "CompactBeamSearchMixin",
+    "OpenSentences",
+    "SearchResults",
+    "beam_settings",
+    "rows_can_leave",
+    "select_rows",
+]

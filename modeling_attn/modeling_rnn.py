@@ -34,7 +34,8 @@ Deviations:
 Decoding step by step (generate): the decoder state lives in an `AttnRNNCache` passed as `past_key_values`:
 the recurrent state, Luong's fed-back h~_{t-1} and the encoder keys projected once per sentence. Each
 step runs the decoder on the newest token only and updates the cache in place; beam search reorders it
-with `reorder_cache`.
+with `reorder_cache`. That state has a fixed size already, so transformers' preallocated key/value caches
+(`cache_implementation="static"` and the others) do not apply: generate() refuses them.
 
 Shapes: B batch, S source length, T target length, L decoder layers, H decoder units, V target vocabulary.
 """
@@ -44,6 +45,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
+from transformers import GenerationConfig
 from transformers import initialization as init
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
@@ -416,6 +418,20 @@ class AttnRNNForConditionalGeneration(
         super().__init__(config)
         self.add_output_layer(AttnRNNModel(config), config.output_size)
         self.post_init()
+
+    def generate(
+        self, inputs: torch.Tensor | None = None, generation_config: GenerationConfig | None = None, *args, **kwargs
+    ):
+        """transformers' generate(), refusing a `cache_implementation` (static, offloaded, quantized): those are
+        key/value caches, and this decoder carries a fixed-size recurrent state (`AttnRNNCache`) instead."""
+        config = generation_config if generation_config is not None else self.generation_config
+        implementation = kwargs.get("cache_implementation", config.cache_implementation)
+        if implementation not in (None, "dynamic"):
+            raise ValueError(
+                f"attn_rnn takes no cache_implementation={implementation!r}: its decoder carries a recurrent "
+                "state (AttnRNNCache), not a key/value cache to preallocate; leave cache_implementation unset"
+            )
+        return super().generate(inputs, generation_config, *args, **kwargs)
 
     @classmethod
     def _supports_default_dynamic_cache(cls) -> bool:

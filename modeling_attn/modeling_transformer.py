@@ -12,6 +12,14 @@ Paper sections in this file:
 Deviations: the padding embedding row starts at zero (as fairseq); `norm_first`, the activation and
 the positional layout are documented variants of `AttnTransformerConfig`.
 
+Decoding with a cache: an `EncoderDecoderCache` whose self-attention part grows by one position per step and whose
+cross-attention part holds the encoder keys/values, computed at the first step only (fairseq's static encoder
+K/V). Both parts may be transformers' dynamic caches (the default) or static ones
+(`generate(cache_implementation="static")`, preallocated for the longest translation and the source length), which
+`torch.compile(fullgraph=True)` turns into one graph per decoding step: the position offset is then a tensor
+(`AttnTransformerPositionalEncoding`), and the sizes are checked once per cache (`check_static_cache`) instead of
+at every step.
+
 Shapes: B batch, S source length, T target length, E d_model, V vocabulary.
 """
 
@@ -29,6 +37,7 @@ from transformers.generation import GenerationMixin
 from transformers.masking_utils import create_bidirectional_mask, create_causal_mask
 from transformers.modeling_layers import GradientCheckpointingLayer
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions
+from transformers.utils import is_torchdynamo_compiling
 from transformers.utils.generic import merge_with_config_defaults
 from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
@@ -78,14 +87,41 @@ class AttnTransformerPositionalEncoding(nn.Module):
     def build_table(self) -> torch.Tensor:
         return sinusoid_table(self.config.max_position_embeddings, self.config.d_model, self.config.positional_layout)
 
-    def forward(self, length: int, offset: int = 0) -> torch.Tensor:
-        """Encodings of positions offset .. offset+length-1, as (L, E)."""
+    def forward(self, length: int, offset: int | torch.Tensor = 0) -> torch.Tensor:
+        """Encodings of positions offset .. offset+length-1, as (L, E).
+
+        A tensor `offset` (the length of a static cache, which `torch.compile` must not read as a number) is looked
+        up as a tensor of positions; its range is checked once for the whole cache (`check_static_cache`).
+        """
+        if isinstance(offset, torch.Tensor):
+            return self.table.index_select(0, torch.arange(length, device=self.table.device) + offset)
         if offset + length > self.table.shape[0]:
             raise ValueError(
                 f"sequence of {offset + length} positions exceeds max_position_embeddings="
                 f"{self.config.max_position_embeddings}; raise it in the config or truncate the input"
             )
         return self.table[offset : offset + length]
+
+
+def check_static_cache(cache: EncoderDecoderCache, num_positions: int, source_length: int) -> None:
+    """Raise if a static self-attention cache holds more positions than the decoder has encodings for, or a static
+    cross-attention cache is not exactly as long as the source (its unused slots would be attended to as keys).
+
+    A dynamic cache is checked step by step as it grows; a static one is allocated once for its maximal length,
+    so that compiled steps need no data-dependent check.
+    """
+    for layer in cache.self_attention_cache.layers:
+        if isinstance(layer, StaticLayer) and layer.max_cache_len > num_positions:
+            raise ValueError(
+                f"a static cache of {layer.max_cache_len} positions exceeds max_position_embeddings={num_positions}: "
+                f"generate with max_length <= {num_positions + 1} (the decoder start token included)"
+            )
+    for layer in cache.cross_attention_cache.layers:
+        if isinstance(layer, StaticLayer) and layer.max_cache_len != source_length:
+            raise ValueError(
+                f"the static cross-attention cache holds {layer.max_cache_len} positions, the source has "
+                f"{source_length}: size it to the encoder output (as generate(cache_implementation='static') does)"
+            )
 
 
 class AttnTransformerEncoderLayer(GradientCheckpointingLayer):
@@ -181,6 +217,9 @@ class AttnTransformerPreTrainedModel(EncoderDecoderPreTrainedModel):
     supports_gradient_checkpointing = True
     _no_split_modules = ["AttnTransformerEncoderLayer", "AttnTransformerDecoderLayer"]
     _supports_sdpa = True
+    # torch.compile(fullgraph=True) holds for forward and for decoding steps with a static cache
+    # (tests/test_static_cache.py)
+    _can_compile_fullgraph = True
 
     @staticmethod
     def heads() -> tuple[type, type]:
@@ -280,6 +319,19 @@ class AttnTransformerDecoder(AttnTransformerStack):
     def __init__(self, config: AttnTransformerConfig):
         super().__init__(config, "decoder_vocab_size", AttnTransformerDecoderLayer, config.decoder_layers)
 
+    def _past_length(self, past_key_values: EncoderDecoderCache | None, source_length: int) -> int | torch.Tensor:
+        """Positions already in the self-attention cache: a number, or a 0-d tensor for a static cache (whose
+        sizes are checked here, once: it must fit the position table, and its cross-attention part the source)."""
+        if past_key_values is None:
+            return 0
+        if not isinstance(past_key_values, EncoderDecoderCache):
+            raise TypeError(
+                f"past_key_values must be an EncoderDecoderCache (self- and cross-attention caches), got "
+                f"{type(past_key_values).__name__}"
+            )
+        check_static_cache(past_key_values, self.config.max_position_embeddings, source_length)
+        return past_key_values.get_seq_length()
+
     @merge_with_config_defaults
     @capture_outputs
     def forward(
@@ -297,33 +349,20 @@ class AttnTransformerDecoder(AttnTransformerStack):
             raise ValueError("AttnTransformerDecoder needs encoder_hidden_states: it attends to the encoder output")
         if use_cache and past_key_values is None:
             past_key_values = EncoderDecoderCache(DynamicCache(config=self.config), DynamicCache(config=self.config))
-        if past_key_values is not None and not isinstance(past_key_values, EncoderDecoderCache):
-            raise TypeError(
-                f"past_key_values must be an EncoderDecoderCache (self- and cross-attention caches), got "
-                f"{type(past_key_values).__name__}"
-            )
-        if past_key_values is not None and any(
-            isinstance(layer, StaticLayer)
-            for cache in (past_key_values.self_attention_cache, past_key_values.cross_attention_cache)
-            for layer in getattr(cache, "layers", ())
-        ):
-            raise NotImplementedError(
-                "attn_transformer decodes with dynamic caches only: past_key_values holds a static cache "
-                "(generate(cache_implementation='static') or a StaticCache); leave cache_implementation unset"
-            )
-        past_length = past_key_values.get_seq_length() if past_key_values is not None else 0
+        past_length = self._past_length(past_key_values, encoder_hidden_states.shape[1])
         hidden_states = self._embed(input_ids, inputs_embeds, past_length, "decoder_")
         check_encoder_states(encoder_hidden_states, hidden_states.shape[0], self.config.d_model)
-        if attention_mask is not None:
+        padding_mask = attention_mask is not None and attention_mask.dim() == 2  # else a prepared 4D mask
+        if padding_mask and not is_torchdynamo_compiling():
             check_attention_mask(
                 attention_mask,
-                (hidden_states.shape[0], past_length + hidden_states.shape[1]),
+                (hidden_states.shape[0], int(past_length) + hidden_states.shape[1]),
                 "decoder_attention_mask",
             )
         check_attention_mask(encoder_attention_mask, encoder_hidden_states.shape[:2], "attention_mask (source)")
 
         # the current positions' part of a (B, past + T) decoder mask
-        token_rows = kept_rows(attention_mask[:, past_length:] if attention_mask is not None else None)
+        token_rows = kept_rows(attention_mask[:, past_length:] if padding_mask else None)
         causal_mask = create_causal_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -392,8 +431,17 @@ class AttnTransformerForConditionalGeneration(
         `beam_idx` picks beams of the same sentence, and every beam of a sentence attends to the same encoder
         output, so the cross-attention keys/values are unchanged by the reordering; transformers' default
         reorders them too, copying them at every step for nothing (bench/README.md).
+
+        Static layers are reordered in place: their tensors keep the addresses a compiled step was built with.
         """
-        past_key_values.self_attention_cache.reorder_cache(beam_idx)
+        cache = past_key_values.self_attention_cache
+        for layer in cache.layers:
+            if isinstance(layer, StaticLayer) and layer.is_initialized:
+                beam_idx = beam_idx.to(layer.keys.device)
+                layer.keys.copy_(layer.keys.index_select(0, beam_idx))
+                layer.values.copy_(layer.values.index_select(0, beam_idx))
+            else:
+                layer.reorder_cache(beam_idx)
         return past_key_values
 
 

@@ -196,17 +196,6 @@ def test_generate_greedy_equals_reference_loop(attn_implementation):
     assert torch.equal(generated, expected)
 
 
-@pytest.mark.parametrize("num_beams", [1, 3])
-def test_static_cache_is_refused_by_name(num_beams):
-    """The decoder's padding-free layers and positions read a dynamic cache; a static one gets a clear error (it
-    used to fail with an IndexError deep in the feed-forward block)."""
-    input_ids, attention_mask, _ = padded_batch()
-    model = tiny_model("sdpa")
-    with pytest.raises(NotImplementedError, match="dynamic caches only.*cache_implementation='static'"):
-        model.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=4,
-                       cache_implementation="static")  # fmt: skip
-
-
 def test_generate_with_eos_stops_and_pads():
     model = tiny_model("sdpa", seed=3)
     input_ids, attention_mask, _ = padded_batch(seed=1, batch=4)
