@@ -302,6 +302,18 @@ def translate_nbest(
     return hypotheses
 
 
+def generation_overrides(args: Any) -> dict[str, Any]:
+    """The generation settings given in `args` (the flags of `attn translate` / `attn evaluate`, the options of a
+    request to `attn serve`): the attributes `num_beams`, `length_penalty`, `max_new_tokens`, `top_k`, `top_p`,
+    `temperature` that are not None, and `do_sample`; the others come from the model's generation_config."""
+    names = ("num_beams", "length_penalty", "max_new_tokens", "top_k", "top_p", "temperature")
+    overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    if getattr(args, "do_sample", False):
+        overrides["do_sample"] = True
+        overrides.setdefault("num_beams", 1)  # plain sampling, not the beam sampling a saved num_beams would give
+    return overrides
+
+
 def translate(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
@@ -321,6 +333,7 @@ __all__ = [
     "batches",
     "check_nbest",
     "check_tokenizer_fits",
+    "generation_overrides",
     "load_model",
     "resolve_device",
     "sequence_scores",

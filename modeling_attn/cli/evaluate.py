@@ -10,7 +10,8 @@ Three ways to give the test set:
 - `--model M --sources_file S --references_file R`: translate S, score against R (one sentence per line).
 - `--hypotheses_file H --references_file R`: score existing translations; no model is loaded.
 
-`evaluate(model, tokenizer, sources, references)` is the Python function behind the first two. The flags follow the
+`evaluate(model, tokenizer, sources, references)` is the Python function behind the first two; `--quantize int8`
+scores the model with dynamic int8 Linear layers (`modeling_attn.api.quantize.quantize_int8`). The flags follow the
 `attn` convention (`modeling_attn.cli.parser.CommandParser`); bad data ends with one line naming the file and line, and
 exit status 2.
 """
@@ -33,6 +34,7 @@ from modeling_attn.cli.parser import CommandParser, require_positive, run_comman
 
 from ..api.corpus import SPLIT_STEMS, DataError, jsonl_rows, text_pair_rows, tsv_rows
 from ..api.hub import EMBEDDED_TASK, decoding_settings, local_or_hub
+from ..api.quantize import quantize, quantize_device
 from ..api.translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
 from .translate import DecodingArguments, atomic_output, generation_overrides, parse_flags, shown_defaults
 
@@ -290,7 +292,8 @@ def _evaluate(args: SimpleNamespace) -> int:
         scores = translation_scores(hypotheses, tests.references, lowercase=args.lowercase)
         result = {**tests.details, "sentences": len(hypotheses), **scores}
     else:
-        model, tokenizer = load_model(args.model, args.device)
+        model, tokenizer = load_model(args.model, quantize_device(args.device, args.quantize))
+        model = quantize(model, args.quantize)
         overrides = generation_overrides(args)
         try:
             scores, hypotheses = evaluate(model, tokenizer, tests.sources, tests.references, args.batch_size,

@@ -28,6 +28,7 @@ COMMANDS = {
     "convert": "convert Marian (OPUS-MT) checkpoints to attn_transformer and back",
     "export": "export a model to CTranslate2",
     "preset": "list the model presets, or print one as a config JSON",
+    "serve": "an HTTP translation server (POST /translate, batching concurrent requests; the serve extra)",
 }
 
 

@@ -14,6 +14,7 @@ Built on `modeling_attn.api.translation` (`load_model`, `translate_batch`, `tran
 - `--do_sample` with `--top_k/--top_p/--temperature`, repeatable with `--seed` (same seed, input and batch size:
   same output); sampling uses one beam unless `--num_beams` says otherwise;
 - `--threads N`: torch's CPU threads (on a shared machine one thread per process is often fastest);
+- `--quantize int8`: dynamic int8 Linear layers on the CPU (`modeling_attn.api.quantize.quantize_int8`);
 - a progress bar on stderr when the number of sentences is known (arguments, `--input FILE`) or stdin is not a
   terminal (`--no_progress` turns it off);
 - attention pictures (`--attention-png`, `--self-attention-png`) and a bertviz JSON (`--attention-json`) of the
@@ -47,11 +48,13 @@ from modeling_attn.cli.parser import CommandParser, require_positive, run_comman
 from ..api.alignment import ALIGN_FORMATS, WORD_PATTERNS, aligned_line, translate_aligned
 from ..api.corpus import DataError, decode_lines
 from ..api.heatmaps import ALIGNMENT_MODES, TranslationAttention, figure_class
+from ..api.quantize import QUANTIZE_CHOICES, quantize, quantize_device
 from ..api.translation import (
     SentenceTooLong,
     TranslateError,
     batches,
     check_nbest,
+    generation_overrides,
     load_model,
     translate_batch,
     translate_nbest,
@@ -82,9 +85,15 @@ class DecodingArguments:
         default=None, metadata={"help": "CPU threads for torch (torch.set_num_threads; default: torch's own choice)."}
     )
     progress: bool = field(default=True, metadata={"help": "A progress bar on stderr (--no_progress: none)."})
+    quantize: str | None = field(
+        default=None,
+        metadata={"help": "int8: dynamic int8 Linear layers, on the CPU (modeling_attn.api.quantize).",
+                  "choices": list(QUANTIZE_CHOICES)},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         require_positive(self, ("batch_size", "num_beams", "max_new_tokens", "threads"))
+        quantize_device(self.device, self.quantize)  # a GPU with --quantize: one line, before any loading
 
 
 @dataclass
@@ -205,16 +214,6 @@ def parse_flags(parser: CommandParser, argv: list[str] | None) -> SimpleNamespac
     for parsed in parser.parse(argv):  # the dataclasses, then a Namespace of the positional arguments if any
         values.update(vars(parsed))
     return SimpleNamespace(**values)
-
-
-def generation_overrides(args: SimpleNamespace) -> dict[str, Any]:
-    """The generation settings given on the command line; the others come from the model's generation_config."""
-    names = ("num_beams", "length_penalty", "max_new_tokens", "top_k", "top_p", "temperature")
-    overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
-    if getattr(args, "do_sample", False):
-        overrides["do_sample"] = True
-        overrides.setdefault("num_beams", 1)  # plain sampling, not the beam sampling a saved num_beams would give
-    return overrides
 
 
 @contextlib.contextmanager
@@ -366,7 +365,10 @@ def _translate(args: SimpleNamespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(args.model, args.device, eager=bool(pictures.templates or args.align))
+    model, tokenizer = load_model(
+        args.model, quantize_device(args.device, args.quantize), eager=bool(pictures.templates or args.align)
+    )
+    model = quantize(model, args.quantize)
     if args.self_attention_png and not MODEL_TYPES[model.config.model_type].self_attention:
         raise TranslateError(f"--self-attention-png: {args.model} is an RNN model, with no self-attention to picture")
     overrides = generation_overrides(args)
