@@ -6,7 +6,8 @@ file as first argument (`attn COMMAND flags.yaml|.json`), defaults in `--help`, 
 with exit status 2 (an unknown flag names the closest valid one).
 
 - `attn train` (the training recipe, `training/train.py`), `attn translate` / `attn evaluate` (`translate.py`),
-  `attn push` (`push.py`), `attn convert` (`convert_marian.py`), `attn export` (`export_ctranslate2.py`);
+  `attn push` (`push.py`), `attn convert` (`convert_marian.py`), `attn export` (`export_ctranslate2.py`),
+  `attn explain` (`explain.py`);
 - `attn average` (checkpoint averaging, paper Sec. 6.1) and `attn preset` (model presets) are defined here.
 
 `parse_command` adds what `CommandParser` leaves out: a positional argument that stands for one of the flags
@@ -39,6 +40,7 @@ COMMANDS = {
     "push": "upload a trained model (weights, code, tokenizer, generation config, card) to the Hugging Face Hub",
     "convert": "convert Marian (OPUS-MT) checkpoints to attn_transformer and back",
     "export": "export a model to CTranslate2",
+    "explain": "write an interactive page (one offline HTML file) of how a model translates a sentence",
     "preset": "list the model presets, or print one as a config JSON",
 }
 
@@ -171,6 +173,10 @@ def _command(name: str) -> Callable[[list[str]], int]:
         from .export_ctranslate2 import main as export_main
 
         return export_main
+    if name == "explain":
+        from .explain import explain_main
+
+        return explain_main
     return {"average": average_main, "preset": preset_main}[name]
 
 
