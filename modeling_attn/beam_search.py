@@ -112,6 +112,21 @@ class BeamSettings:
     max_length: int
     prompt_length: int
 
+    @classmethod
+    def of(cls, generation_config: GenerationConfig, prompt_length: int) -> BeamSettings:
+        """The settings of `generation_config`; as transformers, enough candidates per step that `num_beams` of
+        them do not end the sentence."""
+        eos_token_id = generation_config._eos_token_tensor
+        n_eos = eos_token_id.shape[0] if eos_token_id is not None else 0
+        return cls(
+            num_beams=generation_config.num_beams,
+            candidates=max(2, 1 + n_eos) * generation_config.num_beams,
+            length_penalty=generation_config.length_penalty,
+            early_stopping=generation_config.early_stopping,
+            max_length=generation_config.max_length,
+            prompt_length=prompt_length,
+        )
+
 
 @dataclass
 class OpenSentences:
@@ -212,21 +227,11 @@ class OpenSentences:
 
 
 def beam_settings(input_ids: torch.Tensor, generation_config: GenerationConfig) -> tuple[BeamSettings, int]:
-    """The search's fixed settings, and the id that fills unused positions of the sequences."""
+    """The search's fixed settings, and the id that fills unused positions of the sequences: as transformers, the pad
+    token, or the end token when the pad id is 0 (its `or`)."""
     eos_token_id = generation_config._eos_token_tensor
-    # transformers' choices: keep enough candidates that num_beams of them do not end the sentence; fill the
-    # unused positions with the pad token, or the end token when the pad id is 0 (its `or`)
-    n_eos = eos_token_id.shape[0] if eos_token_id is not None else 0
-    settings = BeamSettings(
-        num_beams=generation_config.num_beams,
-        candidates=max(2, 1 + n_eos) * generation_config.num_beams,
-        length_penalty=generation_config.length_penalty,
-        early_stopping=generation_config.early_stopping,
-        max_length=generation_config.max_length,
-        prompt_length=input_ids.shape[1],
-    )
     fill = (generation_config._pad_token_tensor or eos_token_id[0]) if eos_token_id is not None else -1
-    return settings, fill
+    return BeamSettings.of(generation_config, input_ids.shape[1]), fill
 
 
 @dataclass
@@ -277,7 +282,17 @@ class SearchResults:
 
 
 class CompactBeamSearchMixin:
-    """transformers' beam search, run only on the sentences whose search is still open (module docstring)."""
+    """transformers' beam search, run only on the sentences whose search is still open (module docstring).
+
+    `beam_search_observer`, when set on a model (None by default), is called after every step of this search with
+    `(settings, cur_len, state, scores, sequences, origins, stops)`: the `BeamSettings`, the length before the step,
+    the `OpenSentences` after `advance`, and the step's candidates (`OpenSentences.expand`'s scores, sequences and
+    origins, and which of them hit a stopping criterion). It must not change them; the explainer
+    (`modeling_attn.api.explain`) records the search tree with it. transformers' own beam search (the settings
+    this one passes on) calls no observer.
+    """
+
+    beam_search_observer = None
 
     def _compact_beam_search_refusal(
         self,
@@ -344,6 +359,8 @@ class CompactBeamSearchMixin:
             open_count = len(state.sentences)
             stops = stopping_criteria(sequences[:, :, : cur_len + 1].flatten(0, 1), None).view(open_count, -1)
             state.advance(scores, sequences, origins, stops, settings, cur_len)
+            if self.beam_search_observer is not None:  # a recorder of the search (see the class docstring)
+                self.beam_search_observer(settings, cur_len, state, scores, sequences, origins, stops)
             rows = state.running_origins[..., cur_len - settings.prompt_length].flatten().long()  # cache rows
             cur_len += 1
             closed = results.closed_sentences(state, stops, settings)

@@ -27,6 +27,7 @@ COMMANDS = {
     "push": "upload a trained model (weights, code, tokenizer, generation config, card) to the Hugging Face Hub",
     "convert": "convert Marian (OPUS-MT) checkpoints to attn_transformer and back",
     "export": "export a model to CTranslate2",
+    "explain": "write an interactive page (one offline HTML file) of how a model translates a sentence",
     "preset": "list the model presets, or print one as a config JSON",
     "serve": "an HTTP translation server (POST /translate, batching concurrent requests; the serve extra)",
 }
