@@ -27,11 +27,11 @@ from html.parser import HTMLParser
 import pytest
 import torch
 from explain_models import letter_tokenizer, page_data, tiny_rnn, tiny_transformer
-from modeling_attn.app.cli import main as attn
-from modeling_attn.heatmaps import attention_from_generate
-from modeling_attn.translation import sequence_scores
 
 from modeling_attn.api.explain import ExplainError, explain, write_explainer
+from modeling_attn.api.heatmaps import attention_from_generate
+from modeling_attn.api.translation import sequence_scores
+from modeling_attn.cli.main import main as attn
 
 SENTENCE = "a c e g i"
 WEIGHTS = dict(atol=1e-4, rtol=0)  # 4 decimals
@@ -340,9 +340,8 @@ def test_attn_explain_writes_the_page_of_two_saved_models(tmp_path):
 def test_page_of_a_30_token_sentence_on_base_stays_small(tmp_path):
     """Issue 32: at most ~2 MB for a 30-token sentence on the `base` preset (random weights: their attention is
     spread out, so more weights need all 4 decimals than a trained model's would)."""
-    from modeling_attn.presets import load_preset
-
     from modeling_attn import AttnTransformerForConditionalGeneration
+    from modeling_attn.api.presets import load_preset
 
     torch.manual_seed(0)
     model = AttnTransformerForConditionalGeneration(load_preset("base")).eval()
