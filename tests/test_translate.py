@@ -25,6 +25,7 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, set_seed
 
 from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration, AttnTransformerConfig
 from modeling_attn import AttnTransformerForConditionalGeneration as Transformer
+from modeling_attn.api.outputs import MANIFEST
 from modeling_attn.api.translation import TranslateError, load_model, translate, translate_batch, translate_nbest
 from modeling_attn.cli.evaluate import main as evaluate_main
 from modeling_attn.cli.translate import main as translate_main
@@ -413,7 +414,9 @@ def test_output_file_holds_what_stdout_would(transformer_dir, tmp_path, capsys, 
         == []
     )
     assert output.read_text().splitlines() == printed
-    assert [path.name for path in tmp_path.iterdir()] == ["out.txt"]  # no temporary file left
+    # no temporary file left; the record of what attn wrote (api/outputs.py) lets a second run replace it
+    assert sorted(path.name for path in tmp_path.iterdir()) == [MANIFEST, "out.txt"]
+    assert run_translate(["--model", str(transformer_dir), "--output", str(output), "x"], capsys, monkeypatch) == []
 
 
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
@@ -424,7 +427,7 @@ def test_an_interrupted_run_leaves_no_partial_output(transformer_dir, tmp_path, 
     output.write_text("the previous run\n")
     process = subprocess.Popen(
         [sys.executable, "-m", "modeling_attn.cli.main", "translate", "--model", str(transformer_dir), "--input",
-         str(source), "--output", str(output), "--batch_size", "4", "--num_beams", "1", "--no_progress"],
+         str(source), "--output", str(output), "--overwrite", "--batch_size", "4", "--num_beams", "1", "--no_progress"],
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     deadline = time.monotonic() + 120
@@ -526,3 +529,37 @@ def test_evaluate_scores_a_file_of_translations_without_a_model(tmp_path, capsys
     for name in ("bleu", "chrf", "ter"):
         assert printed[f"{name}_signature"].startswith(f"nrefs:1|case:{case}|")
     assert printed["sentences"] == 4 and "model" not in printed
+
+
+# -- outputs never destroy inputs or files attn did not write (modeling_attn/api/outputs.py, issue 34) ----------------
+
+
+def test_evaluate_never_writes_over_its_references(transformer_dir, tmp_path, capsys):
+    references, sources = tmp_path / "refs.de", tmp_path / "src.en"
+    references.write_text("ein Haus\n")
+    sources.write_text("a house\n")
+    argv = ["--model", str(transformer_dir), "--sources_file", str(sources), "--references_file", str(references)]
+    line = error_line(evaluate_main, [*argv, "--output", str(references), "--overwrite"], capsys)
+    assert line == f"attn evaluate: error: --output {references} is --references_file {references}: writing it would destroy the input"  # fmt: skip
+    assert references.read_text() == "ein Haus\n"
+    line = error_line(evaluate_main, [*argv, "--hypotheses", str(sources)], capsys)
+    assert f"--hypotheses {sources} is --sources_file {sources}" in line
+    notes = tmp_path / "notes.json"
+    notes.write_text("the user's")
+    assert "notes.json already exists; pass --overwrite" in error_line(
+        evaluate_main, [*argv, "--output", str(notes)], capsys
+    )
+    assert notes.read_text() == "the user's"
+
+
+def test_translate_never_writes_over_its_input_or_model(transformer_dir, tmp_path, capsys):
+    source = tmp_path / "in.txt"
+    source.write_text("a house\n")
+    line = error_line(
+        translate_main, ["--model", str(transformer_dir), "--input", str(source), "--output", str(source)], capsys
+    )
+    assert line.endswith(f"--output {source} is --input {source}: writing it would destroy the input")
+    inside = transformer_dir / "out.txt"
+    line = error_line(translate_main, ["--model", str(transformer_dir), "--output", str(inside), "x"], capsys)
+    assert line.endswith(f"--output {inside} is inside --model {transformer_dir}: write it somewhere else")
+    assert source.read_text() == "a house\n" and not inside.exists()

@@ -203,6 +203,21 @@ def _move_into(staging: Path, target: Path) -> None:
     _record(target, written)
 
 
+def check_output_file(
+    path: PathLike, inputs: Mapping[str, PathLike | None] | None = None, overwrite: bool = False,
+    output_name: str = "--output",
+) -> None:  # fmt: skip
+    """The refusals of `output_file`, without writing: for a command to check its outputs before any work."""
+    target = Path(path)
+    check_apart(target, inputs or {}, output_name)
+    if target.is_dir():
+        raise OutputError(f"{output_name} {path} is a folder, not a file to write")
+    if not target.parent.is_dir():
+        raise OutputError(f"{output_name} {path}: the folder {target.parent} does not exist")
+    if target.exists() and not overwrite and not written_by_us(target.parent, target.name):
+        raise OutputError(f"{output_name} {path} already exists; pass --overwrite to replace it")
+
+
 @contextlib.contextmanager
 def output_file(
     path: PathLike,
@@ -218,13 +233,7 @@ def output_file(
     Refused before the block runs (OutputError): `path` is or is inside an input; it is a folder; its folder does
     not exist; it exists and was not written by this package (unless `overwrite`)."""
     target = Path(path)
-    check_apart(target, inputs or {}, output_name)
-    if target.is_dir():
-        raise OutputError(f"{output_name} {path} is a folder, not a file to write")
-    if not target.parent.is_dir():
-        raise OutputError(f"{output_name} {path}: the folder {target.parent} does not exist")
-    if target.exists() and not overwrite and not written_by_us(target.parent, target.name):
-        raise OutputError(f"{output_name} {path} already exists; pass --overwrite to replace it")
+    check_output_file(target, inputs, overwrite, output_name)
     mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
     handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below, before the rename)
         "wb" if binary else "w",
@@ -266,6 +275,7 @@ __all__ = [
     "MANIFEST",
     "OutputError",
     "check_apart",
+    "check_output_file",
     "command_line",
     "folder_lock",
     "foreign_files",

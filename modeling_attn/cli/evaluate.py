@@ -34,9 +34,10 @@ from modeling_attn.cli.parser import CommandParser, require_positive, run_comman
 
 from ..api.corpus import SPLIT_STEMS, DataError, jsonl_rows, text_pair_rows, tsv_rows
 from ..api.hub import EMBEDDED_TASK, decoding_settings, local_or_hub
+from ..api.outputs import OutputError, check_output_file, output_file
 from ..api.quantize import quantize, quantize_device
 from ..api.translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
-from .translate import DecodingArguments, atomic_output, generation_overrides, parse_flags, shown_defaults
+from .translate import DecodingArguments, generation_overrides, parse_flags, shown_defaults
 
 _TEXT_FORMATS = ("tsv", "jsonl")
 
@@ -81,6 +82,11 @@ class EvaluateArguments:
     )
     output: str | None = field(default=None, metadata={"help": "Also write the JSON to this file."})
     hypotheses: str | None = field(default=None, metadata={"help": "Write the model's translations to this file."})
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "Replace existing --output / --hypotheses files that attn did not write (its own earlier "
+                  "outputs are replaced without it)."},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         require_positive(self, ("max_samples",))
@@ -273,7 +279,13 @@ def load_evaluation_set(args: SimpleNamespace) -> EvaluationSet:
 def main(argv: list[str] | None = None) -> int:
     """`attn evaluate`: see the module docstring and `attn evaluate --help`."""
     args = parse_flags(evaluate_parser(), argv)
-    return run_command("attn evaluate", lambda: _evaluate(args), (OSError, DataError, TranslateError))
+    return run_command("attn evaluate", lambda: _evaluate(args), (OSError, DataError, TranslateError, OutputError))
+
+
+def _inputs(args: SimpleNamespace) -> dict[str, str | None]:
+    """The files and folders `attn evaluate` reads, by flag: its outputs may be none of them."""
+    names = ("model", "data", "sources_file", "references_file", "hypotheses_file")
+    return {f"--{name}": getattr(args, name) for name in names}
 
 
 def _evaluate(args: SimpleNamespace) -> int:
@@ -283,6 +295,12 @@ def _evaluate(args: SimpleNamespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    inputs = _inputs(args)
+    for path, flag in ((args.output, "--output"), (args.hypotheses, "--hypotheses")):
+        if path:  # before any work: never an input, never a file attn did not write unless --overwrite
+            check_output_file(path, inputs, args.overwrite, flag)
+    if args.output and args.hypotheses and Path(args.output).resolve() == Path(args.hypotheses).resolve():
+        raise OutputError(f"--output and --hypotheses are both {args.output}; give two files")
     tests = load_evaluation_set(args)
     if args.max_samples is not None:
         tests.first(args.max_samples)
@@ -304,12 +322,14 @@ def _evaluate(args: SimpleNamespace) -> int:
         result = {"model": args.model, **tests.details, "sentences": len(hypotheses), **scores, "generation": settings}
     result["seconds"] = round(time.perf_counter() - start, 2)
     text = json.dumps(result, indent=2)
+    inputs = _inputs(args)
     with contextlib.ExitStack() as files:  # every file is complete, or none is written
-        outputs = [(files.enter_context(atomic_output(args.output)), text + "\n")] if args.output else []
-        if args.hypotheses:
-            outputs.append(
-                (files.enter_context(atomic_output(args.hypotheses)), "".join(f"{h}\n" for h in hypotheses))
-            )
+        outputs = [
+            (args.output, "--output", text + "\n"),
+            (args.hypotheses, "--hypotheses", "".join(f"{h}\n" for h in hypotheses)),
+        ]
+        outputs = [(files.enter_context(output_file(path, inputs, args.overwrite, flag)), content)
+                   for path, flag, content in outputs if path]  # fmt: skip
         for handle, content in outputs:
             handle.write(content)
     print(text)

@@ -33,21 +33,20 @@ refused, never cut silently).
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, TextIO
+from typing import Any
 
 from modeling_attn.cli.parser import CommandParser, require_positive, run_command
 
 from ..api.alignment import ALIGN_FORMATS, WORD_PATTERNS, aligned_line, translate_aligned
 from ..api.corpus import DataError, decode_lines
 from ..api.heatmaps import ALIGNMENT_MODES, TranslationAttention, figure_class
+from ..api.outputs import OutputError, output_file
 from ..api.quantize import QUANTIZE_CHOICES, quantize, quantize_device
 from ..api.translation import (
     SentenceTooLong,
@@ -112,6 +111,11 @@ class TranslateArguments:
     output: str | None = field(
         default=None, metadata={"help": "Write the translations to this file (atomically) instead of stdout."}
     )
+    overwrite: bool = field(
+        default=False,
+        metadata={"help": "Replace an existing --output file that attn did not write (its own earlier outputs are "
+                  "replaced without it)."},
+    )  # fmt: skip
     num_return_sequences: int | None = field(
         default=None,
         metadata={"help": "Write an n-best list: N lines `i ||| hypothesis ||| score` per input line, best first."},
@@ -217,37 +221,6 @@ def parse_flags(parser: CommandParser, argv: list[str] | None) -> SimpleNamespac
 
 
 @contextlib.contextmanager
-def atomic_output(path: str | os.PathLike) -> Iterator[TextIO]:
-    """A UTF-8 text file that appears at `path` only once the block has finished without an error: it is written
-    as a temporary file in the same folder and renamed into place (an existing file keeps its permissions)."""
-    target = Path(path)
-    if target.is_dir():
-        raise TranslateError(f"{path}: is a folder, not a file to write")
-    folder = target.parent
-    if not folder.is_dir():
-        raise TranslateError(f"{path}: the folder {folder} does not exist")
-    if target.exists():
-        mode = target.stat().st_mode & 0o7777
-    else:
-        umask = os.umask(0)
-        os.umask(umask)
-        mode = 0o666 & ~umask
-    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below, before the rename)
-        "w", encoding="utf-8", dir=folder, prefix=f".{target.name}.", suffix=".partial", delete=False
-    )
-    try:
-        yield handle
-        handle.flush()
-        os.fsync(handle.fileno())
-        handle.close()
-        os.chmod(handle.name, mode)
-        os.replace(handle.name, target)
-    finally:
-        handle.close()
-        Path(handle.name).unlink(missing_ok=True)
-
-
-@contextlib.contextmanager
 def terminated_as_exit() -> Iterator[None]:
     """SIGTERM (kill, a job scheduler) raises SystemExit(143) while the block runs, so that `atomic_output` removes
     its temporary file as it does on Ctrl-C."""
@@ -343,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         with terminated_as_exit() if args.output else contextlib.nullcontext():
             return _translate(args)
 
-    return run_command("attn translate", translate, (OSError, TranslateError, DataError))
+    return run_command("attn translate", translate, (OSError, TranslateError, DataError, OutputError))
 
 
 def _check_combinations(args: SimpleNamespace) -> None:
@@ -383,7 +356,8 @@ def _translate(args: SimpleNamespace) -> int:
     batch_size = 1 if interactive else args.batch_size
     with contextlib.ExitStack() as files:
         lines, total = _input_lines(args, files)
-        out = files.enter_context(atomic_output(args.output)) if args.output else sys.stdout
+        inputs = {"--input": None if args.input in (None, "-") else args.input, "--model": args.model}
+        out = files.enter_context(output_file(args.output, inputs, args.overwrite)) if args.output else sys.stdout
         progress = None
         if args.progress and (total is not None or not interactive):
             from tqdm.auto import tqdm
@@ -440,7 +414,6 @@ __all__ = [
     "PictureArguments",
     "SamplingArguments",
     "TranslateArguments",
-    "atomic_output",
     "generation_overrides",
     "parse_flags",
     "shown_defaults",
