@@ -131,3 +131,18 @@ def test_multi30k_in_place():
     assert {split: len(table) for split, table in parallel.splits.items()} == {
         "train": 29000, "validation": 1014, "test": 1000
     }  # fmt: skip
+
+
+def test_two_files_that_could_be_one_split_are_refused_naming_both(tmp_path):
+    """Issue 34: a second candidate file is never ignored without a word."""
+    folder = text_folder(tmp_path)
+    write(folder / "dev.en", ["another", "validation set"])
+    write(folder / "dev.de", ["ein anderes", "Validierungsset"])
+    with pytest.raises(DataError, match=rf"{folder}/valid.en and {folder}/dev.en could both be the validation split"):
+        load_parallel_data(str(folder), "en", "de")
+    (folder / "dev.en").unlink()
+    (folder / "dev.de").unlink()
+    gzipped = folder / "train.en.gz"
+    gzipped.write_bytes(gzip.compress(b"other text\n"))
+    with pytest.raises(DataError, match=rf"{folder}/train.en and {gzipped} could both be train.en; keep one"):
+        load_parallel_data(str(folder), "en", "de")

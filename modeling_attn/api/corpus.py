@@ -57,17 +57,23 @@ def read_lines(path: Path) -> list[str]:
 
 
 def find_split_file(folder: Path, stem: str, suffix: str) -> Path | None:
-    for name in (f"{stem}.{suffix}", f"{stem}.{suffix}.gz"):
-        if (folder / name).is_file():
-            return folder / name
-    return None
+    """`{stem}.{suffix}` or `{stem}.{suffix}.gz` in `folder`, or None; DataError naming both when both exist (one of
+    them would be ignored without a word)."""
+    found = [folder / name for name in (f"{stem}.{suffix}", f"{stem}.{suffix}.gz") if (folder / name).is_file()]
+    if len(found) > 1:
+        raise DataError(f"{found[0]} and {found[1]} could both be {stem}.{suffix}; keep one of them")
+    return found[0] if found else None
 
 
 def split_stem(folder: Path, split: str, suffix: str) -> str | None:
-    """The file stem of `split` among files ending in `.{suffix}` (or `.{suffix}.gz`), or None."""
-    for stem in SPLIT_STEMS[split]:
-        if find_split_file(folder, stem, suffix):
-            return stem
+    """The file stem of `split` among files ending in `.{suffix}` (or `.{suffix}.gz`), or None; DataError naming
+    them when several stems could be the split (`valid.de` and `dev.de`, `test_2016.de` and `test_2017.de`)."""
+    stems = [stem for stem in SPLIT_STEMS[split] if find_split_file(folder, stem, suffix)]
+    if len(stems) > 1:
+        names = " and ".join(str(find_split_file(folder, stem, suffix)) for stem in stems)
+        raise DataError(f"{names} could both be the {split} split; keep one of them")
+    if stems:
+        return stems[0]
     if split == "test":
         stems = sorted({p.name.split(".")[0] for p in folder.glob(f"test*.{suffix}*")} - {"test"})
         if len(stems) == 1:

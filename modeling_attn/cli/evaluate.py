@@ -32,7 +32,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from modeling_attn.cli.parser import CommandParser, require_positive, run_command
 
-from ..api.corpus import SPLIT_STEMS, DataError, jsonl_rows, text_pair_rows, tsv_rows
+from ..api.corpus import SPLIT_STEMS, DataError, find_split_file, jsonl_rows, text_pair_rows, tsv_rows
 from ..api.hub import EMBEDDED_TASK, decoding_settings, local_or_hub
 from ..api.outputs import OutputError, check_output_file, output_file
 from ..api.quantize import quantize, quantize_device
@@ -170,7 +170,8 @@ class EvaluationSet:
 
 
 def _file(folder: Path, name: str) -> Path | None:
-    return next((path for path in (folder / name, folder / f"{name}.gz") if path.is_file()), None)
+    stem, _, suffix = name.partition(".")
+    return find_split_file(folder, stem, suffix)  # DataError when both NAME and NAME.gz exist
 
 
 def _split_stems(folder: Path, split: str) -> list[str]:
@@ -180,8 +181,11 @@ def _split_stems(folder: Path, split: str) -> list[str]:
         return any(path.name.startswith(f"{stem}.") for path in folder.iterdir())
 
     stems = [stem for stem in SPLIT_STEMS[split] if present(stem)]
+    if len(stems) > 1:
+        raise DataError(f"{folder}: files {' and '.join(f'{stem}.*' for stem in stems)} could both be the {split} "
+                        "split; keep one of them, or choose with --sources_file/--references_file")  # fmt: skip
     if stems or split != "test":
-        return stems[:1]
+        return stems
     found = sorted({path.name.split(".")[0] for path in folder.glob("test*.*")})
     if len(found) > 1:
         raise DataError(f"{folder}: several test sets {found}; choose one with --sources_file/--references_file")
