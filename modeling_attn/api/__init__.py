@@ -1,0 +1,1 @@
+"""The Python API over the models (never copied to the Hub)."""
