@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 import transformers
 from torch import nn
+from transformers import CompileConfig, GenerationConfig
 
 import modeling_attn  # noqa: F401  (registers attn_transformer with the Auto classes)
 from modeling_attn import AttnTransformerForConditionalGeneration
@@ -168,10 +169,9 @@ def ours_loss(model: nn.Module, batch: Batch, **kwargs) -> torch.Tensor:
     return hf_loss(model, batch, skip_logits=True, **kwargs)
 
 
-def hf_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int) -> torch.Tensor:
-    from transformers import GenerationConfig
-
-    settings = GenerationConfig(
+def generation_settings(beams: int, new_tokens: int, **extra) -> GenerationConfig:
+    """Greedy or beam search forced to exactly `new_tokens` tokens (`extra`: more GenerationConfig fields)."""
+    return GenerationConfig(
         num_beams=beams,
         do_sample=False,
         max_new_tokens=new_tokens,
@@ -180,8 +180,74 @@ def hf_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int) -> 
         bos_token_id=BOS,
         eos_token_id=EOS,
         decoder_start_token_id=BOS,
+        **extra,
     )
+
+
+def hf_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int) -> torch.Tensor:
+    settings = generation_settings(beams, new_tokens)
     return model.generate(batch.input_ids, attention_mask=batch.attention_mask, generation_config=settings)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Static cache and compiled generation (compile_static.py, export_speed.py, gpu.py)
+
+
+def compile_config(backend: str = "inductor", mode: str | None = None) -> CompileConfig:
+    """transformers' automatic compilation of the decoding steps, fullgraph (a graph break raises). `mode` None:
+    transformers' default ("reduce-overhead", CUDA graphs) on CUDA, "default" elsewhere. transformers compiles by
+    itself on GPUs only; `_compile_all_devices` is the switch its own tests use to compile on the CPU as well."""
+    if mode is None:
+        mode = "reduce-overhead" if torch.cuda.is_available() else "default"
+    config = CompileConfig(fullgraph=True, backend=backend, mode=mode)
+    config._compile_all_devices = True
+    return config
+
+
+def static_generate(model: nn.Module, batch: Batch, beams: int, new_tokens: int, **extra) -> torch.Tensor:
+    """`hf_generate` with a static cache (`extra`: e.g. compile_config)."""
+    settings = generation_settings(beams, new_tokens, cache_implementation="static", **extra)
+    return model.generate(batch.input_ids, attention_mask=batch.attention_mask, generation_config=settings)
+
+
+class CompiledStatic:
+    """Compiled generation with a static cache, by transformers' documented routes, on two copies of a model:
+    greedy search through generate's automatic compilation (`compile_config`, which transformers applies to greedy
+    search and sampling only), beam search through `model.forward = torch.compile(model.forward, fullgraph=True)`
+    (transformers' beam search calls the model uncompiled; so does ours, which hands static caches over to it)."""
+
+    def __init__(self, reference: nn.Module, backend: str = "inductor", mode: str | None = None):
+        self.config = compile_config(backend, mode)
+        self.greedy = ours(reference, "sdpa").eval()
+        self.beam = ours(reference, "sdpa").eval()
+        forward_mode = None if self.config.mode == "default" else self.config.mode
+        self.beam.forward = torch.compile(self.beam.forward, fullgraph=True, backend=backend, mode=forward_mode)
+
+    def to(self, device: str) -> CompiledStatic:
+        self.greedy.to(device)
+        self.beam.to(device)
+        return self
+
+    def generate(self, batch: Batch, beams: int, new_tokens: int) -> torch.Tensor:
+        if beams == 1:
+            return static_generate(self.greedy, batch, beams, new_tokens, compile_config=self.config)
+        return static_generate(self.beam, batch, beams, new_tokens)
+
+
+# attn_transformer's eager decoding with transformers' dynamic cache (the default), with a static cache, and compiled
+# with a static cache
+GENERATION_VARIANTS: dict[str, Peer] = {
+    "eager, dynamic cache": Peer("eager, dynamic cache", lambda ref: ours(ref, "sdpa"), trains=False),
+    "eager, static cache": Peer(
+        "eager, static cache", lambda ref: ours(ref, "sdpa"), trains=False, generate=static_generate
+    ),
+    "compiled, static cache": Peer(
+        "compiled, static cache",
+        CompiledStatic,
+        trains=False,
+        generate=lambda model, batch, beams, new_tokens: model.generate(batch, beams, new_tokens),
+    ),
+}
 
 
 # The peers built through transformers' classes; bench/speed.py adds torch.nn.Transformer and CTranslate2.

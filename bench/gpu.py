@@ -18,6 +18,12 @@ measured:
    FLOPs of the real tokens (FLOP_FORMULA) / median step time / the GPU's dense bf16 peak.
 3. `generate`: greedy and beam 4, forced to the batch's longest reference length (as speed.py does), under bf16
    autocast: target tokens/s and ms per sentence.
+4. `compile`: the same generation eager with the dynamic cache against compiled with a static cache
+   (`common.GENERATION_VARIANTS`, as bench/compile_static.py on the CPU): greedy search through generate's
+   automatic compilation (`compile_config`: CUDA graphs, "reduce-overhead"), beam search through
+   `model.forward = torch.compile(...)`; tokens/s, ms per sentence, the first (compiling) call's seconds and
+   whether the token ids equal the eager ones. The dry run compiles with torch.compile's "eager" backend (graph
+   capture without code generation), which takes seconds instead of minutes on a CPU.
 
 A measurement that raises (say, out of memory) is kept in the report as its error and the others go on. The
 command exits with status 1 when an attention implementation that ran disagrees with eager, when none could be
@@ -46,7 +52,7 @@ import common  # noqa: E402  (this folder's shared helpers)
 
 from modeling_attn.api.presets import load_preset  # noqa: E402
 
-PARTS = ["attention", "train", "generate"]
+PARTS = ["attention", "train", "generate", "compile"]
 BACKENDS = ["sdpa", "flash_attention_2"]
 # Added to the allowance of the attention check: transformers' absolute tolerance for its eager-vs-sdpa tests in
 # bfloat16, this repo's eager == sdpa tolerance in float32 (there eager's own error is 0 by construction).
@@ -58,6 +64,9 @@ GPU_RUN = {
     "train_batch_size": 512,
     "train_batches": 4,
     "generate_batch_sizes": [32, 256],
+    "compile_presets": ["base"],
+    "compile_batch_sizes": [1, 32],
+    "compile_backend": "inductor",
     "reps": 5,
 }
 DRY_RUN = {
@@ -67,6 +76,9 @@ DRY_RUN = {
     "train_batch_size": 8,
     "train_batches": 2,
     "generate_batch_sizes": [4],
+    "compile_presets": ["tiny"],
+    "compile_batch_sizes": [4],
+    "compile_backend": "eager",
     "reps": 2,
 }
 FLOP_FORMULA = (
@@ -89,6 +101,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--train_batch_size", type=int, help="sentences per training batch (default 512; dry run 8)")
     parser.add_argument("--train_batches", type=int, help="training steps per timed round (default 4; dry run 2)")
     parser.add_argument("--generate_batch_sizes", type=int, nargs="+", help="default: 32 256 (dry run: 4)")
+    parser.add_argument("--compile_presets", nargs="+", help="default: base (dry run: tiny)")
+    parser.add_argument("--compile_batch_sizes", type=int, nargs="+", help="default: 1 32 (dry run: 4)")
+    parser.add_argument("--compile_backend", help="torch.compile backend (default inductor; dry run: eager)")
     parser.add_argument("--reps", type=int, help="timed rounds after one warm-up round, median (default 5; dry 2)")
     parser.add_argument("--peak_tflops", type=float, help="dense bf16 peak for MFU (default: by GPU name)")
     parser.add_argument("--max_seconds", type=float, default=540, help="later measurements are skipped after this")
@@ -105,7 +120,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    for flag in ("attention_presets", "train_presets", "generate_presets"):
+    for flag in ("attention_presets", "train_presets", "generate_presets", "compile_presets"):
         for preset in getattr(args, flag):
             try:
                 model_type = load_preset(preset).model_type
@@ -273,6 +288,41 @@ def generate(preset: str, args: argparse.Namespace) -> dict:
     return result
 
 
+def compile_generate(preset: str, args: argparse.Namespace) -> dict:
+    """Eager decoding with the dynamic cache against compiled decoding with a static cache, greedy and beam 4, at
+    each batch size (bf16 autocast on the GPU, as `generate`)."""
+    reference = build(preset, args.seed)
+    result: dict = {"preset": preset, "backend": args.compile_backend}
+    for batch_size in args.compile_batch_sizes:
+        batch = common.make_batches(1, batch_size, reference.config.vocab_size, seed=2)[0].to(args.device)
+        new_tokens = max(batch.target_lengths)
+        for beams, search in ((1, "greedy"), (4, "beam4")):
+            entry = result[f"{search}_batch{batch_size}"] = {"new_tokens_per_sentence": new_tokens}
+            ids = {}
+            for name, variant in common.GENERATION_VARIANTS.items():
+                if name == "eager, static cache":
+                    continue
+                options = {"backend": args.compile_backend} if name.startswith("compiled") else {}
+                model = variant.build(reference, **options).to(args.device)
+                task = common.generation_task(model, variant, [batch], beams, args.device)  # (eval mode)
+                started = time.perf_counter()
+                with torch.inference_mode(), common.autocast(args.device):
+                    ids[name] = variant.generate(model, batch, beams, new_tokens)
+                common.synchronize()
+                first_call = time.perf_counter() - started
+                seconds = common.interleaved({name: task}, args.reps)[name]
+                entry[name] = {
+                    "first_call_s": first_call,
+                    "seconds": seconds,
+                    "target_tokens_per_s": common.median_rate(seconds, new_tokens * batch_size),
+                    "ms_per_sentence": 1000 * statistics.median(seconds) / batch_size,
+                }
+                del model, task
+                release(args.device)
+            entry["same_ids"] = torch.equal(*ids.values())
+    return result
+
+
 def release(device: str) -> None:
     if device == "cuda":
         torch.cuda.empty_cache()
@@ -327,6 +377,8 @@ def main(argv: list[str] | None = None) -> dict:
         measure("train", args.train_presets, lambda preset: train(preset, args, peak))
     if "generate" in args.parts:
         measure("generate", args.generate_presets, lambda preset: generate(preset, args))
+    if "compile" in args.parts:
+        measure("compile", args.compile_presets, lambda preset: compile_generate(preset, args))
     common.log(f"[gpu] wrote {args.output}")
     return report
 

@@ -272,7 +272,7 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     output = tmp_path / "gpu.json"
     report = module.main(["--dry-run", "--output", str(output), "--peak_tflops", "2"])
     assert json.loads(output.read_text()) == report
-    assert set(report["parts"]) == {"attention", "train", "generate"} and report["dry_run"]
+    assert set(report["parts"]) == {"attention", "train", "generate", "compile"} and report["dry_run"]
     assert finite_numbers(report)  # and each of them finite
 
     attention = report["parts"]["attention"]
@@ -304,6 +304,14 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     (generated,) = report["parts"]["generate"]["results"]
     for key in ("greedy_batch4", "beam4_batch4"):
         assert generated[key]["target_tokens_per_s"] > 0 and generated[key]["ms_per_sentence"] > 0
+    # compiled (the dry run: torch.compile's graph capture, "eager" backend) static-cache decoding gives the ids of
+    # the eager dynamic cache's
+    (compiled,) = report["parts"]["compile"]["results"]
+    assert compiled["backend"] == "eager"
+    for key in ("greedy_batch4", "beam4_batch4"):
+        assert compiled[key]["same_ids"] is True
+        for variant in ("eager, dynamic cache", "compiled, static cache"):
+            assert compiled[key][variant]["target_tokens_per_s"] > 0 and compiled[key][variant]["first_call_s"] > 0
 
     # sdpa's output off by 1%: the check fails and the command would exit with status 1; a part that raises is kept
     # in the report as its error, after the parts before it
@@ -321,3 +329,40 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     assert report["parts"]["attention"]["passed"] and json.loads(output.read_text()) == report
     (crashed,) = report["parts"]["train"]["results"]
     assert crashed["preset"] == "tiny" and "RuntimeError" in crashed["error"] and module.failed(report)
+
+
+@pytest.mark.slow
+def test_compile_static_quick_run(common, tmp_path):
+    """bench/compile_static.py --quick (tiny preset, torch.compile's graph capture without code generation): every
+    variant and search measured, and the static-cache variants, compiled or not, give the dynamic cache's ids."""
+    report = bench_script("compile_static").main(["--quick", "--output_dir", str(tmp_path)])
+    assert json.loads((tmp_path / "compile-static-cpu-quick.json").read_text()) == report
+    (result,) = report["results"]
+    assert set(result["settings"]) == {"greedy_batch", "greedy_single", "beam4_batch", "beam4_single"}
+    for entries in result["settings"].values():
+        assert list(entries) == list(common.GENERATION_VARIANTS)
+        for entry in entries.values():
+            assert entry["same_ids"] is True and entry["tokens_per_s"] > 0 and entry["first_call_s"] > 0
+    table = (tmp_path / "compile-static-cpu-quick.md").read_text()
+    assert "Command: `python bench/compile_static.py --quick" in table
+    assert "| beam4_single | compiled, static cache |" in table
+
+
+@pytest.mark.slow
+def test_export_speed_quick_run(tmp_path):
+    """bench/export_speed.py --quick: the four runtimes on the tiny preset; onnxruntime and the compiled model give
+    PyTorch's ids for every sentence (CTranslate2 runs its own search: its share is reported, not required)."""
+    pytest.importorskip("ctranslate2")
+    pytest.importorskip("onnxruntime")
+    module = bench_script("export_speed")
+    report = module.main(["--quick", "--output_dir", str(tmp_path)])
+    (result,) = report["results"]
+    assert set(result["settings"]) == {"greedy_batch", "beam4_batch", "greedy_single", "beam4_single"}
+    for entries in result["settings"].values():
+        assert list(entries) == module.RUNTIMES
+        assert all(entries[name]["same_ids"] == 1.0 for name in module.RUNTIMES[:3])
+        assert all(entry["sentences_per_s"] > 0 and 0 <= entry["same_ids"] <= 1 for entry in entries.values())
+    assert result["setup"]["onnxruntime export s"] > 0 and result["setup"]["CTranslate2 export s"] > 0
+    assert (
+        report["versions"]["onnxruntime"] and "| onnxruntime |" in (tmp_path / "export-speed-cpu-quick.md").read_text()
+    )
