@@ -1,0 +1,249 @@
+"""Dynamic int8 quantization (`--quantize int8`, `modeling_attn.api.quantize.quantize_int8`) against float32 and
+against CTranslate2 int8 of the same weights, on the CPU.
+
+Two parts, written to `--output` (default bench/results/int8-cpu.{json,md}):
+
+1. Speed, `--preset` (default `base`) with random weights, beam `--beams` (4): one untrained model, its int8 copy
+   (`quantize_int8`), and CTranslate2 exports of the same weights (`export_ctranslate2(quantization="int8")`, and
+   "float32" for scale). Token ids are random, lengths follow Multi30k pairs (bench/common.py) and every model is
+   forced to produce the batch's longest target length (`min_new_tokens = max_new_tokens`; CTranslate2
+   `min/max_decoding_length`), as bench/speed.py does: with untrained weights where a model stops is noise. Timed
+   with 1 thread and with all threads (`--threads`), repetitions interleaved in rotating order; each number is the
+   median over repetitions of target tokens / second, by wall clock and by this process's CPU time (on a machine
+   shared with other jobs the CPU time is the steadier of the two; it sums the threads).
+2. Quality, with a trained model (`--model DIR`): the test split of `--data` (default: the embedded dates task, as
+   `attn evaluate` reads it) translated with the model's own decoding in float32, int8 and CTranslate2 int8;
+   sacreBLEU and chrF of each, how many translations int8 changes, and the wall time of each run.
+
+    python bench/int8.py --model outputs/dates                          # dates task, base preset speed
+    python bench/int8.py --model outputs/m30k-en-de --data ../shared/data/multi30k --source_lang en --target_lang de
+    python bench/int8.py --quick                                        # tiny preset, a few sentences (a check)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shlex
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import transformers
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import PAD, REPO, hf_generate, log, machine, make_batches, reference_model  # noqa: E402
+
+from modeling_attn.api.quantize import quantize_int8  # noqa: E402
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="base", help="model preset of the speed part (base)")
+    parser.add_argument("--beams", type=int, default=4, help="beam size (4)")
+    parser.add_argument("--batch_size", type=int, default=16, help="sentences per generate() call (16)")
+    parser.add_argument("--batches", type=int, default=2, help="batches per timed run (2)")
+    parser.add_argument("--reps", type=int, default=3, help="timed repetitions of each model (3)")
+    parser.add_argument("--threads", type=int, nargs="+", help="thread counts to time (default: 1 and all)")
+    parser.add_argument("--model", help="a trained model folder for the quality part (skipped without one)")
+    parser.add_argument("--data", help="test data as attn evaluate reads it (default: the embedded dates task)")
+    parser.add_argument("--source_lang")
+    parser.add_argument("--target_lang")
+    parser.add_argument("--max_samples", type=int, help="translate only the first N test pairs")
+    parser.add_argument("--quality_threads", type=int, default=1, help="threads of the quality part (1)")
+    parser.add_argument("--quick", action="store_true", help="tiny preset, 1 batch of 4, 1 rep, 16 test pairs")
+    parser.add_argument("--output", default=str(REPO / "bench" / "results" / "int8-cpu"), help="JSON/MD stem")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.preset, args.batch_size, args.batches, args.reps = "tiny", 4, 1, 1
+        args.max_samples = args.max_samples or 16
+    args.threads = args.threads or sorted({1, torch.get_num_threads()})
+    return args
+
+
+# -- part 1: speed -------------------------------------------------------------------------------------------------
+
+
+def ct2_translator(model: torch.nn.Module, quantization: str, threads: int):
+    from modeling_attn.api.export_ctranslate2 import CTranslate2Translator, export_ctranslate2
+
+    folder = Path(tempfile.mkdtemp(prefix=f"bench-int8-ct2-{quantization}-")) / "model"
+    export_ctranslate2(model, folder, quantization=quantization)
+    return CTranslate2Translator(folder, device="cpu", compute_type=quantization, inter_threads=1,
+                                 intra_threads=threads)  # fmt: skip
+
+
+def speed(args: argparse.Namespace) -> dict:
+    model = reference_model(args.preset, 512, seed=0).eval()
+    batches = make_batches(args.batches, args.batch_size, model.config.vocab_size, seed=1, max_length=100)
+    tokens = sum(batch.input_ids.shape[0] * max(batch.target_lengths) for batch in batches)
+    int8 = quantize_int8(model)
+    results = {"preset": args.preset, "parameters": model.num_parameters(), "beams": args.beams,
+               "sentences": args.batch_size * args.batches, "target_tokens_per_run": tokens, "threads": {}}  # fmt: skip
+    for threads in args.threads:
+        torch.set_num_threads(threads)
+        runs = {"float32": lambda m=model: _generate_ours(m, batches, args.beams),
+                "int8 (quantize_int8)": lambda m=int8: _generate_ours(m, batches, args.beams)}  # fmt: skip
+        for quantization in ("int8", "float32"):
+            try:
+                translator = ct2_translator(model, quantization, threads)
+            except ImportError as error:
+                log(f"CTranslate2 not measured: {error}")
+                break
+            runs[f"CTranslate2 {quantization}"] = lambda t=translator: _generate_ct2(t, batches, args.beams)
+        log(f"{threads} thread(s): timing {', '.join(runs)}")
+        seconds = _interleaved(runs, args.reps)
+        results["threads"][str(threads)] = {
+            name: {
+                "wall_tokens_per_s": round(tokens / statistics.median(s["wall"]), 1),
+                "cpu_tokens_per_s": round(tokens / statistics.median(s["cpu"]), 1),
+                "wall_seconds": [round(v, 3) for v in s["wall"]],
+                "cpu_seconds": [round(v, 3) for v in s["cpu"]],
+            }
+            for name, s in seconds.items()
+        }
+    return results
+
+
+def _generate_ours(model: torch.nn.Module, batches: list, beams: int) -> None:
+    with torch.inference_mode():
+        for batch in batches:
+            hf_generate(model, batch, beams, max(batch.target_lengths))
+
+
+def _generate_ct2(translator, batches: list, beams: int) -> None:
+    for batch in batches:
+        sources = [row[row != PAD].tolist() for row in batch.input_ids]
+        length = max(batch.target_lengths)
+        translator.translate_ids(sources, beam_size=beams, min_decoding_length=length, max_decoding_length=length)
+
+
+def _interleaved(runs: dict, reps: int) -> dict[str, dict[str, list[float]]]:
+    """One untimed run of each, then `reps` rounds in rotating order; wall and CPU seconds of each run."""
+    for run in runs.values():
+        run()
+    seconds = {name: {"wall": [], "cpu": []} for name in runs}
+    names = list(runs)
+    for rep in range(reps):
+        for name in names[rep % len(names) :] + names[: rep % len(names)]:
+            wall, cpu = time.perf_counter(), time.process_time()
+            runs[name]()
+            seconds[name]["wall"].append(time.perf_counter() - wall)
+            seconds[name]["cpu"].append(time.process_time() - cpu)
+            log(f"  {name}: {seconds[name]['wall'][-1]:.2f} s wall, {seconds[name]['cpu'][-1]:.2f} s CPU")
+    return seconds
+
+
+# -- part 2: quality -----------------------------------------------------------------------------------------------
+
+
+def quality(args: argparse.Namespace) -> dict:
+    from modeling_attn.api.metrics import translation_scores, writes_lowercase
+    from modeling_attn.api.translation import load_model
+    from modeling_attn.cli.evaluate import evaluate, load_evaluation_set
+
+    torch.set_num_threads(args.quality_threads)
+    split = load_evaluation_set(SimpleNamespace(
+        hypotheses_file=None, sources_file=None, references_file=None, data=args.data, data_config=None,
+        source_lang=args.source_lang, target_lang=args.target_lang, split="test"))  # fmt: skip
+    if args.max_samples:
+        split.first(args.max_samples)
+    model, tokenizer = load_model(args.model, "cpu")
+    results = {"model": args.model, **split.details, "sentences": len(split.sources), "threads": args.quality_threads,
+               "generation": model.generation_config.to_diff_dict(), "runs": {}}  # fmt: skip
+    hypotheses = {}
+    for name, candidate in (("float32", model), ("int8 (quantize_int8)", quantize_int8(model))):
+        log(f"quality: translating {len(split.sources)} sentences with {name}")
+        start = time.perf_counter()
+        scores, hypotheses[name] = evaluate(candidate, tokenizer, split.sources, split.references, batch_size=32)
+        results["runs"][name] = {**_scores(scores), "seconds": round(time.perf_counter() - start, 2)}
+    if model.config.model_type == "attn_transformer":
+        translator = ct2_translator(model, "int8", args.quality_threads)
+        translator._tokenizer = tokenizer
+        log("quality: translating with CTranslate2 int8")
+        start, found = time.perf_counter(), []
+        for first in range(0, len(split.sources), 32):
+            found += translator.translate(split.sources[first : first + 32])
+        seconds = time.perf_counter() - start
+        scores = translation_scores(found, split.references, lowercase=writes_lowercase(tokenizer))
+        results["runs"]["CTranslate2 int8"] = {**_scores(scores), "seconds": round(seconds, 2)}
+        hypotheses["CTranslate2 int8"] = found
+    float_hypotheses = hypotheses["float32"]
+    for name, found in hypotheses.items():
+        results["runs"][name]["changed_vs_float32"] = sum(a != b for a, b in zip(found, float_hypotheses, strict=True))
+    return results
+
+
+def _scores(scores: dict) -> dict:
+    return {key: round(scores[key], 2) if isinstance(scores[key], float) else scores[key]
+            for key in ("bleu", "chrf", "bleu_signature") if key in scores}  # fmt: skip
+
+
+# -- report --------------------------------------------------------------------------------------------------------
+
+
+def markdown(results: dict) -> str:
+    lines = [f"# int8 on the CPU: {results['machine']}", "", f"`{results['command']}`",
+             f"torch {results['versions']['torch']}, transformers {results['versions']['transformers']}, "
+             f"ctranslate2 {results['versions']['ctranslate2']}", ""]  # fmt: skip
+    speed_part = results["speed"]
+    lines += [f"## Speed: `{speed_part['preset']}` preset ({speed_part['parameters'] / 1e6:.1f}M parameters, random "
+              f"weights), beam {speed_part['beams']}, {speed_part['sentences']} sentences, forced lengths", "",
+              "Target tokens / second (median; wall clock and this process's CPU time).", "",
+              "| threads | model | wall tok/s | CPU tok/s | x float32 (wall) | x float32 (CPU) |",
+              "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for threads, runs in speed_part["threads"].items():
+        base = runs["float32"]
+        for name, run in runs.items():
+            lines.append(f"| {threads} | {name} | {run['wall_tokens_per_s']} | {run['cpu_tokens_per_s']} | "
+                         f"{run['wall_tokens_per_s'] / base['wall_tokens_per_s']:.2f} | "
+                         f"{run['cpu_tokens_per_s'] / base['cpu_tokens_per_s']:.2f} |")  # fmt: skip
+        if "CTranslate2 int8" in runs:
+            ratio = runs["int8 (quantize_int8)"]["wall_tokens_per_s"] / runs["CTranslate2 int8"]["wall_tokens_per_s"]
+            lines.append(f"| {threads} | ours int8 / CTranslate2 int8 | {ratio:.2f} | | | |")
+    if results.get("quality"):
+        part = results["quality"]
+        lines += ["", f"## Quality: {part.get('data')} ({part.get('split')}, {part['sentences']} sentences), "
+                  f"model {part['model']}", "", "| run | BLEU | chrF | translations changed vs float32 | seconds |",
+                  "| --- | --- | --- | --- | --- |"]  # fmt: skip
+        for name, run in part["runs"].items():
+            lines.append(f"| {name} | {run['bleu']} | {run.get('chrf')} | {run['changed_vs_float32']} | "
+                         f"{run['seconds']} |")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        import ctranslate2
+
+        ct2_version = ctranslate2.__version__
+    except ImportError:
+        ct2_version = "not installed"
+    results = {
+        "command": shlex.join(["python", "bench/int8.py", *(sys.argv[1:] if argv is None else argv)]),
+        "machine": machine(),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "ctranslate2": ct2_version,
+        },  # fmt: skip
+        "speed": speed(args),
+        "quality": quality(args) if args.model else None,
+    }
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    output.with_suffix(".md").write_text(markdown(results))
+    print(markdown(results))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

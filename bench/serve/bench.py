@@ -1,0 +1,246 @@
+"""`attn serve` under load on loopback: throughput and latency at 1, 8 and 32 concurrent clients, against
+`attn translate` on the same sentences, and a stress run (32 clients x 500 requests) counting lost or wrong answers.
+
+1. Sentences: a pool of distinct human-written dates of the embedded dates task (`training.synthetic.generate_pairs`,
+   seed 12345, a seed the task's own splits do not use), one sentence per request.
+2. Reference and baseline: `attn translate --model M --input pool.txt` (a subprocess, the model's own decoding and
+   batch size 32): its output is the right answer for every request, and its wall time, with and without the
+   process start and model load, is the offline baseline. `attn translate` started once per sentence (what a script
+   without a server does) is timed on `--per_process` sentences.
+3. Server: `attn serve --model M --port P --threads T` in its own process on 127.0.0.1. For each client count,
+   closed-loop clients (threads, each with its own keep-alive httpx.Client) send one-sentence requests back to back
+   until `--requests` requests are answered; throughput is answered requests / wall time, latency the time of each
+   request (p50 / p99). Every answer is compared with the reference.
+4. Stress: `--stress_clients` clients sending `--stress_clients` x `--stress_requests` requests (default 32 x 500), one
+   sentence; every request must be answered 200 with the reference translation.
+
+    python bench/serve/bench.py --model outputs/dates          # writes bench/serve/results.json and prints a table
+    python bench/serve/bench.py --model outputs/dates --quick  # 1 and 8 clients, 16 requests, stress 8 x 10
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import platform
+import random
+import shlex
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import torch
+import transformers
+from modeling_attn.training.synthetic import generate_pairs
+
+HERE = Path(__file__).resolve().parent
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--model", required=True, help="model folder (e.g. `attn train --output_dir outputs/dates`)")
+    parser.add_argument("--pool", type=int, default=512, help="distinct sentences (512)")
+    parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32], help="client counts (1 8 32)")
+    parser.add_argument("--requests", type=int, default=256, help="requests per client count (256)")
+    parser.add_argument("--stress_clients", type=int, default=32)
+    parser.add_argument("--stress_requests", type=int, default=500, help="requests per stress client (500)")
+    parser.add_argument("--per_process", type=int, default=3, help="sentences for the process-per-sentence baseline")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads of the server and attn translate (1)")
+    parser.add_argument("--serve_flags", default="", help="more `attn serve` flags, e.g. '--max_wait_ms 5'")
+    parser.add_argument("--quick", action="store_true", help="a short check of the script")
+    parser.add_argument("--output", default=str(HERE / "results.json"))
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.pool, args.clients, args.requests = 64, [1, 8], 16
+        args.stress_clients, args.stress_requests, args.per_process = 8, 10, 1
+    return args
+
+
+def machine() -> str:
+    name = platform.machine()
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    import os
+
+    return f"{name}, {os.cpu_count()} CPU cores"
+
+
+def attn(*arguments: str) -> list[str]:
+    return [sys.executable, "-m", "modeling_attn.cli.main", *arguments]
+
+
+def reference(args: argparse.Namespace, pool: list[str], folder: Path) -> tuple[dict[str, str], dict]:
+    """The translations of `attn translate` and its timings."""
+    source = folder / "pool.txt"
+    source.write_text("".join(f"{line}\n" for line in pool))
+    start = time.perf_counter()
+    done = subprocess.run(attn("translate", "--model", args.model, "--input", str(source), "--no_progress",
+                               "--threads", str(args.threads)), capture_output=True, text=True, check=True)  # fmt: skip
+    total = time.perf_counter() - start
+    translations = done.stdout.splitlines()
+    # the same command on no sentence: the process start and the model load alone
+    empty = folder / "empty.txt"
+    empty.write_text("")
+    start = time.perf_counter()
+    subprocess.run(attn("translate", "--model", args.model, "--input", str(empty), "--no_progress"), check=True,
+                   capture_output=True)  # fmt: skip
+    startup = time.perf_counter() - start
+    start = time.perf_counter()
+    for line in pool[: args.per_process]:
+        subprocess.run(attn("translate", "--model", args.model, "--no_progress", "--threads", str(args.threads), line),
+                       check=True, capture_output=True)  # fmt: skip
+    per_process = (time.perf_counter() - start) / max(1, args.per_process)
+    timings = {
+        "sentences": len(pool),
+        "seconds_with_startup": round(total, 2),
+        "startup_seconds": round(startup, 2),
+        "sentences_per_s": round(len(pool) / total, 2),
+        "sentences_per_s_without_startup": round(len(pool) / max(1e-9, total - startup), 2),
+        "one_process_per_sentence_seconds": round(per_process, 2),
+    }
+    return dict(zip(pool, translations, strict=True)), timings
+
+
+@contextlib.contextmanager
+def server(args: argparse.Namespace, folder: Path) -> Iterator[str]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    log = open(folder / "serve.log", "w")  # noqa: SIM115 (closed below)
+    process = subprocess.Popen(attn("serve", "--model", args.model, "--port", str(port), "--threads",
+                                    str(args.threads), "--log_level", "warning", *shlex.split(args.serve_flags)),
+                               stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError((folder / "serve.log").read_text())
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError("attn serve did not start in 300 s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=120)
+        log.close()
+
+
+def load(url: str, clients: int, requests: int, pool: list[str], expected: dict[str, str],
+         sentences_per_request: tuple[int, int] = (1, 1)) -> dict:  # fmt: skip
+    """`clients` closed-loop clients sharing `requests` requests; throughput, latency, and what went wrong."""
+    counter = iter(range(requests))
+    lock = threading.Lock()
+    latencies: list[float] = []
+    problems: list[str] = []
+
+    def client(index: int) -> None:
+        generator = random.Random(index)
+        with httpx.Client(timeout=600) as session:
+            while True:
+                with lock:
+                    if next(counter, None) is None:
+                        return
+                lines = generator.sample(pool, generator.randint(*sentences_per_request))
+                start = time.perf_counter()
+                try:
+                    response = session.post(f"{url}/translate", json={"text": lines})
+                except httpx.HTTPError as error:
+                    problems.append(f"lost: {type(error).__name__}: {error}")
+                    continue
+                elapsed = time.perf_counter() - start
+                if response.status_code != 200:
+                    problems.append(f"status {response.status_code}: {response.text[:200]}")
+                    continue
+                texts = [entry["text"] for entry in response.json()["translations"]]
+                if texts != [expected[line] for line in lines]:
+                    problems.append(f"wrong: {lines} -> {texts}")
+                with lock:
+                    latencies.append(elapsed)
+
+    threads = [threading.Thread(target=client, args=(index,)) for index in range(clients)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    wall = time.perf_counter() - start
+    ordered = sorted(latencies)
+    return {
+        "clients": clients,
+        "requests": requests,
+        "answered_right": len(latencies),
+        "problems": len(problems),
+        "first_problems": problems[:5],
+        "seconds": round(wall, 2),
+        "requests_per_s": round(len(latencies) / wall, 2),
+        "latency_p50_ms": round(1000 * statistics.median(ordered), 1) if ordered else None,
+        "latency_p99_ms": round(1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))], 1)
+        if ordered
+        else None,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    pool = [source for source, _ in generate_pairs(args.pool, seed=12345)]
+    with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
+        folder = Path(tmp)
+        print(f"reference: attn translate on {len(pool)} sentences", file=sys.stderr, flush=True)
+        expected, baseline = reference(args, pool, folder)
+        runs = []
+        with server(args, folder) as url:
+            load(url, 4, 8, pool, expected)  # warm-up
+            for clients in args.clients:
+                print(f"{clients} client(s), {args.requests} requests", file=sys.stderr, flush=True)
+                runs.append(load(url, clients, args.requests, pool, expected))
+                print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+            total = args.stress_clients * args.stress_requests
+            print(
+                f"stress: {args.stress_clients} clients x {args.stress_requests} requests", file=sys.stderr, flush=True
+            )
+            stress = load(url, args.stress_clients, total, pool, expected)
+            health = httpx.get(f"{url}/health").json()
+    one = next((run for run in runs if run["clients"] == 1), None)
+    results = {
+        "command": shlex.join(["python", "bench/serve/bench.py", *(sys.argv[1:] if argv is None else argv)]),
+        "machine": machine(),
+        "versions": {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "httpx": httpx.__version__,
+        },  # fmt: skip
+        "model": args.model,
+        "threads": args.threads,
+        "attn_translate": baseline,
+        "serve": runs,
+        "speedup_over_1_client": {
+            str(run["clients"]): round(run["requests_per_s"] / one["requests_per_s"], 2) for run in runs
+        }
+        if one
+        else None,  # fmt: skip
+        "stress": stress,
+        "server_health_at_end": health,
+    }
+    Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
+    print(json.dumps(results, indent=2))
+    return 0 if stress["problems"] == 0 and all(run["problems"] == 0 for run in runs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,198 @@
+"""`--quantize int8` (modeling_attn/api/quantize.py: `quantize_int8`, used by attn translate, evaluate and serve).
+
+Reference checks: each quantized Linear of a model equals int8 arithmetic written out by hand (weights symmetric
+per tensor, inputs quantized per tensor to 7 bits with a zero point, as fbgemm's dynamic linear does), on the inputs
+the layer gets inside the model; the commands' `--quantize int8` output equals `quantize_int8` + `translate_batch`.
+On a trained model (the reverser of test_learning.py) the int8 model's probabilities stay close to float32's and it
+translates the same (thresholds below, with their reasons). A model on another device than the CPU is refused.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import sacrebleu
+import torch
+from tasks import exact_match, one_thread, reverse_task
+from test_learning import train_reverser
+from tiny import padded_batch, spread_tiny_rnn, tiny_model
+from torch import nn
+
+from modeling_attn.api.quantize import QuantizeError, quantize_device, quantize_int8
+from modeling_attn.api.translation import load_model, translate_batch
+from modeling_attn.cli.evaluate import main as evaluate_main
+from modeling_attn.cli.translate import main as translate_main
+
+X86 = torch.backends.quantized.engine in ("x86", "fbgemm")
+
+
+def linears(model: nn.Module) -> dict[str, nn.Module]:
+    return {name: module for name, module in model.named_modules() if isinstance(module, nn.Linear)}
+
+
+def dynamic_linears(model: nn.Module) -> dict[str, nn.Module]:
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicLinear
+
+    return {name: module for name, module in model.named_modules() if isinstance(module, DynamicLinear)}
+
+
+@pytest.mark.parametrize("make", [lambda: tiny_model("sdpa"), spread_tiny_rnn], ids=["transformer", "rnn"])
+def test_every_linear_becomes_int8_and_the_float_model_is_left_as_it_was(make):
+    model = make()
+    before = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    quantized = quantize_int8(model)
+    assert set(dynamic_linears(quantized)) == set(linears(model)) and len(linears(model)) > 5
+    assert linears(quantized) == {} and not quantized.training
+    for name, module in dynamic_linears(quantized).items():
+        assert module.weight().dtype == torch.qint8, name
+    assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
+    assert all(type(module) is nn.Linear for module in linears(model).values())
+
+
+def int8_linear(linear: nn.Linear, stored: torch.Tensor, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A dynamically quantized linear layer written out, with its stored int8 weight `stored` (checked here to be
+    w -> round(w / s_w) in [-128, 127], s_w = max|w| / 127.5: symmetric, per tensor): input x -> round(x / s_x) + z
+    in [0, 127] (7 bits: fbgemm's `reduce_range`, which keeps its 8-bit x 8-bit products from saturating 16-bit
+    sums) with s_x, z from the tensor's range (0 included); output = s_x * s_w * sum((x_q - z) * w_q) + bias.
+
+    Also returns which output rows have an input within 1e-4 of a rounding tie (x / s_x = k + 0.5): fbgemm rounds
+    x * (1 / s_x) in float32, this function x / s_x in float64, so such an input may land one step apart."""
+    weight = linear.weight.detach().double()
+    weight_scale = stored.q_scale()
+    assert weight_scale == pytest.approx(weight.abs().max().item() / 127.5, rel=1e-6) and stored.q_zero_point() == 0
+    weight_q = stored.int_repr().double()
+    assert ((weight / weight_scale - weight_q).abs() <= 0.5 + 1e-3).all()  # rounded to the nearest step
+    low, high = min(inputs.min().item(), 0.0), max(inputs.max().item(), 0.0)
+    scale = float(torch.tensor((high - low) / 127, dtype=torch.float32))
+    zero_point = min(127, max(0, round(-low / scale)))
+    steps = inputs.double() / scale
+    inputs_q = torch.clamp(torch.round(steps) + zero_point, 0, 127)
+    output = ((inputs_q - zero_point) @ weight_q.T) * (scale * weight_scale)
+    near_tie = ((steps - steps.floor() - 0.5).abs() < 1e-4).any(dim=-1)
+    return (output + linear.bias.double() if linear.bias is not None else output).float(), near_tie
+
+
+@pytest.mark.skipif(not X86, reason="the hand-written arithmetic is fbgemm's (x86); qnnpack rounds differently")
+@pytest.mark.parametrize("make", [lambda: tiny_model("sdpa"), spread_tiny_rnn], ids=["transformer", "rnn"])
+def test_each_int8_layer_equals_int8_arithmetic_written_out(make):
+    model = make()
+    quantized = quantize_int8(model)
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        module.register_forward_pre_hook(lambda module, args, name=name: seen.__setitem__(name, args[0]))
+        for name, module in linears(model).items()
+    ]  # fmt: skip (each layer runs once in this forward)
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    with torch.no_grad():
+        model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    for hook in hooks:
+        hook.remove()
+    assert set(seen) == set(linears(model))
+    float_layers, int8_layers = linears(model), dynamic_linears(quantized)
+    rows = ties = 0
+    for name, inputs in seen.items():
+        with torch.no_grad():
+            expected, near_tie = int8_linear(float_layers[name], int8_layers[name].weight(), inputs)
+            found = int8_layers[name](inputs)
+            exact = float_layers[name](inputs)
+        # the same integer sums, scaled in float32 here and in float64 there: ~1e-7 relative
+        keep = ~near_tie
+        torch.testing.assert_close(found[keep], expected[keep], rtol=1e-5, atol=1e-5 * exact.abs().max().item())
+        assert not torch.equal(found, exact), name  # it is quantized
+        rows, ties = rows + keep.numel(), ties + int(near_tie.sum())
+    assert ties <= 0.02 * rows, (ties, rows)  # the rows left out are few
+
+
+@pytest.fixture(scope="module")
+def reverser():
+    """The Transformer reverser of test_learning.py (500 steps, >= 99% exact greedy), float and int8."""
+    with one_thread():
+        model = train_reverser()
+    return model, quantize_int8(model)
+
+
+@pytest.mark.slow
+def test_int8_probabilities_stay_close_to_float32_on_a_trained_model(reverser):
+    """Tolerances: int8 weights (a step of max|w| / 127.5) and 7-bit inputs (a step of range / 127) make each
+    product off by ~0.5-1% of its scale; through 2 + 2 layers and the output layer this moves a probability by well
+    under 1% at most positions (measured: mean 4e-4, 99th percentile 4e-3); where two tokens are close to a tie it
+    can move more (measured max 0.12). The bounds are ~3x those measurements."""
+    model, quantized = reverser
+    input_ids, attention_mask, labels = reverse_task(500, torch.Generator().manual_seed(123))
+    decoder_input_ids = torch.cat([torch.ones_like(labels[:, :1]), labels[:, :-1].clamp(min=0)], dim=1)
+    with torch.no_grad(), one_thread():
+        inputs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+        float_probs, int8_probs = model(**inputs).logits.softmax(-1), quantized(**inputs).logits.softmax(-1)
+    difference = (float_probs - int8_probs).abs().amax(dim=-1)[labels != -100]
+    assert difference.mean() <= 2e-3 and difference.quantile(0.99) <= 1.5e-2 and difference.max() <= 0.4
+    assert difference.max() > 0  # quantized, not the float model again
+    agree = float_probs.argmax(-1) == int8_probs.argmax(-1)
+    assert agree[labels != -100].float().mean() >= 0.995
+
+
+@pytest.mark.slow
+def test_int8_translates_as_float32_on_a_trained_model(reverser):
+    """Threshold: >= 98% of 500 held-out sentences translated identically (measured: 100%), and the int8 model
+    still >= 99% exact, as the float model must be (test_learning.py)."""
+    model, quantized = reverser
+    input_ids, attention_mask, labels = reverse_task(500, torch.Generator().manual_seed(123))
+    with torch.no_grad(), one_thread():
+        float_out = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=10, num_beams=2)
+        int8_out = quantized.generate(input_ids, attention_mask=attention_mask, max_new_tokens=10, num_beams=2)
+    same = (float_out == int8_out).all(dim=1).float().mean().item() if float_out.shape == int8_out.shape else 0.0
+    assert same >= 0.98
+    assert exact_match(int8_out, labels) >= 0.99
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    from test_serve import save_model
+
+    return save_model(tmp_path_factory.mktemp("quantize-model"))
+
+
+def test_the_commands_quantize_with_quantize_int8(model_dir, tmp_path, capsys):
+    from test_serve import sentences
+
+    lines = sentences(12, seed=9)
+    model, tokenizer = load_model(str(model_dir), "cpu")
+    expected = translate_batch(quantize_int8(model), tokenizer, lines)[0]
+    source, references = tmp_path / "source.txt", tmp_path / "references.txt"
+    source.write_text("".join(f"{line}\n" for line in lines))
+    references.write_text("".join(f"{line}\n" for line in reversed(lines)))
+    capsys.readouterr()
+    assert (
+        translate_main(["--model", str(model_dir), "--input", str(source), "--quantize", "int8", "--no_progress"]) == 0
+    )
+    assert capsys.readouterr().out.splitlines() == expected
+    assert evaluate_main(["--model", str(model_dir), "--sources_file", str(source), "--references_file",
+                          str(references), "--quantize", "int8", "--no_progress", "--hypotheses",
+                          str(tmp_path / "hypotheses.txt")]) == 0  # fmt: skip
+    assert (tmp_path / "hypotheses.txt").read_text().splitlines() == expected
+    bleu = sacrebleu.corpus_bleu(expected, [list(reversed(lines))]).score
+    assert f'"bleu": {bleu}' in capsys.readouterr().out
+
+
+def test_a_model_or_device_other_than_the_cpu_is_refused_in_one_line(model_dir, capsys):
+    with torch.device("meta"):
+        on_meta = tiny_model("sdpa")
+    with pytest.raises(QuantizeError, match=r"^--quantize int8 runs on the CPU only .*; the model is on meta"):
+        quantize_int8(on_meta)
+    assert quantize_device(None, "int8") == "cpu" and quantize_device(None, None) is None
+    assert quantize_device("cpu", "int8") == "cpu" and quantize_device("cuda", None) == "cuda"
+    for main, name in ((translate_main, "translate"), (evaluate_main, "evaluate")):
+        capsys.readouterr()
+        argv = ["--model", str(model_dir), "--device", "cuda:0", "--quantize", "int8"]
+        with pytest.raises(SystemExit) as stopped:
+            main(argv + (["the cat"] if name == "translate" else []))
+        assert stopped.value.code == 2
+        error = capsys.readouterr().err
+        assert error == (f"attn {name}: error: --quantize int8 runs on the CPU only (dynamic int8 kernels), not on "
+                         f"--device cuda:0; drop --quantize, or use --device cpu (see attn {name} --help)\n")  # fmt: skip
+
+
+def test_torch_without_quantize_dynamic_is_named(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch.ao.quantization", None)  # what a torch that removed it gives
+    with pytest.raises(QuantizeError, match=r"torch .* has no torch\.ao\.quantization\.quantize_dynamic"):
+        quantize_int8(tiny_model("sdpa"))
