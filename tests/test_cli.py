@@ -73,7 +73,7 @@ def test_help_lists_every_command_and_version_prints_the_package_version():
     assert (
         listed
         == list(COMMANDS)
-        == ["train", "average", "translate", "evaluate", "push", "convert", "export", "preset", "serve"]
+        == ["train", "average", "translate", "evaluate", "push", "convert", "export", "explain", "preset", "serve"]
     )
     assert run(["--version"])[:2] == (0, f"modeling-attn {modeling_attn.__version__}\n")
 
@@ -185,6 +185,12 @@ EVERY_COMMAND = {
     "convert": (["--to", "{w}/c"], "--from_mariam", "--from_marian", ["--to", "{w}/c", "--from_marian"]),
     "export": (["{w}/model", "--ctranslate2", "{w}/e"], "--quantisation", "--quantization", ["--quantization", "x"]),
     "serve": (["--model", "{w}/model"], "--max_queu", "--max_queue", ["--max_queue", "0"]),
+    "explain": (
+        ["--model", "{w}/model", "--output", "{w}/x.html", "a"],
+        "--num_beam",
+        "--num_beams",
+        ["--num_beams", "0"],
+    ),
 }
 
 

@@ -242,3 +242,21 @@ def test_graph_names_follow_optimums_seq2seq_exports():
         "logits",
         *[f"present.{i}.decoder.{p}" for i in (0, 1) for p in ("key", "value")],
     ]
+
+
+@pytest.mark.slow
+def test_attn_export_onnx_command_writes_a_folder_that_translates_as_the_model(dates, tmp_path):
+    """`attn export MODEL --onnx DIR` (through modeling_attn.api.outputs: staged, then moved into place)."""
+    from modeling_attn.api.onnx_generation import OnnxTranslator
+    from modeling_attn.cli.main import main as attn
+
+    model, tokenizer, test, _ = dates
+    folder = tmp_path / "model"
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    assert attn(["export", str(folder), "--onnx", str(tmp_path / "onnx")]) == 0
+    got = OnnxTranslator(tmp_path / "onnx", threads=1).translate(test["source"][:20])
+    assert got == dates[3].translate(test["source"][:20])
+    with pytest.raises(SystemExit) as exit_info:  # one of the two formats, not both
+        attn(["export", str(folder), "--onnx", str(tmp_path / "a"), "--ctranslate2", str(tmp_path / "b")])
+    assert exit_info.value.code == 2

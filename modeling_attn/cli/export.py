@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from ..api.export_ctranslate2 import QUANTIZATIONS, MissingExtraError, export_ctranslate2, import_ctranslate2
+from ..api.export_ctranslate2 import QUANTIZATIONS, export_ctranslate2, import_ctranslate2
+from ..api.export_onnx import export_onnx, import_onnxruntime
 from ..api.outputs import output_folder
 from .parser import parse_command
 
@@ -17,38 +18,60 @@ from .parser import parse_command
 class ExportArguments:
     """`attn export`: the flags."""
 
-    ctranslate2: str = dataclasses.field(metadata={"help": "output folder of the CTranslate2 model", "metavar": "DIR"})
     model: str | None = dataclasses.field(
         default=None, metadata={"help": "an attn_transformer (or Marian) model folder"}
     )
-    quantization: Literal[QUANTIZATIONS] = dataclasses.field(default="float32", metadata={"help": "weight type"})
+    ctranslate2: str | None = dataclasses.field(
+        default=None, metadata={"help": "output folder of a CTranslate2 model", "metavar": "DIR"}
+    )
+    onnx: str | None = dataclasses.field(
+        default=None,
+        metadata={"help": "output folder of ONNX encoder and decoder-with-past graphs (the onnx extra; docs/export.md)",
+                  "metavar": "DIR"},
+    )  # fmt: skip
+    quantization: Literal[QUANTIZATIONS] = dataclasses.field(
+        default="float32", metadata={"help": "weight type (--ctranslate2)"}
+    )
     force: bool = dataclasses.field(
         default=False,
-        metadata={
-            "help": "write into a folder that holds files this command did not write, replacing only the files it writes (nothing is deleted)"
-        },
-    )
+        metadata={"help": "write into a folder that holds files this command did not write, replacing only the files "
+                  "it writes (nothing is deleted)"},
+    )  # fmt: skip
+
+    def __post_init__(self) -> None:
+        if (self.ctranslate2 is None) == (self.onnx is None):
+            raise ValueError("give one of --ctranslate2 DIR or --onnx DIR")
+
+
+def _export(args) -> str:
+    """Write the export into a staging folder that replaces only its own files at the target (api/outputs.py)."""
+    target, flag = (args.ctranslate2, "--ctranslate2") if args.ctranslate2 else (args.onnx, "--onnx")
+    with output_folder(target, "attn export", {"--model": args.model}, args.force, flag) as staging:
+        if args.ctranslate2:
+            export_ctranslate2(args.model, staging, quantization=args.quantization, force=True)
+        else:
+            export_onnx(args.model, staging, overwrite=True)
+    return f"CTranslate2 ({args.quantization})" if args.ctranslate2 else "ONNX"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`attn export MODEL --ctranslate2 DIR` (or `--model MODEL`)."""
-    args, parser = parse_command(ExportArguments, argv, "attn export", "Export a saved model to CTranslate2.", "model")
+    """`attn export MODEL --ctranslate2 DIR` or `--onnx DIR` (or `--model MODEL`)."""
+    args, parser = parse_command(
+        ExportArguments, argv, "attn export", "Export a saved model to CTranslate2 or ONNX.", "model"
+    )
     try:
-        import_ctranslate2()
-    except MissingExtraError as error:
+        import_ctranslate2() if args.ctranslate2 else import_onnxruntime()
+    except ImportError as error:  # the interop or onnx extra is not installed
         parser.error(str(error))
     if not Path(args.model).is_dir():
         parser.error(f"{args.model}: no such model folder")
     if not (Path(args.model) / "config.json").is_file():
         parser.error(f"{args.model}: no config.json, not a saved model folder")
     try:
-        with output_folder(
-            args.ctranslate2, "attn export", {"--model": args.model}, args.force, "--ctranslate2"
-        ) as staging:
-            export_ctranslate2(args.model, staging, quantization=args.quantization, force=True)
-    except ValueError as error:  # a model CTranslate2 cannot represent, or not a model folder we read
+        kind = _export(args)
+    except ValueError as error:  # a model the format cannot represent, or not a model folder we read
         parser.error(str(error).strip().splitlines()[0])
     except OSError as error:  # a folder without a readable config or weights
         parser.error(f"{args.model}: cannot load it ({str(error).strip().splitlines()[0]})")
-    print(f"exported {args.model} to CTranslate2 ({args.quantization}) in {args.ctranslate2}")
+    print(f"exported {args.model} to {kind} in {args.ctranslate2 or args.onnx}")
     return 0

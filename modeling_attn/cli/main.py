@@ -26,7 +26,7 @@ COMMANDS = {
     "evaluate": "BLEU, chrF and TER (sacreBLEU) of a model on a data split, or of a file of translations, as JSON",
     "push": "upload a trained model (weights, code, tokenizer, generation config, card) to the Hugging Face Hub",
     "convert": "convert Marian (OPUS-MT) checkpoints to attn_transformer and back",
-    "export": "export a model to CTranslate2",
+    "export": "export a model to CTranslate2 or ONNX",
     "explain": "write an interactive page (one offline HTML file) of how a model translates a sentence",
     "preset": "list the model presets, or print one as a config JSON",
     "serve": "an HTTP translation server (POST /translate, batching concurrent requests; the serve extra)",
