@@ -2,11 +2,9 @@
 as Hugging Face transformers models.
 
 Importing the package registers the model types (`registry.MODEL_TYPES`) with transformers' Auto classes and
-the translation pipeline with transformers' pipeline registry.
+the translation pipeline, for any encoder-decoder model, with transformers' pipeline registry
+(`pipeline_translation.register_translation_pipeline` says exactly what that changes in transformers).
 """
-
-from transformers import AutoModelForSeq2SeqLM
-from transformers.pipelines import PIPELINE_REGISTRY
 
 from .configuration_rnn import AttnRNNConfig
 from .configuration_transformer import AttnTransformerConfig
@@ -16,18 +14,16 @@ from .modeling_transformer import (
     AttnTransformerModel,
     AttnTransformerPreTrainedModel,
 )
-from .pipeline_translation import TranslationPipeline
+from .pipeline_translation import TranslationPipeline, register_translation_pipeline
 from .registry import MODEL_TYPES, register_with_transformers
 
 __version__ = "0.1.0"
 
 register_with_transformers()
 
-# transformers 5 has no translation pipeline; ours goes into config.custom_pipelines of every saved model
-# (remote_code.save_with_remote_code) and of save_for_hub folders, which need this registration.
-PIPELINE_REGISTRY.register_pipeline(
-    "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
-)
+# transformers 5 has no translation pipeline: `pipeline("translation" | "translation_XX_to_YY", ...)` builds ours, for
+# any seq2seq model (the one change to transformers' tables: pipeline_translation.register_translation_pipeline).
+register_translation_pipeline()
 
 __all__ = [
     "AttnRNNCache",

@@ -1,25 +1,48 @@
-"""`pipeline("translation", model=..., trust_remote_code=True)` for both model types.
+"""The `translation` pipeline of transformers 4, for any encoder-decoder model (ours, MarianMTModel, any
+`AutoModelForSeq2SeqLM`), in transformers 5, which removed it.
 
-transformers 5 removed its translation pipeline and refuses the task name unless the model's config lists a
-pipeline for it. So this one travels with every checkpoint: the models' `save_pretrained`
-(`remote_code.save_with_remote_code`; `hub.save_for_hub` and `attn train` use it) writes
-`config.custom_pipelines["translation"]` and copies this file beside the model code, and
-`pipeline("translation", model=FOLDER_OR_REPO, trust_remote_code=True)` builds it from there, with or without this
-package installed. It is also registered with `PIPELINE_REGISTRY` when `modeling_attn` is imported.
+After `import modeling_attn`, `pipeline("translation", model=..., tokenizer=...)` and
+`pipeline("translation_en_to_de", ...)` build this pipeline from model objects, a folder or a Hub id
+(`register_translation_pipeline`, called by the package's `__init__`). It also travels with every checkpoint of ours:
+`save_pretrained` (`remote_code.save_with_remote_code`) writes `config.custom_pipelines["translation"]` and copies this
+file beside the model code, so `pipeline("translation", model=FOLDER_OR_REPO, trust_remote_code=True)` builds it from
+there with or without this package installed (transformers then asks for `trust_remote_code=True` for the task
+name "translation" on such a folder, whatever is registered).
 
-Input: a sentence, a list of sentences, or any iterable or dataset of sentences, as for every pipeline. Output, as
-transformers 4's pipeline: `[{"translation_text": ...}]` for a sentence (one dict per returned sequence with
-`num_return_sequences`), a flat list of such dicts for a list of sentences with one translation each, and one list
-per sentence otherwise. Generation settings come from the
-model's `generation_config` (beam size, length penalty, the per-sentence maximum length) unless given in the call;
-`batch_size=N` translates N sentences per `generate()` call.
+Call and output are transformers 4's `TranslationPipeline`: a sentence gives `[{"translation_text": ...}]` (one dict
+per returned sequence with `num_return_sequences`), a list of sentences with one translation each a flat list of such
+dicts, otherwise one list per sentence; an iterable or a dataset streams. `batch_size=N` translates N sentences per
+`generate()` call. Keyword arguments: generation settings (`num_beams`, `max_new_tokens`, a `generation_config`...),
+on top of the model's `generation_config`; `src_lang` / `tgt_lang` (default: from a task name
+`translation_XX_to_YY`) for tokenizers that take languages (NLLB, M2M100, mBART: their `_build_translation_inputs`
+sets the target language), no effect on single-pair models (Marian, ours), as in transformers 4; `truncation`;
+`clean_up_tokenization_spaces`; `return_tensors` / `return_text` (`translation_token_ids` instead of or beside the
+text); `stop_sequence`. A model config's `prefix`, or the `prefix` and generation settings of its
+`task_specific_params` entry for the task (T5), apply as in transformers 4; deviation: they are not written into the
+model's config, they are defaults of this pipeline's calls.
+
+`register_translation_pipeline` is the one change to transformers that importing the package makes (README, "What
+importing modeling_attn changes in transformers"): transformers 5.23-5.24 refuse the task names `translation` and
+`translation_*` in `pipeline()` before looking at the public pipeline registry (`pipelines.REMOVED_TASKS`, read by
+`_resolve_deprecated_task`), and the registry knows no `translation_XX_to_YY` names (transformers 4's registry parsed
+them). So it (1) drops the entry "translation" from `REMOVED_TASKS`, (2) registers this class under "translation" with
+`PIPELINE_REGISTRY.register_pipeline` (public), (3) lets `PIPELINE_REGISTRY.check_task` resolve
+`translation_XX_to_YY` to it, as transformers 4 did. It checks the result and raises ImportError naming what changed
+on a transformers version where that table or lookup is not as expected.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from transformers import Pipeline
+from transformers import AutoModelForSeq2SeqLM, Pipeline
+from transformers.utils import logging
+
+logger = logging.get_logger(__name__)
+
+# transformers 4's pattern for the task names that carry a language pair
+TASK_WITH_LANGUAGES = re.compile(r"translation_(?P<src_lang>[^_]+)_to_(?P<tgt_lang>[^_]+)")
 
 
 class TranslationPipeline(Pipeline):
@@ -31,44 +54,157 @@ class TranslationPipeline(Pipeline):
     _load_feature_extractor = False
     _load_tokenizer = True
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        task_params = dict(self._task_specific_params())
+        self.prefix = task_params.pop("prefix", getattr(self, "prefix", None))  # the base class reads config.prefix
+        # The entry's generation settings (T5: num_beams, max_length) are defaults under those of the call and init.
+        self._generate_kwargs = {**task_params, **getattr(self, "_generate_kwargs", {})}
+
+    def _task_specific_params(self) -> dict[str, Any]:
+        """The model config's `task_specific_params` entry for this task (for "translation": the first
+        `translation_*` entry, as transformers 4 picked), or {}."""
+        params = getattr(self.model.config, "task_specific_params", None) or {}
+        if self.task in params:
+            return params[self.task]
+        if self.task == "translation":
+            return next((value for key, value in params.items() if key.startswith("translation_")), {})
+        return {}
+
     def _sanitize_parameters(
-        self, truncation: bool | None = None, clean_up_tokenization_spaces=None, **generate_kwargs
-    ):
+        self,
+        src_lang: str | None = None,
+        tgt_lang: str | None = None,
+        truncation: bool | str | None = None,
+        clean_up_tokenization_spaces: bool | None = None,
+        return_tensors: bool | None = None,
+        return_text: bool | None = None,
+        stop_sequence: str | None = None,
+        **generate_kwargs: Any,
+    ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         preprocess = {} if truncation is None else {"truncation": truncation}
+        if src_lang is None and tgt_lang is None and (match := TASK_WITH_LANGUAGES.fullmatch(self.task or "")):
+            src_lang, tgt_lang = match["src_lang"], match["tgt_lang"]
+        elif (src_lang is not None or tgt_lang is not None) and not self._takes_languages():
+            logger.warning_once(f"translation pipeline: {type(self.tokenizer).__name__} takes no languages, "
+                                "src_lang / tgt_lang have no effect (a single-pair model)")  # fmt: skip
+        if self._takes_languages():
+            preprocess.update({key: value for key, value in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if value})
+        if stop_sequence is not None:
+            stop_ids = self.tokenizer.encode(stop_sequence, add_special_tokens=False)
+            if len(stop_ids) > 1:
+                logger.warning_once("translation pipeline: stop_sequence stops on its first token only")
+            generate_kwargs["eos_token_id"] = stop_ids[0]
         postprocess = {}
         if clean_up_tokenization_spaces is not None:
             postprocess["clean_up_tokenization_spaces"] = clean_up_tokenization_spaces
+        if return_tensors is not None:
+            postprocess["return_tensors"] = return_tensors
+        if return_text is not None:
+            postprocess["return_text"] = return_text
         return preprocess, generate_kwargs, postprocess
 
-    def __call__(self, inputs: Any, **kwargs: Any) -> list[dict[str, str]] | list[list[dict[str, str]]]:
+    def _takes_languages(self) -> bool:
+        return getattr(self.tokenizer, "_build_translation_inputs", None) is not None
+
+    def __call__(self, inputs: Any, **kwargs: Any) -> list[dict[str, Any]] | list[list[dict[str, Any]]]:
         result = super().__call__(inputs, **kwargs)
         # As transformers 4's translation pipeline: a list of sentences with one translation each gives a flat list.
         if isinstance(inputs, list) and all(isinstance(item, list) and len(item) == 1 for item in result):
             return [item[0] for item in result]
         return result
 
-    def preprocess(self, text: str, truncation: bool = False) -> dict[str, Any]:
+    def preprocess(
+        self, text: str, truncation: bool | str = False, src_lang: str | None = None, tgt_lang: str | None = None
+    ) -> dict[str, Any]:
         if not isinstance(text, str):
             raise TypeError(f"translation pipeline: expected a string, got {type(text).__name__}")
-        return self.tokenizer(text, truncation=truncation, return_tensors="pt")
+        if self._takes_languages():  # sets the source language and returns the target's forced_bos_token_id
+            encoded = self.tokenizer._build_translation_inputs(
+                text, return_tensors="pt", truncation=truncation, src_lang=src_lang, tgt_lang=tgt_lang
+            )
+        else:
+            encoded = self.tokenizer((self.prefix or "") + text, truncation=truncation, return_tensors="pt")
+        encoded.pop("token_type_ids", None)  # tokenizers of encoder models return it; generate() takes none
+        return dict(encoded)
 
     def _forward(self, model_inputs: dict[str, Any], **generate_kwargs: Any) -> dict[str, Any]:
         if generate_kwargs.get("return_dict_in_generate"):
             raise ValueError("translation pipeline: return_dict_in_generate is not supported; call model.generate")
+        forced_bos = model_inputs.pop("forced_bos_token_id", None)  # a list of ints once batched: one language
+        if forced_bos is not None:
+            generate_kwargs["forced_bos_token_id"] = forced_bos[0] if isinstance(forced_bos, list) else forced_bos
         batch_size = model_inputs["input_ids"].shape[0]
         output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
         # (B * num_return_sequences, T) -> (B, num_return_sequences, T), so the pipeline unbatches per sentence
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
 
-    def postprocess(self, model_outputs: dict[str, Any], clean_up_tokenization_spaces: bool = False):
-        return [
-            {
-                "translation_text": self.tokenizer.decode(
+    def postprocess(
+        self,
+        model_outputs: dict[str, Any],
+        clean_up_tokenization_spaces: bool = False,
+        return_tensors: bool = False,
+        return_text: bool | None = None,
+    ) -> list[dict[str, Any]]:
+        text = not return_tensors if return_text is None else return_text  # transformers 4: tensors replace text
+        if not (text or return_tensors):
+            raise ValueError("translation pipeline: return_text=False and no return_tensors leaves nothing to return")
+        records = []
+        for ids in model_outputs["output_ids"][0]:
+            record: dict[str, Any] = {"translation_token_ids": ids} if return_tensors else {}
+            if text:
+                record["translation_text"] = self.tokenizer.decode(
                     ids, skip_special_tokens=True, clean_up_tokenization_spaces=clean_up_tokenization_spaces
                 )
-            }
-            for ids in model_outputs["output_ids"][0]
-        ]
+            records.append(record)
+        return records
 
 
-__all__ = ["TranslationPipeline"]
+def register_translation_pipeline() -> None:
+    """Make `pipeline("translation" | "translation_XX_to_YY", ...)` build `TranslationPipeline` (see the module
+    docstring for exactly what changes in transformers). Idempotent. ImportError naming what changed if transformers'
+    task tables are not those of 5.23-5.24."""
+    from transformers import __version__, pipelines
+
+    where = f"transformers {__version__}: modeling_attn's translation pipeline registration"
+    removed = getattr(pipelines, "REMOVED_TASKS", None)
+    registry = getattr(pipelines, "PIPELINE_REGISTRY", None)
+    if not isinstance(removed, dict) or not callable(getattr(pipelines, "_resolve_deprecated_task", None)):
+        raise ImportError(f"{where} expects transformers.pipelines.REMOVED_TASKS and _resolve_deprecated_task")
+    if registry is None or not callable(getattr(registry, "check_task", None)):
+        raise ImportError(f"{where} expects transformers.pipelines.PIPELINE_REGISTRY.check_task")
+    ours = getattr(registry.check_task, "_translation_pairs", False)
+    if "translation" in removed:
+        removed.pop("translation")
+    elif not ours:  # not removed by us: a native translation task again, or the table was reorganised
+        raise ImportError(f"{where} expects 'translation' in transformers.pipelines.REMOVED_TASKS; it is not there")
+    if registry.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
+        registry.register_pipeline("translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM,
+                                   type="text")  # fmt: skip
+    if not ours:
+        registry.check_task = _check_task_with_pairs(registry.check_task)
+    for task in ("translation", "translation_en_to_de"):  # what pipeline() will now find
+        try:
+            found = pipelines.check_task(task)[1]["impl"]
+        except KeyError as error:
+            raise ImportError(f"{where}: pipelines.check_task({task!r}) still fails: {error}") from None
+        if found is not TranslationPipeline:
+            raise ImportError(f"{where}: pipelines.check_task({task!r}) gives {found}, not TranslationPipeline")
+
+
+def _check_task_with_pairs(check_task: Any) -> Any:
+    """`PIPELINE_REGISTRY.check_task` that also resolves `translation_XX_to_YY` to "translation", returning the
+    language pair as the task options (transformers 4's registry did so)."""
+
+    def check_task_with_pairs(task: str) -> tuple[str, dict, Any]:
+        if match := TASK_WITH_LANGUAGES.fullmatch(task):
+            normalized, targeted, _ = check_task("translation")
+            return normalized, targeted, (match["src_lang"], match["tgt_lang"])
+        return check_task(task)
+
+    check_task_with_pairs._translation_pairs = True
+    check_task_with_pairs.__wrapped__ = check_task  # the registry's own method
+    return check_task_with_pairs
+
+
+__all__ = ["TranslationPipeline", "register_translation_pipeline"]

@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIRS = {
     "modeling_attn": ROOT / "modeling_attn",
     "modeling_attn.api": ROOT / "modeling_attn" / "api",
+    "modeling_attn.api.evaluate_modules": ROOT / "modeling_attn" / "api" / "evaluate_modules",
     "modeling_attn.cli": ROOT / "modeling_attn" / "cli",
     "modeling_attn.training": ROOT / "training",
     "modeling_attn.configuration": ROOT / "configuration",
