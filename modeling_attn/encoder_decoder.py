@@ -29,6 +29,7 @@ Shapes: B batch, S source length, T target length, E decoder output width, V tar
 
 from __future__ import annotations
 
+import copy
 import warnings
 from pathlib import Path
 
@@ -89,6 +90,33 @@ def alignment_attention(cross_attentions: tuple[torch.Tensor | None, ...], confi
     return weights
 
 
+def resized_vocabulary_size(
+    current: int, new_num_tokens: int | None, pad_to_multiple_of: int | None, method: str = "resize_token_embeddings"
+) -> int:
+    """The vocabulary size `resize_token_embeddings(new_num_tokens, pad_to_multiple_of)` gives (transformers' rule:
+    `new_num_tokens`, or the current size when None, rounded up to a multiple of `pad_to_multiple_of`)."""
+    for name, value in (("new_num_tokens", new_num_tokens), ("pad_to_multiple_of", pad_to_multiple_of)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+            raise ValueError(f"{method}: {name} must be a positive integer or None, got {value!r}")
+    size = current if new_num_tokens is None else new_num_tokens
+    if pad_to_multiple_of is not None:
+        size = -(-size // pad_to_multiple_of) * pad_to_multiple_of
+    return size
+
+
+def check_resized_config(config, sizes: dict[str, int], method: str) -> None:
+    """Raise, before anything changes, if the config with these vocabulary sizes (field -> size) would be invalid,
+    e.g. a special token id no longer inside the vocabulary."""
+    trial = copy.deepcopy(config)
+    try:
+        for field, size in sizes.items():
+            setattr(trial, field, size)
+        trial.validate()
+    except Exception as error:
+        changes = ", ".join(f"{field}={size}" for field, size in sizes.items())
+        raise ValueError(f"{method}: {changes} would make the config invalid; nothing was changed. {error}") from error
+
+
 def embed_inputs(
     stack: nn.Module,
     input_ids: torch.Tensor | None,
@@ -118,8 +146,35 @@ class EncoderDecoderPreTrainedModel(SafetensorsOnly, PreTrainedModel):
 
     def save_pretrained(self, save_directory: str | Path, **kwargs) -> None:
         """Save weights (safetensors), config and code, with both heads in `auto_map` and the translation pipeline
-        (`remote_code.save_with_remote_code`)."""
+        (`remote_code.save_with_remote_code`). All or nothing: the config and the vocabulary sizes are checked before
+        any file is written, and a failure while writing leaves `save_directory` as it was."""
+        self.check_vocabulary_sizes()
+        self.config.validate()
         save_with_remote_code(self, save_directory, super().save_pretrained, *self.heads(), **kwargs)
+
+    def check_vocabulary_sizes(self) -> None:
+        """Raise if an embedding matrix, the output layer or the logits bias does not have the size its config field
+        says: such a checkpoint would not load (`resize_token_embeddings` keeps them in step)."""
+        model, config = self.base_model, self.config
+        matrices = [
+            ("encoder.embed_tokens", getattr(getattr(model, "encoder", None), "embed_tokens", None), "vocab_size"),
+            (
+                "decoder.embed_tokens",
+                getattr(getattr(model, "decoder", None), "embed_tokens", None),
+                "decoder_vocab_size",
+            ),
+            ("lm_head", getattr(self, "lm_head", None), "decoder_vocab_size"),
+        ]
+        rows = [(name, module.weight.shape[0], field) for name, module, field in matrices if module is not None]
+        if getattr(self, "final_logits_bias", None) is not None:
+            rows.append(("final_logits_bias", self.final_logits_bias.shape[-1], "decoder_vocab_size"))
+        for name, size, field in rows:
+            if size != getattr(config, field):
+                raise ValueError(
+                    f"{type(self).__name__}: {name} has {size} vocabulary entries but config.{field} is "
+                    f"{getattr(config, field)}, so a saved checkpoint would not load; change vocabulary sizes with "
+                    "resize_token_embeddings / resize_decoder_token_embeddings, which keep both in step"
+                )
 
 
 class EncoderDecoderModel(EncoderDecoderPreTrainedModel):
@@ -158,6 +213,54 @@ class EncoderDecoderModel(EncoderDecoderPreTrainedModel):
             self.shared = value
             self.decoder.embed_tokens = value
         self.encoder.embed_tokens = value
+
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """Resize the source vocabulary (transformers' arguments and rules: rows added at the end, initialised from
+        the old rows' mean and covariance with `mean_resizing`, or removed from the end).
+
+        With `share_encoder_decoder_embeddings` this is the joint vocabulary: source and target embeddings (one
+        matrix), `config.vocab_size` and `config.decoder_vocab_size`; the generation head also resizes its output
+        layer. With separate vocabularies only the encoder's and `config.vocab_size` change (as MarianMTModel);
+        `resize_decoder_token_embeddings` resizes the target side. A size that would leave a special token id outside
+        its vocabulary raises before anything changes.
+        """
+        shared = self.config.share_encoder_decoder_embeddings
+        sides = ("vocab_size", "decoder_vocab_size") if shared else ("vocab_size",)
+        embedding = self.shared if shared else self.encoder.embed_tokens
+        return self._resize_vocabulary(embedding, sides, new_num_tokens, pad_to_multiple_of, mean_resizing)
+
+    def resize_decoder_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """Resize the target vocabulary of a model with separate source and target embeddings: the decoder's
+        embeddings and `config.decoder_vocab_size` (the generation head also resizes its output layer); as
+        `resize_token_embeddings` otherwise."""
+        if self.config.share_encoder_decoder_embeddings:
+            raise ValueError(
+                "resize_decoder_token_embeddings: source and target share one embedding matrix "
+                "(config.share_encoder_decoder_embeddings=True); resize both with resize_token_embeddings"
+            )
+        return self._resize_vocabulary(
+            self.decoder.embed_tokens, ("decoder_vocab_size",), new_num_tokens, pad_to_multiple_of, mean_resizing
+        )
+
+    def _resize_vocabulary(self, embedding, fields, new_num_tokens, pad_to_multiple_of, mean_resizing):
+        """Resize `embedding` in place (so ties, hooks and `requires_grad` stay) and set the config `fields`."""
+        if new_num_tokens is None and pad_to_multiple_of is None:
+            return embedding
+        method = "resize_token_embeddings" if "vocab_size" in fields else "resize_decoder_token_embeddings"
+        size = resized_vocabulary_size(embedding.num_embeddings, new_num_tokens, pad_to_multiple_of, method)
+        check_resized_config(self.config, dict.fromkeys(fields, size), method)
+        self._get_resized_embeddings(embedding, size, mean_resizing=mean_resizing)
+        for field in fields:
+            setattr(self.config, field, size)
+        self.tie_weights()  # the stacks' embed_tokens follow the shared matrix
+        for stack in (self.encoder, self.decoder):
+            if stack.embed_tokens.weight is embedding.weight:
+                stack.embed_tokens.num_embeddings = size
+        return self.get_input_embeddings() if "vocab_size" in fields else embedding
 
     @can_return_tuple
     def forward(
@@ -229,6 +332,46 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
 
     def set_output_embeddings(self, value: nn.Linear) -> None:
         self.lm_head = value
+
+    def resize_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """`EncoderDecoderModel.resize_token_embeddings`; with shared embeddings the output layer (and the logits
+        bias) follows the joint vocabulary."""
+        embedding = self.model.resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        if self.config.share_encoder_decoder_embeddings:
+            self._resize_output_layer(mean_resizing)
+        return embedding
+
+    def resize_decoder_token_embeddings(
+        self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
+    ) -> nn.Embedding:
+        """`EncoderDecoderModel.resize_decoder_token_embeddings`, with the output layer (and the logits bias)."""
+        embedding = self.model.resize_decoder_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
+        self._resize_output_layer(mean_resizing)
+        return embedding
+
+    def _resize_output_layer(self, mean_resizing: bool) -> None:
+        """`lm_head` and `final_logits_bias` to `config.decoder_vocab_size` rows: tied, the head is the target
+        embedding matrix again; untied, it is resized as transformers resizes an output layer; added logits biases
+        are 0 (as MarianMTModel)."""
+        size = self.config.decoder_vocab_size
+        if self.config.tie_word_embeddings:
+            self.tie_weights()  # lm_head.weight is the (resized) target embedding matrix
+            self.lm_head.out_features = size
+        elif self.lm_head.weight.shape[0] != size:
+            old = self.lm_head
+            new = self._get_resized_lm_head(old, size, mean_resizing=mean_resizing)
+            new.requires_grad_(old.weight.requires_grad)
+            if hasattr(old, "_hf_hook"):  # accelerate's device hook, as transformers keeps it
+                from accelerate.hooks import add_hook_to_module
+
+                add_hook_to_module(new, old._hf_hook)
+            self.lm_head = new
+        bias = self.final_logits_bias
+        if bias is not None and bias.shape[-1] != size:
+            kept = bias[:, :size]
+            self.final_logits_bias = torch.cat([kept, kept.new_zeros(1, size - kept.shape[-1])], dim=-1)
 
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
@@ -318,6 +461,8 @@ __all__ = [
     "EncoderDecoderModel",
     "EncoderDecoderPreTrainedModel",
     "cache_argument",
+    "check_resized_config",
     "embed_inputs",
+    "resized_vocabulary_size",
     "with_cache",
 ]

@@ -28,7 +28,15 @@ def check_ids_in_vocabulary(
         bad = low if low < 0 else high
         where = (token_ids == bad).nonzero()[0].tolist()
         allowed = f"[0, {vocab_size})" + (f" or {ignore_index}" if ignore_index is not None else "")
-        raise IndexError(f"{name} holds token id {bad} at (batch, position) {tuple(where)}; ids must be in {allowed}")
+        hint = (
+            " (tokens added to a tokenizer need model.resize_token_embeddings, and a separate target vocabulary "
+            "model.resize_decoder_token_embeddings)"
+            if bad >= vocab_size
+            else ""
+        )
+        raise IndexError(
+            f"{name} holds token id {bad} at (batch, position) {tuple(where)}; ids must be in {allowed}{hint}"
+        )
 
 
 def check_attention_mask(

@@ -44,13 +44,12 @@ from __future__ import annotations
 
 import torch
 from torch import nn
-from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import GenerationConfig
 from transformers import initialization as init
 from transformers.cache_utils import Cache
 from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutput, BaseModelOutputWithPastAndCrossAttentions
-from transformers.utils import can_return_tuple
+from transformers.utils import can_return_tuple, is_torchdynamo_compiling
 
 from .attention import attend
 from .beam_search import CompactBeamSearchMixin
@@ -66,10 +65,8 @@ from .encoder_decoder import (
 from .generation import SourceRelativeLengthMixin
 from .inputs import check_attention_mask
 from .masks import padding_mask
+from .recurrent import Recurrent, RNNState, step_loop
 from .scores import build_score
-
-RNN_CLASSES = {"gru": nn.GRU, "lstm": nn.LSTM}
-RNNState = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # GRU: h (L, B, H); LSTM: (h, c)
 
 
 class AttnRNNCache(Cache):
@@ -153,10 +150,11 @@ def _embed(module: nn.Module, input_ids, inputs_embeds, vocab_size: int, name: s
     )
 
 
-def _source_lengths(attention_mask: torch.Tensor | None, shape: torch.Size) -> torch.Tensor:
-    """Lengths (B,) of the source sentences, on CPU for packing. The mask must be right-padded, no row empty."""
+def _source_mask(attention_mask: torch.Tensor | None, shape: torch.Size) -> torch.Tensor | None:
+    """The (B, S) boolean mask of the real source tokens (None: no padding). It must be right-padded with no row
+    empty: the encoder packs each sentence. Checked in eager mode only (a traced forward cannot raise on values)."""
     if attention_mask is None:
-        return torch.full((shape[0],), shape[1], dtype=torch.long)
+        return None
     if attention_mask.dim() != 2:
         raise ValueError(
             f"attention_mask must be a (batch, length) padding mask for the RNN encoder, got shape "
@@ -164,6 +162,8 @@ def _source_lengths(attention_mask: torch.Tensor | None, shape: torch.Size) -> t
         )
     check_attention_mask(attention_mask, shape, "attention_mask")
     mask = attention_mask.bool()
+    if is_torchdynamo_compiling():
+        return mask
     lengths = mask.sum(dim=1)
     if (lengths == 0).any():
         raise ValueError(
@@ -172,7 +172,7 @@ def _source_lengths(attention_mask: torch.Tensor | None, shape: torch.Size) -> t
         )
     if not torch.equal(mask, torch.arange(shape[1], device=mask.device) < lengths[:, None]):
         raise ValueError("attention_mask must be right-padded (1s, then 0s): the RNN encoder packs each sentence")
-    return lengths.cpu()
+    return mask
 
 
 def _check_decoder_mask(attention_mask: torch.Tensor | None, expected: tuple[int, int]) -> None:
@@ -183,6 +183,8 @@ def _check_decoder_mask(attention_mask: torch.Tensor | None, expected: tuple[int
     if attention_mask.dim() != 2:
         raise ValueError(f"decoder_attention_mask must be (batch, length), got shape {tuple(attention_mask.shape)}")
     check_attention_mask(attention_mask, expected, "decoder_attention_mask")
+    if is_torchdynamo_compiling():
+        return
     mask = attention_mask.long()
     if (mask.cummin(dim=1).values != mask).any():
         raise ValueError(
@@ -200,12 +202,12 @@ class AttnRNNEncoder(nn.Module):
         self.embed_tokens = (
             embed_tokens if embed_tokens is not None else nn.Embedding(config.vocab_size, config.embedding_size)
         )
-        self.rnn = RNN_CLASSES[config.rnn_type](
+        self.rnn = Recurrent(
+            config.rnn_type,
             config.embedding_size,
             config.encoder_hidden_size,
             num_layers=config.encoder_layers,
             dropout=config.dropout if config.encoder_layers > 1 else 0.0,
-            batch_first=True,
             bidirectional=True,
         )
 
@@ -218,11 +220,9 @@ class AttnRNNEncoder(nn.Module):
         **kwargs,
     ) -> BaseModelOutput:
         embeds = _embed(self, input_ids, inputs_embeds, self.config.vocab_size, "")
-        lengths = _source_lengths(attention_mask, embeds.shape[:2])
-        # Packed, each direction reads the real tokens only: the backward RNN starts at the last token, not at padding.
-        packed = pack_padded_sequence(embeds, lengths, batch_first=True, enforce_sorted=False)
-        annotations, _ = self.rnn(packed)
-        annotations, _ = pad_packed_sequence(annotations, batch_first=True, total_length=embeds.shape[1])
+        mask = _source_mask(attention_mask, embeds.shape[:2])
+        # Each direction reads the real tokens only: the backward RNN starts at the last token, not at padding.
+        annotations, _ = self.rnn(embeds, mask=mask)
         return BaseModelOutput(last_hidden_state=annotations)  # (B, S, 2 He), zero at padding
 
 
@@ -252,12 +252,12 @@ class AttnRNNDecoder(nn.Module):
             feed_size = config.annotation_size  # c_i
         else:
             feed_size = config.decoder_hidden_size if config.input_feeding else 0  # h~_{t-1}
-        self.rnn = RNN_CLASSES[config.rnn_type](
+        self.rnn = Recurrent(
+            config.rnn_type,
             config.embedding_size + feed_size,
             config.decoder_hidden_size,
             num_layers=config.decoder_layers,
             dropout=config.dropout if config.decoder_layers > 1 else 0.0,
-            batch_first=True,
         )
         if config.decoder_style == "bahdanau":  # [U_o C_o V_o] (A.2.2), 2 l outputs for the maxout
             self.readout = nn.Linear(
@@ -272,8 +272,7 @@ class AttnRNNDecoder(nn.Module):
         """s_0 = tanh(W_s h_1<-) for every layer (A.2.2); LSTM memory cells start at zero."""
         backward_first = encoder_hidden_states[:, 0, self.config.encoder_hidden_size :]  # h_1<-, backward RNN's end
         hidden = torch.tanh(self.bridge(backward_first))  # (B, L * H)
-        hidden = hidden.view(-1, self.config.decoder_layers, self.config.decoder_hidden_size)
-        hidden = hidden.transpose(0, 1).contiguous()  # (L, B, H)
+        hidden = torch.stack(hidden.chunk(self.config.decoder_layers, dim=-1))  # (L, B, H)
         return (hidden, torch.zeros_like(hidden)) if self.config.rnn_type == "lstm" else hidden
 
     def _bahdanau_step(self, embed, state, keys, values, mask):
@@ -294,6 +293,22 @@ class AttnRNNDecoder(nn.Module):
         context, alignment = attend(self.score(outputs, keys), values, mask)  # (B, T, 2 He), (B, T, S)
         attentional = torch.tanh(self.attentional_proj(torch.cat([context, outputs], dim=-1)))  # h~_t, (B, T, H)
         return attentional, state, alignment
+
+    def _step_by_step(self, embeds, state, feed, keys, values, mask):
+        """Bahdanau's decoder, or Luong's with input feeding, one target position at a time (`step_loop`): each
+        state depends on the attention of the step before. Returns outputs (B, T, *), alignments (B, T, S), the
+        state and the fed-back h~ after the last position."""
+
+        def step(carry, position):  # carry: (state,) or, with input feeding, (state, h~_{t-1})
+            embed = position[0][:, None]  # (B, 1, m)
+            if self.config.decoder_style == "bahdanau":
+                output, state, alignment = self._bahdanau_step(embed, carry[0], keys, values, mask)
+                return (state,), (output[:, 0], alignment[:, 0])
+            output, state, alignment = self._luong_step(embed, carry[0], keys, values, mask, carry[1])
+            return (state, output), (output[:, 0].clone(), alignment[:, 0])  # input feeding (Sec. 3.3)
+
+        carry, (outputs, alignments) = step_loop(step, (state,) if feed is None else (state, feed), (embeds,))
+        return outputs, alignments, carry[0], carry[1] if feed is not None else None
 
     def forward(
         self,
@@ -340,17 +355,7 @@ class AttnRNNDecoder(nn.Module):
         if self.config.decoder_style == "luong" and not luong_feed:
             outputs, state, alignments = self._luong_step(embeds, state, keys, values, mask)
         else:
-            outputs, alignments = [], []
-            for position in range(embeds.shape[1]):
-                embed = embeds[:, position : position + 1]
-                if self.config.decoder_style == "bahdanau":
-                    output, state, alignment = self._bahdanau_step(embed, state, keys, values, mask)
-                else:
-                    output, state, alignment = self._luong_step(embed, state, keys, values, mask, feed)
-                    feed = output  # input feeding (Sec. 3.3)
-                outputs.append(output)
-                alignments.append(alignment)
-            outputs, alignments = torch.cat(outputs, dim=1), torch.cat(alignments, dim=1)  # (B, T, *), (B, T, S)
+            outputs, alignments, state, feed = self._step_by_step(embeds, state, feed, keys, values, mask)
 
         if cache is not None:
             cache.store(keys, state, feed, embeds.shape[1])

@@ -266,6 +266,13 @@ class AttnTransformerStack(AttnTransformerPreTrainedModel):
     def set_input_embeddings(self, value: nn.Embedding) -> None:
         self.embed_tokens = value
 
+    def resize_token_embeddings(self, *args, **kwargs) -> nn.Embedding:
+        raise NotImplementedError(
+            f"{type(self).__name__}.resize_token_embeddings: resize the whole model's vocabulary instead "
+            "(model.resize_token_embeddings, or resize_decoder_token_embeddings for a separate target vocabulary): "
+            "this stack's embeddings may be tied to the other stack's and to the output layer"
+        )
+
     def _embed(self, input_ids, inputs_embeds, offset: int, name: str) -> torch.Tensor:
         """Token embeddings * sqrt(d_model) (Sec. 3.4) + positions (Sec. 3.5), then dropout (Sec. 5.4); in training
         whole tokens are dropped first with probability `config.word_dropout` (0 in the paper)."""

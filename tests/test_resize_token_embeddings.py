@@ -1,0 +1,201 @@
+"""Vocabulary changes keep the model whole (encoder_decoder.py `resize_token_embeddings`,
+`resize_decoder_token_embeddings`): for both model types and every embedding-sharing variant the configs allow, the
+config's vocabulary fields, the embedding matrices, the output layer and the logits bias keep one size and their
+ties; the kept rows are unchanged (logits over the kept vocabulary are bit-identical), the new rows are read, and
+the resized model saves and loads to the same logits. Trainer runs after a resize: tests/test_clients.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tiny import padded_batch, spread_tiny_rnn, tiny_model
+from transformers import AutoModel, AutoModelForSeq2SeqLM
+
+from modeling_attn import AttnRNNConfig, AttnRNNModel, AttnTransformerConfig, AttnTransformerModel
+
+TINY_TARGET = 91
+
+# (model type, flags): every combination of shared/separate embeddings and tied/untied output layer, and Marian's
+# logits bias; separate vocabularies get a target vocabulary of another size than the source one.
+SEPARATE = dict(share_encoder_decoder_embeddings=False, decoder_vocab_size=TINY_TARGET)
+VARIANTS = {
+    "transformer-shared-tied": ("transformer", {}),
+    "transformer-shared-untied": ("transformer", dict(tie_word_embeddings=False)),
+    "transformer-separate-tied": ("transformer", SEPARATE),
+    "transformer-separate-untied": ("transformer", dict(SEPARATE, tie_word_embeddings=False)),
+    "transformer-shared-tied-bias": ("transformer", dict(final_logits_bias=True)),
+    "transformer-separate-untied-bias": ("transformer", dict(SEPARATE, tie_word_embeddings=False, final_logits_bias=True)),
+    "rnn-separate-untied": ("rnn", dict(decoder_vocab_size=TINY_TARGET)),
+    "rnn-separate-tied": ("rnn", dict(decoder_vocab_size=TINY_TARGET, tie_word_embeddings=True)),
+    "rnn-shared-untied": ("rnn", dict(share_encoder_decoder_embeddings=True)),
+    "rnn-shared-tied": ("rnn", dict(share_encoder_decoder_embeddings=True, tie_word_embeddings=True)),
+}  # fmt: skip
+KEPT_IDS = 85  # the test batches use ids below this, inside every vocabulary before and after resizing
+
+
+def build(variant: str):
+    kind, flags = VARIANTS[variant]
+    model = tiny_model(**flags) if kind == "transformer" else spread_tiny_rnn(**flags)
+    if model.final_logits_bias is not None:  # zeros at init: give it values, so that resizing it is seen
+        model.final_logits_bias.copy_(torch.linspace(-1, 1, model.final_logits_bias.shape[-1])[None])
+    return model
+
+
+def batch(source_high: int = KEPT_IDS, target_high: int = KEPT_IDS, seed: int = 0) -> dict:
+    """A padded batch whose source ids reach source_high - 1 and target ids target_high - 1."""
+    input_ids, attention_mask, decoder_input_ids = padded_batch(seed=seed, vocab=min(source_high, target_high))
+    input_ids[0, 0], decoder_input_ids[0, 0] = source_high - 1, target_high - 1
+    return dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+
+
+def check_whole(model) -> None:
+    """Every vocabulary matrix has its config field's size, and the ties the config asks for hold."""
+    config, base = model.config, model.model
+    source, target = base.encoder.embed_tokens, base.decoder.embed_tokens
+    assert source.weight.shape[0] == source.num_embeddings == config.vocab_size
+    assert target.weight.shape[0] == target.num_embeddings == config.decoder_vocab_size
+    assert model.lm_head.weight.shape[0] == model.lm_head.out_features == config.decoder_vocab_size
+    if config.share_encoder_decoder_embeddings:
+        assert source.weight is base.shared.weight and target.weight is base.shared.weight
+    else:
+        assert source.weight is not target.weight
+    assert (model.lm_head.weight is target.weight) == config.tie_word_embeddings
+    if model.final_logits_bias is not None:
+        assert model.final_logits_bias.shape == (1, config.decoder_vocab_size)
+
+
+@torch.no_grad()
+def logits(model, inputs: dict) -> torch.Tensor:
+    return model(**inputs, use_cache=False).logits
+
+
+@pytest.mark.parametrize("variant", VARIANTS)
+@pytest.mark.parametrize(
+    "new_num_tokens, pad_to_multiple_of, expected", [(107, None, 107), (101, 8, 104), (None, 64, 128), (90, None, 90)]
+)
+def test_resize_token_embeddings_keeps_every_vocabulary_matrix_in_step(
+    tmp_path, variant, new_num_tokens, pad_to_multiple_of, expected
+):
+    model = build(variant)
+    shared = model.config.share_encoder_decoder_embeddings
+    old_target = model.config.decoder_vocab_size
+    before = logits(model, batch())
+
+    assert model.resize_token_embeddings(new_num_tokens, pad_to_multiple_of) is model.get_input_embeddings()
+
+    target = expected if shared else old_target
+    assert (model.config.vocab_size, model.config.decoder_vocab_size) == (expected, target)
+    check_whole(model)
+    kept = min(old_target, target)
+    after = logits(model, batch())
+    assert after.shape[-1] == target
+    assert torch.equal(after[..., :kept], before[..., :kept])  # the kept rows are the old ones
+    if model.final_logits_bias is not None and target > old_target:
+        assert not model.final_logits_bias[0, old_target:].any()  # an added token's bias is 0, as Marian's
+
+    # the whole new vocabulary is read (the highest new id runs), and the model saves and loads to the same logits
+    reaching = batch(source_high=expected, target_high=target, seed=1)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    check_whole(loaded)
+    assert torch.equal(logits(loaded, reaching), logits(model, reaching))
+
+
+@pytest.mark.parametrize("variant", [name for name, (_, flags) in VARIANTS.items() if "decoder_vocab_size" in flags])
+@pytest.mark.parametrize(
+    "new_num_tokens, pad_to_multiple_of, expected", [(96, None, 96), (95, 16, 96), (88, None, 88)]
+)
+def test_resize_decoder_token_embeddings_resizes_the_separate_target_vocabulary(
+    tmp_path, variant, new_num_tokens, pad_to_multiple_of, expected
+):
+    model = build(variant)
+    before = logits(model, batch())
+
+    model.resize_decoder_token_embeddings(new_num_tokens, pad_to_multiple_of)
+
+    assert (model.config.vocab_size, model.config.decoder_vocab_size) == (99, expected)
+    check_whole(model)
+    kept = min(TINY_TARGET, expected)
+    assert torch.equal(logits(model, batch())[..., :kept], before[..., :kept])
+    reaching = batch(source_high=99, target_high=expected, seed=1)
+    model.save_pretrained(tmp_path)
+    loaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path, attn_implementation="eager").eval()
+    check_whole(loaded)
+    assert torch.equal(logits(loaded, reaching), logits(model, reaching))
+
+
+@pytest.mark.parametrize(
+    "config_class, model_class", [(AttnTransformerConfig, AttnTransformerModel), (AttnRNNConfig, AttnRNNModel)]
+)
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_base_model_resizes_and_reloads_too(tmp_path, config_class, model_class, shared):
+    small = dict(d_model=16, encoder_layers=1, decoder_layers=1, num_heads=2, d_ff=16) if config_class is AttnTransformerConfig else dict(
+        embedding_size=8, encoder_hidden_size=8, decoder_hidden_size=8, attention_size=8, readout_size=8)  # fmt: skip
+    model = model_class(config_class(vocab_size=40, share_encoder_decoder_embeddings=shared, **small)).eval()
+    model.resize_token_embeddings(50)
+    assert model.config.vocab_size == model.encoder.embed_tokens.weight.shape[0] == 50
+    assert model.config.decoder_vocab_size == model.decoder.embed_tokens.weight.shape[0] == (50 if shared else 40)
+    assert (model.encoder.embed_tokens.weight is model.decoder.embed_tokens.weight) == shared
+    inputs = dict(input_ids=torch.tensor([[49, 3, 4]]), decoder_input_ids=torch.tensor([[1, 5]]))
+    model.save_pretrained(tmp_path)
+    loaded = AutoModel.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(**inputs).last_hidden_state, model(**inputs).last_hidden_state)
+
+
+@pytest.mark.parametrize(
+    "variant, method",
+    [
+        ("transformer-shared-tied", "resize_token_embeddings"),
+        ("rnn-separate-untied", "resize_decoder_token_embeddings"),
+    ],
+)
+def test_a_size_that_drops_a_special_token_is_refused_and_nothing_changes(variant, method):
+    model = build(variant)
+    state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
+    config = model.config.to_dict()
+    with pytest.raises(ValueError, match=rf"(?s){method}: .*decoder_vocab_size=2 would make the config invalid; nothing was changed.*eos_token_id must be a token id in \[0, decoder_vocab_size=2\), got 2"):  # fmt: skip
+        getattr(model, method)(2)
+    with pytest.raises(ValueError, match=f"{method}: new_num_tokens must be a positive integer or None, got 0"):
+        getattr(model, method)(0)
+    with pytest.raises(ValueError, match="pad_to_multiple_of must be a positive integer or None, got 2.5"):
+        getattr(model, method)(100, pad_to_multiple_of=2.5)
+    assert model.config.to_dict() == config
+    assert all(torch.equal(tensor, state[name]) for name, tensor in model.state_dict().items())
+    check_whole(model)
+
+
+def test_resize_decoder_token_embeddings_is_refused_with_one_shared_matrix():
+    model = build("transformer-shared-tied")
+    with pytest.raises(ValueError, match="share one embedding matrix .* resize both with resize_token_embeddings"):
+        model.resize_decoder_token_embeddings(120)
+    assert model.config.decoder_vocab_size == 99
+
+
+def test_a_stack_alone_is_not_resized():
+    model = build("transformer-shared-tied")
+    with pytest.raises(NotImplementedError, match="resize the whole model's vocabulary instead"):
+        model.model.decoder.resize_token_embeddings(120)
+
+
+def test_a_target_id_beyond_a_separate_vocabulary_names_the_resize_to_call():
+    model = build("rnn-separate-untied")
+    model.resize_token_embeddings(105)  # the source side only
+    inputs = batch()
+    inputs["decoder_input_ids"][0, 1] = 100
+    with pytest.raises(IndexError, match=r"decoder_input_ids holds token id 100 .* \[0, 91\) .*resize_decoder_token_embeddings"):  # fmt: skip
+        model(**inputs)
+
+
+def test_resized_model_keeps_accelerate_hooks_and_frozen_embeddings():
+    """What a client that froze the embeddings or dispatched the model finds after a resize: the same modules."""
+    model = build("transformer-separate-untied")
+    model.model.encoder.embed_tokens.weight.requires_grad_(False)
+    model.lm_head.weight.requires_grad_(False)
+    encoder_embeddings = model.model.encoder.embed_tokens
+    model.resize_token_embeddings(110)
+    model.resize_decoder_token_embeddings(100)
+    assert model.model.encoder.embed_tokens is encoder_embeddings  # resized in place
+    assert not model.model.encoder.embed_tokens.weight.requires_grad
+    assert not model.lm_head.weight.requires_grad
+    check_whole(model)
