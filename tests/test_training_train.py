@@ -306,3 +306,27 @@ def test_rnn_model_type_trains(tmp_path):
     assert AutoModelForSeq2SeqLM.from_pretrained(output_dir).config.model_type == "attn_rnn"
     with pytest.raises(ValueError, match="preset 'tiny' is a attn_transformer model but --model_type is attn_rnn"):
         main(["--output_dir", str(tmp_path / "x"), *TINY, *QUIET, "--model_type", "attn_rnn"])
+
+
+@pytest.mark.slow
+def test_a_second_run_into_the_same_output_dir_is_refused_with_the_first_ones_pid(tmp_path):
+    """Issue 34: two `attn train` runs started into one --output_dir; the second stops in one line, naming the first
+    one's pid, and the first runs on (its folder untouched by the second)."""
+    out = tmp_path / "out"
+    first = subprocess.Popen([sys.executable, "-m", "modeling_attn.training", "--output_dir", str(out), *TINY, *QUIET,
+                              "--max_steps", "100000", "--save_steps", "100000"], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / ".attn.lock").exists():
+            assert first.poll() is None and time.monotonic() < deadline
+            time.sleep(0.2)
+        second = subprocess.run([sys.executable, "-m", "modeling_attn.cli.main", "train", "--output_dir", str(out),
+                                 *TINY, *QUIET, "--max_steps", "2"], cwd=REPO, capture_output=True, text=True)  # fmt: skip
+        assert second.returncode == 2, second.stderr[-2000:]
+        lines = [line for line in second.stderr.splitlines() if line.strip()]
+        assert lines[-1] == f"attn train: error: {out} is in use by process {first.pid} (attn train); wait for it to end, or write somewhere else"  # fmt: skip
+        assert first.poll() is None  # the first run goes on
+    finally:
+        first.kill()
+        first.wait()

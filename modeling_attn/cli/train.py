@@ -21,6 +21,7 @@ from huggingface_hub.errors import StrictDataclassError
 from transformers import Seq2SeqTrainingArguments
 
 from ..api.corpus import DataError
+from ..api.outputs import folder_lock
 from ..training.arguments import PAPER_DEFAULTS, RecipeArguments
 from ..training.hub_push import HubSetupError
 from ..training.train import run
@@ -82,8 +83,16 @@ def parse_args(argv: list[str] | None = None) -> tuple[RecipeArguments, Seq2SeqT
 
 
 def train(argv: list[str] | None = None) -> int:
-    """Train (and evaluate) a translation model; see `attn train --help`."""
-    return run(*parse_args(argv))
+    """Train (and evaluate) a translation model; see `attn train --help`. One run at a time per --output_dir: the
+    first process of a run holds the folder's lock (`modeling_attn.api.outputs.folder_lock`), so a second run
+    started into the same folder is refused, naming the first one's pid."""
+    recipe, training_args = parse_args(argv)
+    output_dir = Path(training_args.output_dir)
+    if training_args.process_index != 0:  # the other processes of the same run share the folder
+        return run(recipe, training_args)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    with folder_lock(output_dir, "attn train"):
+        return run(recipe, training_args)
 
 
 # What the flags, the data or the model files make impossible: a combination of flags (`validate`), a preset's config
