@@ -267,6 +267,8 @@ class Batcher:
             return group, batch
 
     def _translate(self, group: _Group, batch: list[_Sentence]) -> list[list[Hypothesis]]:
+        # ALIGNMENT: with the group's `alignment` option, call the alignment API here and return the alignments
+        # with the hypotheses; `_answer` then sets `Translation.alignment`.
         texts = [sentence.text for sentence in batch]
         if group.seed is None:
             return translate_nbest(self.model, self.tokenizer, texts, group.num_return_sequences, **group.options)
@@ -416,6 +418,7 @@ def _group_for(model: PreTrainedModel, request: TranslateRequest) -> tuple[tuple
         raise RequestError("num_return_sequences", str(error)) from None
     beams = options.get("num_beams") or model.generation_config.num_beams or 1
     seeded = request.do_sample and request.seed is not None
+    # ALIGNMENT: an `alignment` option joins the key (sentences with and without alignments do not share a call)
     key = (tuple(sorted(options.items())), request.num_return_sequences, ("seed", object()) if seeded else None)
     return key, _Group(options, request.num_return_sequences, beams, request.seed if seeded else None)
 
