@@ -21,7 +21,7 @@ from training.arguments import CommandParser
 
 from ..api.explain import ATTENTION_KINDS, ExplainError, write_explainer
 from ..translation import TranslateError
-from .translate import parse_flags
+from .translate import parse_flags, shown_defaults
 
 PROG = "attn explain"
 
@@ -71,7 +71,7 @@ def explain_parser() -> CommandParser:
         "beam search, cross- and self-attention per layer and head, one head computed, the RNN's alignment step.",
     )
     parser.add_argument("sentence", nargs="*", metavar="SENTENCE", help="the sentence to translate (quote it)")
-    return parser
+    return shown_defaults(parser)
 
 
 def explain_main(argv: list[str] | None = None) -> int:
