@@ -278,6 +278,8 @@ def test_bad_input_is_refused_with_its_reason(tmp_path):
         explain(pair, SENTENCE, walkthrough=("self", 0))
     with pytest.raises(ExplainError, match=r"layer 3: the decoder attention has layers 1\.\.2"):
         explain(pair, SENTENCE, walkthrough=("decoder", 2))
+    with pytest.raises(ExplainError, match="do_sample=True is not supported"):
+        explain(pair, SENTENCE, do_sample=True)
     with pytest.raises(ExplainError, match="more than the model's max_position_embeddings=4"):
         explain((tiny_transformer(max_position_embeddings=4), tokenizer), SENTENCE)
     assert model.training is False and model.config._attn_implementation == "sdpa"

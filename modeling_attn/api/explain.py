@@ -197,7 +197,11 @@ class SearchRecorder:
 
 
 def run_search(model: PreTrainedModel, encoded: dict[str, torch.Tensor], **generate_kwargs: Any):
-    """generate()'s translation (start token first) and, for beam search, the recorder of its search."""
+    """generate()'s translation (start token first) and, for beam search, the recorder of its search. The search is
+    beam search or greedy search: a generation_config that samples is overridden, and sampling asked for refused."""
+    if generate_kwargs.get("do_sample"):
+        raise ExplainError("the explainer shows beam search or greedy search; do_sample=True is not supported")
+    generate_kwargs["do_sample"] = False
     num_beams = generate_kwargs.get("num_beams") or model.generation_config.num_beams or 1
     recorder = SearchRecorder() if num_beams > 1 else None
     model.beam_search_observer = recorder

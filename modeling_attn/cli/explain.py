@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from ..api.explain import ATTENTION_KINDS, ExplainError, write_explainer
 from ..api.translation import TranslateError
 from .parser import CommandParser, require_positive
-from .translate import parse_flags
+from .translate import parse_flags, shown_defaults
 
 PROG = "attn explain"
 
@@ -68,7 +68,7 @@ def explain_parser() -> CommandParser:
         "beam search, cross- and self-attention per layer and head, one head computed, the RNN's alignment step.",
     )
     parser.add_argument("sentence", nargs="*", metavar="SENTENCE", help="the sentence to translate (quote it)")
-    return parser
+    return shown_defaults(parser)
 
 
 def main(argv: list[str] | None = None) -> int:
