@@ -43,8 +43,8 @@ from modeling_attn.api.translation import load_model, translate_batch  # noqa: E
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=400, help="training steps per run")
-    parser.add_argument("--presets", nargs=2, default=["tiny", "rnn-tiny"], metavar=("TRANSFORMER", "RNN"))
+    parser.add_argument("--steps", type=int, default=500, help="training steps per run")
+    parser.add_argument("--presets", nargs=2, default=["small", "rnn-small"], metavar=("TRANSFORMER", "RNN"))
     parser.add_argument("--train-pairs", type=int, default=20_000, help="--max_train_samples")
     parser.add_argument("--tokens-per-batch", type=int, default=1024, help="--max_tokens_per_batch")
     parser.add_argument("--test-pairs", type=int, default=1000, help="held-out pairs scored")

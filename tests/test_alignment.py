@@ -374,14 +374,16 @@ def test_cli_align(dates_tokenizer, tmp_path, capsys):
 @pytest.mark.slow
 def test_guided_training_lowers_aer_on_dates(tmp_path):
     """`attn train` on the embedded dates task, plain and with `--alignment_file` (the true alignments), the same
-    seed and steps: the guided Transformer's forced alignments of held-out dates have a much lower AER."""
+    seed and steps: the guided Transformer's forced alignments of held-out dates have a much lower AER (measured
+    under load: 40% plain, 7% guided after 150 steps of the small preset, 1.5 min each; bench/alignment.py trains
+    longer)."""
     dataset = build_dataset(alignments=True)
     (tmp_path / "train.align").write_text("\n".join(dataset["train"]["alignment"]) + "\n")
     test = dataset["test"].select(range(200))
     rates = {}
     for guided in (False, True):
         folder = tmp_path / ("guided" if guided else "plain")
-        flags = ["train", "--preset", "tiny", "--output_dir", str(folder), "--max_steps", "150",
+        flags = ["train", "--preset", "small", "--output_dir", str(folder), "--max_steps", "150",
                  "--max_train_samples", "4000", "--max_tokens_per_batch", "1024", "--eval_strategy", "no",
                  "--do_eval", "false", "--do_predict", "false", "--save_strategy", "no", "--average_last_n", "1",
                  "--report_to", "none", "--disable_tqdm", "true"]  # fmt: skip
