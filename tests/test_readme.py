@@ -207,7 +207,7 @@ def check_command(argv: list[str], whole: bool, where: str) -> list[str]:
     if program in ("python", "python3"):
         if rest[:2] == ["-m", TRAINING_MODULE]:
             return check_flags(attn_parser("train"), rest[2:], whole, where)
-        if rest and rest[0].startswith("bench/") and rest[0].endswith(".py"):
+        if rest and rest[0].startswith(("bench/", "tests/")) and rest[0].endswith(".py"):  # scripts with argparse
             return _check_script(rest[0], rest[1:], whole, where)
         return [f"{where}: cannot check {' '.join(argv[:3])!r} (a module or script this test does not know)"]
     if program == "torchrun" or argv[:2] == ["accelerate", "launch"]:
