@@ -85,7 +85,7 @@ def test_help_lists_every_command_and_version_prints_the_package_version():
         (["exprot", "--model", "m"], "unknown command 'exprot'; did you mean 'export'?"),
         (
             ["zzz"],
-            "unknown command 'zzz'; one of train, average, translate, evaluate, push, convert, export, preset, serve",
+            "unknown command 'zzz'; one of train, average, translate, evaluate, push, convert, export, explain, preset, serve",
         ),
         (["--verbose"], "unknown option '--verbose'; a command comes first"),
     ],

@@ -10,7 +10,7 @@ import torch
 from isolation import run_isolated
 from tiny import padded_batch, tiny_config, tiny_model
 from transformers import AutoModel, AutoModelForSeq2SeqLM
-from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.cache_utils import DynamicCache, DynamicLayer, EncoderDecoderCache
 
 from modeling_attn import AttnTransformerForConditionalGeneration, AttnTransformerModel
 from modeling_attn.modeling_transformer import sinusoid_table
@@ -247,10 +247,10 @@ def test_beam_search_reorders_only_the_self_attention_cache(monkeypatch):
     input_ids, attention_mask, _ = padded_batch()
     model = tiny_model("sdpa", seed=3)
     settings = dict(attention_mask=attention_mask, max_new_tokens=8, num_beams=4, return_dict_in_generate=True)
-    reorders = []
-    reorder = DynamicCache.reorder_cache
+    reorders = []  # one per cache layer reordered (our _reorder_cache reorders layer by layer)
+    reorder = DynamicLayer.reorder_cache
     monkeypatch.setattr(
-        DynamicCache, "reorder_cache", lambda cache, beam_idx: (reorders.append(1), reorder(cache, beam_idx))
+        DynamicLayer, "reorder_cache", lambda layer, beam_idx: (reorders.append(1), reorder(layer, beam_idx))
     )
     with torch.no_grad():
         ours = model.generate(input_ids, output_scores=True, **settings)

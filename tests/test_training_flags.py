@@ -23,7 +23,7 @@ from modeling_attn.training import train as recipe_steps
 from modeling_attn.training.data import load_parallel_data
 from modeling_attn.training.hub_push import CheckpointPush, hub_uploads
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, GenerationConfig
 
 import modeling_attn  # noqa: F401
 from modeling_attn.api.hub import save_for_hub
@@ -289,7 +289,8 @@ def test_checkpoint_pushes_run_as_a_callback_at_each_save(tmp_path):
     tokenized = recipe_steps.tokenize(parallel, tokenizer, recipe, args)
     recipe_steps.configure(model, recipe, args)
     train_dataset = recipe_steps.training_set(parallel, tokenized, tokenizer, recipe, args)
-    trainer = recipe_steps.build_trainer(model, tokenizer, train_dataset, None, recipe, args, repo_id=None)
+    collator = DataCollatorForSeq2Seq(tokenizer, model=model)
+    trainer = recipe_steps.build_trainer(model, tokenizer, train_dataset, None, collator, recipe, args, repo_id=None)
     push = FolderPush("me/dates", repository)
     trainer.add_callback(push)
     trainer.train()
