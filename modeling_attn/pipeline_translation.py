@@ -21,14 +21,14 @@ text); `stop_sequence`. A model config's `prefix`, or the `prefix` and generatio
 `task_specific_params` entry for the task (T5), apply as in transformers 4; deviation: they are not written into the
 model's config, they are defaults of this pipeline's calls.
 
-`register_translation_pipeline` is the one change to transformers that importing the package makes (README, "What
-importing modeling_attn changes in transformers"): transformers 5.23-5.24 refuse the task names `translation` and
-`translation_*` in `pipeline()` before looking at the public pipeline registry (`pipelines.REMOVED_TASKS`, read by
-`_resolve_deprecated_task`), and the registry knows no `translation_XX_to_YY` names (transformers 4's registry parsed
-them). So it (1) drops the entry "translation" from `REMOVED_TASKS`, (2) registers this class under "translation" with
-`PIPELINE_REGISTRY.register_pipeline` (public), (3) lets `PIPELINE_REGISTRY.check_task` resolve
-`translation_XX_to_YY` to it, as transformers 4 did. It checks the result and raises ImportError naming what changed
-on a transformers version where that table or lookup is not as expected.
+`register_translation_pipeline` is the one change to transformers that importing the package makes (docs/evaluate.md,
+"What importing modeling_attn changes in transformers, exactly"): transformers 5.23-5.24 refuse the task names
+`translation` and `translation_*` in `pipeline()` before looking at the public pipeline registry
+(`pipelines.REMOVED_TASKS`, read by `_resolve_deprecated_task`), and the registry knows no `translation_XX_to_YY`
+names (transformers 4's registry parsed them). So it (1) drops the entry "translation" from `REMOVED_TASKS`, (2)
+registers this class under "translation" with `PIPELINE_REGISTRY.register_pipeline` (public), (3) lets
+`PIPELINE_REGISTRY.check_task` resolve `translation_XX_to_YY` to it, as transformers 4 did. It checks the result and
+raises ImportError naming what changed on a transformers version where that table or lookup is not as expected.
 """
 
 from __future__ import annotations
