@@ -227,6 +227,8 @@ class EncoderDecoderModel(EncoderDecoderPreTrainedModel):
         self._get_resized_embeddings(embedding, size, mean_resizing=mean_resizing)
         for field in fields:
             setattr(self.config, field, size)
+        if "vocab_size" in fields:
+            self.vocab_size = size  # as transformers' resize_token_embeddings sets it
         self.tie_weights()  # the stacks' embed_tokens follow the shared matrix
         for stack in (self.encoder, self.decoder):
             if stack.embed_tokens.weight is embedding.weight:
@@ -312,6 +314,7 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
         embedding = self.model.resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         if self.config.share_encoder_decoder_embeddings:
             self._resize_output_layer(mean_resizing)
+        self.vocab_size = self.config.vocab_size
         return embedding
 
     def resize_decoder_token_embeddings(

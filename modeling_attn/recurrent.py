@@ -9,11 +9,12 @@
   leaves them.
 - `step_loop`: `carry, output_t = step(carry, input_t)` over the positions; a Python loop in eager mode, and
   `torch._higher_order_ops.scan` when traced, so that the number of steps can be a dynamic dimension.
-- `traced_loops`: whether the loops are traced as `scan`: under torch.export (and so the dynamo ONNX export), and
-  under torch.compile when no gradient is recorded (inference, generate()). torch.compile with gradients keeps the
-  eager path (a graph break at each recurrent layer), because inductor in torch 2.13 computes a wrong gradient for a
-  bias used inside a scan (the GRU's b_hn came out as b_in's gradient; tests/test_recurrent.py checks compiled
-  training gradients against eager ones).
+- `traced_loops`: whether the loops are traced as `scan`: when no gradient is recorded, under torch.export (and so
+  the dynamo ONNX export) and torch.compile (inference, generate()). torch.compile with gradients keeps the eager path
+  (a graph break at each recurrent layer), because inductor in torch 2.13 computes a wrong gradient for a bias used
+  inside a scan (the GRU's b_hn came out as b_in's gradient; tests/test_recurrent.py checks compiled training
+  gradients against eager ones). An export that records gradients is refused with a message saying to export under
+  `torch.no_grad()`: torch 2.13 fails to trace a scan with gradients and dynamic shapes.
 
 Why two paths: TorchDynamo refuses to trace `nn.GRU` / `nn.LSTM` modules (`torch._dynamo.config.allow_rnn`),
 torch.export unrolls their op over the example's length (a dynamic length fails), and packing needs the lengths on the
@@ -43,8 +44,17 @@ Carry = torch.Tensor | tuple
 
 
 def traced_loops() -> bool:
-    """Whether recurrent loops run as `scan` (module docstring): exported, or compiled without gradients."""
-    return torch.compiler.is_exporting() or (torch.compiler.is_compiling() and not torch.is_grad_enabled())
+    """Whether recurrent loops run as `scan` (module docstring): exported, or compiled without gradients. An export
+    that records gradients is refused."""
+    if torch.compiler.is_exporting():
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "attn_rnn exports as an inference graph: call torch.export.export / torch.onnx.export inside "
+                "`with torch.no_grad():` (recording gradients, torch 2.13 fails to trace its recurrent loops, "
+                "torch._higher_order_ops.scan, with dynamic shapes)"
+            )
+        return True
+    return torch.compiler.is_compiling() and not torch.is_grad_enabled()
 
 
 def step_loop(

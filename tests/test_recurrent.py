@@ -156,6 +156,11 @@ def eager_logits(model, batch) -> torch.Tensor:
         return Logits(model)(*batch)
 
 
+def test_an_export_that_records_gradients_is_refused_naming_the_fix():
+    with pytest.raises(RuntimeError, match=r"attn_rnn exports as an inference graph: call .* inside `with torch.no_grad\(\):`"):  # fmt: skip
+        torch.export.export(Logits(tiny_rnn()), EXAMPLE, dynamic_shapes=DYNAMIC_SHAPES)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", TRACED)
 def test_torch_export_with_dynamic_batch_and_lengths_equals_eager(variant):
