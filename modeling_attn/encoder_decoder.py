@@ -66,6 +66,11 @@ def resized_vocabulary_size(
 ) -> int:
     """The vocabulary size `resize_token_embeddings(new_num_tokens, pad_to_multiple_of)` gives (transformers' rule:
     `new_num_tokens`, or the current size when None, rounded up to a multiple of `pad_to_multiple_of`)."""
+    if pad_to_multiple_of is not None and not isinstance(pad_to_multiple_of, int):  # transformers' message
+        raise ValueError(
+            f"{method}: Asking to pad the embedding matrix to a multiple of `{pad_to_multiple_of}`, which is not and "
+            "integer. Please make sure to pass an integer"
+        )
     for name, value in (("new_num_tokens", new_num_tokens), ("pad_to_multiple_of", pad_to_multiple_of)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise ValueError(f"{method}: {name} must be a positive integer or None, got {value!r}")
