@@ -40,6 +40,12 @@ from torch._higher_order_ops.scan import scan
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 RNNState = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # GRU: h (L * D, B, H); LSTM: (h, c)
+# why torch.compile graph-breaks at the recurrent layers when gradients are recorded (fullgraph=True shows it)
+COMPILED_WITH_GRADIENTS = (
+    "attn_rnn's recurrent layers run eagerly under torch.compile while gradients are recorded (inductor in torch 2.13 "
+    "computes wrong gradients through torch._higher_order_ops.scan): train compiled without fullgraph=True, or "
+    "compile for inference under torch.no_grad(), where the whole forward is one graph"
+)
 Carry = torch.Tensor | tuple
 
 
@@ -144,7 +150,7 @@ class Recurrent(nn.RNNBase):
             return self.masked_forward(inputs, state, mask)
         return self.fused_forward(inputs, state, mask)
 
-    @torch.compiler.disable  # compiled with gradients: run eagerly (module docstring)
+    @torch.compiler.disable(reason=COMPILED_WITH_GRADIENTS)  # run eagerly (module docstring)
     def fused_forward(
         self, inputs: torch.Tensor, state: RNNState | None = None, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, RNNState]:

@@ -185,6 +185,13 @@ def test_torch_compile_fullgraph_equals_eager_with_no_graph_break(variant):
             torch.testing.assert_close(got, eager_logits(model, batch), rtol=0, atol=1e-5)
 
 
+def test_fullgraph_compile_of_a_training_step_is_refused_naming_why():
+    model = tiny_rnn().train()
+    input_ids, attention_mask, labels = EXAMPLE
+    with pytest.raises(torch._dynamo.exc.Unsupported, match=r"(?s)disable.*attn_rnn's recurrent layers run eagerly under torch.compile while gradients are recorded"):  # fmt: skip
+        torch.compile(model, fullgraph=True)(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
+
+
 @pytest.mark.slow
 def test_compiled_training_gradients_equal_eager():
     """With gradients the recurrent layers run eagerly under torch.compile (recurrent.py: an inductor scan-gradient
