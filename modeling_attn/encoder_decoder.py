@@ -95,6 +95,11 @@ def resized_vocabulary_size(
 ) -> int:
     """The vocabulary size `resize_token_embeddings(new_num_tokens, pad_to_multiple_of)` gives (transformers' rule:
     `new_num_tokens`, or the current size when None, rounded up to a multiple of `pad_to_multiple_of`)."""
+    if pad_to_multiple_of is not None and not isinstance(pad_to_multiple_of, int):  # transformers' message
+        raise ValueError(
+            f"{method}: Asking to pad the embedding matrix to a multiple of `{pad_to_multiple_of}`, which is not and "
+            "integer. Please make sure to pass an integer"
+        )
     for name, value in (("new_num_tokens", new_num_tokens), ("pad_to_multiple_of", pad_to_multiple_of)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
             raise ValueError(f"{method}: {name} must be a positive integer or None, got {value!r}")
@@ -256,6 +261,8 @@ class EncoderDecoderModel(EncoderDecoderPreTrainedModel):
         self._get_resized_embeddings(embedding, size, mean_resizing=mean_resizing)
         for field in fields:
             setattr(self.config, field, size)
+        if "vocab_size" in fields:
+            self.vocab_size = size  # as transformers' resize_token_embeddings sets it
         self.tie_weights()  # the stacks' embed_tokens follow the shared matrix
         for stack in (self.encoder, self.decoder):
             if stack.embed_tokens.weight is embedding.weight:
@@ -341,6 +348,7 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
         embedding = self.model.resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
         if self.config.share_encoder_decoder_embeddings:
             self._resize_output_layer(mean_resizing)
+        self.vocab_size = self.config.vocab_size
         return embedding
 
     def resize_decoder_token_embeddings(

@@ -37,6 +37,11 @@ step runs the decoder on the newest token only and updates the cache in place; b
 with `reorder_cache`. That state has a fixed size already, so transformers' preallocated key/value caches
 (`cache_implementation="static"` and the others) do not apply: generate() refuses them.
 
+Tracing: the recurrent layers are `recurrent.Recurrent` (nn.GRU / nn.LSTM's parameters and, eagerly, their fused
+kernels) and the step-by-step decoder loop is `recurrent.step_loop`; exported or compiled for inference both run as
+`scan` loops with no data-dependent branch, so the model traces with dynamic batch and lengths (torch.export, the
+dynamo ONNX export, `torch.compile(fullgraph=True)`). The input checks that read values run eagerly only.
+
 Shapes: B batch, S source length, T target length, L decoder layers, H decoder units, V target vocabulary.
 """
 

@@ -9,11 +9,12 @@
   leaves them.
 - `step_loop`: `carry, output_t = step(carry, input_t)` over the positions; a Python loop in eager mode, and
   `torch._higher_order_ops.scan` when traced, so that the number of steps can be a dynamic dimension.
-- `traced_loops`: whether the loops are traced as `scan`: under torch.export (and so the dynamo ONNX export), and
-  under torch.compile when no gradient is recorded (inference, generate()). torch.compile with gradients keeps the
-  eager path (a graph break at each recurrent layer), because inductor in torch 2.13 computes a wrong gradient for a
-  bias used inside a scan (the GRU's b_hn came out as b_in's gradient; tests/test_recurrent.py checks compiled
-  training gradients against eager ones).
+- `traced_loops`: whether the loops are traced as `scan`: when no gradient is recorded, under torch.export (and so
+  the dynamo ONNX export) and torch.compile (inference, generate()). torch.compile with gradients keeps the eager path
+  (a graph break at each recurrent layer), because inductor in torch 2.13 computes a wrong gradient for a bias used
+  inside a scan (the GRU's b_hn came out as b_in's gradient; tests/test_recurrent.py checks compiled training
+  gradients against eager ones). An export that records gradients is refused with a message saying to export under
+  `torch.no_grad()`: torch 2.13 fails to trace a scan with gradients and dynamic shapes.
 
 Why two paths: TorchDynamo refuses to trace `nn.GRU` / `nn.LSTM` modules (`torch._dynamo.config.allow_rnn`),
 torch.export unrolls their op over the example's length (a dynamic length fails), and packing needs the lengths on the
@@ -39,12 +40,27 @@ from torch._higher_order_ops.scan import scan
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
 RNNState = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # GRU: h (L * D, B, H); LSTM: (h, c)
+# why torch.compile graph-breaks at the recurrent layers when gradients are recorded (fullgraph=True shows it)
+COMPILED_WITH_GRADIENTS = (
+    "attn_rnn's recurrent layers run eagerly under torch.compile while gradients are recorded (inductor in torch 2.13 "
+    "computes wrong gradients through torch._higher_order_ops.scan): train compiled without fullgraph=True, or "
+    "compile for inference under torch.no_grad(), where the whole forward is one graph"
+)
 Carry = torch.Tensor | tuple
 
 
 def traced_loops() -> bool:
-    """Whether recurrent loops run as `scan` (module docstring): exported, or compiled without gradients."""
-    return torch.compiler.is_exporting() or (torch.compiler.is_compiling() and not torch.is_grad_enabled())
+    """Whether recurrent loops run as `scan` (module docstring): exported, or compiled without gradients. An export
+    that records gradients is refused."""
+    if torch.compiler.is_exporting():
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "attn_rnn exports as an inference graph: call torch.export.export / torch.onnx.export inside "
+                "`with torch.no_grad():` (recording gradients, torch 2.13 fails to trace its recurrent loops, "
+                "torch._higher_order_ops.scan, with dynamic shapes)"
+            )
+        return True
+    return torch.compiler.is_compiling() and not torch.is_grad_enabled()
 
 
 def step_loop(
@@ -134,7 +150,7 @@ class Recurrent(nn.RNNBase):
             return self.masked_forward(inputs, state, mask)
         return self.fused_forward(inputs, state, mask)
 
-    @torch.compiler.disable  # compiled with gradients: run eagerly (module docstring)
+    @torch.compiler.disable(reason=COMPILED_WITH_GRADIENTS)  # run eagerly (module docstring)
     def fused_forward(
         self, inputs: torch.Tensor, state: RNNState | None = None, mask: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, RNNState]:

@@ -156,6 +156,11 @@ def eager_logits(model, batch) -> torch.Tensor:
         return Logits(model)(*batch)
 
 
+def test_an_export_that_records_gradients_is_refused_naming_the_fix():
+    with pytest.raises(RuntimeError, match=r"attn_rnn exports as an inference graph: call .* inside `with torch.no_grad\(\):`"):  # fmt: skip
+        torch.export.export(Logits(tiny_rnn()), EXAMPLE, dynamic_shapes=DYNAMIC_SHAPES)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", TRACED)
 def test_torch_export_with_dynamic_batch_and_lengths_equals_eager(variant):
@@ -178,6 +183,13 @@ def test_torch_compile_fullgraph_equals_eager_with_no_graph_break(variant):
         for batch in OTHERS:
             got = compiled(**as_kwargs(batch), use_cache=False).logits
             torch.testing.assert_close(got, eager_logits(model, batch), rtol=0, atol=1e-5)
+
+
+def test_fullgraph_compile_of_a_training_step_is_refused_naming_why():
+    model = tiny_rnn().train()
+    input_ids, attention_mask, labels = EXAMPLE
+    with pytest.raises(torch._dynamo.exc.Unsupported, match=r"(?s)disable.*attn_rnn's recurrent layers run eagerly under torch.compile while gradients are recorded"):  # fmt: skip
+        torch.compile(model, fullgraph=True)(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
 
 
 @pytest.mark.slow

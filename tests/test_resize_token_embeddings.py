@@ -69,10 +69,15 @@ def logits(model, inputs: dict) -> torch.Tensor:
     return model(**inputs, use_cache=False).logits
 
 
-@pytest.mark.parametrize("variant", VARIANTS)
-@pytest.mark.parametrize(
-    "new_num_tokens, pad_to_multiple_of, expected", [(107, None, 107), (101, 8, 104), (None, 64, 128), (90, None, 90)]
-)
+# growing and shrinking for every variant; padding to a multiple (with and without a new size) for one per model type
+RESIZES = [(variant, *size) for variant in VARIANTS for size in ((107, None, 107), (90, None, 90))] + [
+    (variant, *size)
+    for variant in ("transformer-separate-untied-bias", "rnn-shared-tied")
+    for size in ((101, 8, 104), (None, 64, 128))
+]
+
+
+@pytest.mark.parametrize("variant, new_num_tokens, pad_to_multiple_of, expected", RESIZES)
 def test_resize_token_embeddings_keeps_every_vocabulary_matrix_in_step(
     tmp_path, variant, new_num_tokens, pad_to_multiple_of, expected
 ):
@@ -102,9 +107,7 @@ def test_resize_token_embeddings_keeps_every_vocabulary_matrix_in_step(
 
 
 @pytest.mark.parametrize("variant", [name for name, (_, flags) in VARIANTS.items() if "decoder_vocab_size" in flags])
-@pytest.mark.parametrize(
-    "new_num_tokens, pad_to_multiple_of, expected", [(96, None, 96), (95, 16, 96), (88, None, 88)]
-)
+@pytest.mark.parametrize("new_num_tokens, pad_to_multiple_of, expected", [(95, 16, 96), (88, None, 88)])
 def test_resize_decoder_token_embeddings_resizes_the_separate_target_vocabulary(
     tmp_path, variant, new_num_tokens, pad_to_multiple_of, expected
 ):
@@ -158,8 +161,10 @@ def test_a_size_that_drops_a_special_token_is_refused_and_nothing_changes(varian
         getattr(model, method)(2)
     with pytest.raises(ValueError, match=f"{method}: new_num_tokens must be a positive integer or None, got 0"):
         getattr(model, method)(0)
-    with pytest.raises(ValueError, match="pad_to_multiple_of must be a positive integer or None, got 2.5"):
+    with pytest.raises(ValueError, match="pad the embedding matrix to a multiple of `2.5`, which is not and integer"):
         getattr(model, method)(100, pad_to_multiple_of=2.5)
+    with pytest.raises(ValueError, match=f"{method}: pad_to_multiple_of must be a positive integer or None, got -8"):
+        getattr(model, method)(100, pad_to_multiple_of=-8)
     assert model.config.to_dict() == config
     assert all(torch.equal(tensor, state[name]) for name, tensor in model.state_dict().items())
     check_whole(model)

@@ -252,6 +252,13 @@ class AttnRNNCommonTests(ModelTesterMixin):
         self.model_tester.share_encoder_decoder_embeddings = True
         super().test_inputs_embeds_matches_input_ids()
 
+    def test_resize_embeddings_untied(self):
+        # The mixin expects resize_token_embeddings to resize the output layer, which holds when source and target
+        # are one vocabulary; with two (the default), it resizes the source side only, as MarianMTModel does, and
+        # resize_decoder_token_embeddings the target side and the output layer (tests/test_resize_token_embeddings.py).
+        self.model_tester.share_encoder_decoder_embeddings = True
+        super().test_resize_embeddings_untied()
+
     # -- RNN-specific replacements and additions ---------------------------------------------------------
 
     def test_inputs_embeds_matches_input_ids_separate_embeddings(self):
