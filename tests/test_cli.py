@@ -73,7 +73,7 @@ def test_help_lists_every_command_and_version_prints_the_package_version():
     assert (
         listed
         == list(COMMANDS)
-        == ["train", "average", "translate", "evaluate", "push", "convert", "export", "preset"]
+        == ["train", "average", "translate", "evaluate", "push", "convert", "export", "explain", "preset"]
     )
     assert run(["--version"])[:2] == (0, f"modeling-attn {modeling_attn.__version__}\n")
 
@@ -83,7 +83,10 @@ def test_help_lists_every_command_and_version_prints_the_package_version():
     [
         (["trian"], "unknown command 'trian'; did you mean 'train'?"),
         (["exprot", "--model", "m"], "unknown command 'exprot'; did you mean 'export'?"),
-        (["zzz"], "unknown command 'zzz'; one of train, average, translate, evaluate, push, convert, export, preset"),
+        (
+            ["zzz"],
+            "unknown command 'zzz'; one of train, average, translate, evaluate, push, convert, export, explain, preset",
+        ),
         (["--verbose"], "unknown option '--verbose'; a command comes first"),
     ],
 )
@@ -171,6 +174,7 @@ EVERY_COMMAND = {
     "push": (["--model", "{w}/model", "--repo-id", "a/b"], "--privat", "--private", ["--private", "maybe"]),
     "convert": (["--to", "{w}/c"], "--from_mariam", "--from_marian", ["--to", "{w}/c", "--from_marian"]),
     "export": (["{w}/model", "--ctranslate2", "{w}/e"], "--quantisation", "--quantization", ["--quantization", "x"]),
+    "explain": (["--model", "{w}/model", "--output", "{w}/e"], "--num_beam", "--num_beams", ["--num_beams", "many"]),
 }
 
 
