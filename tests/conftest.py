@@ -5,8 +5,11 @@ from __future__ import annotations
 import atexit
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
+
+import pytest
 
 # Each test run keeps the `datasets` cache (the Arrow files of training data, tokenized splits and BPE vocabularies
 # of training/prepare.py) in a folder of its own, set before `datasets` is imported and inherited by the training
@@ -52,3 +55,14 @@ def pytest_configure(config):
         "torch_compile_test",
     ):
         config.addinivalue_line("markers", f"{mark}: mark of transformers' common model tests")
+
+
+@pytest.fixture(autouse=True)
+def fresh_torch_compile_caches():
+    """Each test starts with torch.compile's caches empty. Dynamo keys its compiled graphs by code object, and every
+    model's forward runs through the same transformers wrapper: compiled models from earlier tests in the process
+    would otherwise count towards torch's recompile limit (8) and fail a `fullgraph=True` compile that passes alone."""
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is not None:
+        dynamo.reset()
+    yield
