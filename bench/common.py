@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import copy
 import gzip
+import json
 import math
 import os
 import platform
@@ -420,3 +421,23 @@ def step_report(args: argparse.Namespace, batch: Batch, seconds: dict[str, list[
         rounds = " ".join(f"{value:.3f}" for value in values)
         print(f"| {name} | {medians[name]:.3f} | {baseline / medians[name]:.2f}x | {rounds} |")
     return medians
+
+
+def run_presets(
+    report: dict, stem: Path, args: argparse.Namespace, bench_preset: Callable, markdown: Callable
+) -> dict:
+    """Benchmarks each preset of `args.preset` with `bench_preset(preset, args, save)` into `report["results"]`,
+    writing the report to `stem`.json and `stem`.md after each part (`save(partial)`: what a run cut short has
+    measured) and at the end; prints the markdown."""
+    stem.parent.mkdir(parents=True, exist_ok=True)
+
+    def save(partial: dict | None = None) -> None:
+        shown = {**report, "results": report["results"] + ([partial] if partial is not None else [])}
+        stem.with_suffix(".json").write_text(json.dumps(shown, indent=1))
+        stem.with_suffix(".md").write_text(markdown(shown) + "\n")
+
+    for preset in args.preset:
+        report["results"].append(bench_preset(preset, args, save))
+    save()
+    print(markdown(report))
+    return report

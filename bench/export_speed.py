@@ -202,19 +202,8 @@ def main(argv: list[str] | None = None) -> dict:
         "command": shlex.join(["python", "bench/export_speed.py", *(argv if argv is not None else sys.argv[1:])]),
         "results": [],
     }
-    args.output_dir.mkdir(parents=True, exist_ok=True)
     stem = args.output_dir / f"export-speed-cpu{'-quick' if args.quick else ''}"
-
-    def save(partial: dict | None = None) -> None:  # the report so far: what a run cut short has measured
-        shown = {**report, "results": report["results"] + ([partial] if partial is not None else [])}
-        stem.with_suffix(".json").write_text(json.dumps(shown, indent=1))
-        stem.with_suffix(".md").write_text(markdown(shown) + "\n")
-
-    for preset in args.preset:
-        report["results"].append(bench_preset(preset, args, save))
-    save()
-    print(markdown(report))
-    return report
+    return common.run_presets(report, stem, args, bench_preset, markdown)
 
 
 if __name__ == "__main__":

@@ -1,4 +1,5 @@
-"""What the metric scripts beside this file share: their input features, reading references, default settings.
+"""What the metric scripts beside this file share: their input features and info, reading references, default
+settings, the result dictionary.
 
 References are one string per prediction, or a list of strings per prediction (the same number for each), as the
 Hub's sacreBLEU-based modules take them; sacreBLEU wants one stream per reference position instead.
@@ -25,6 +26,36 @@ FEATURES = [
         {"predictions": datasets.Value("string", id="sequence"), "references": datasets.Value("string", id="sequence")}
     ),
 ]
+
+SACREBLEU_URL = "https://github.com/mjpost/sacrebleu"
+
+
+def metric_info(
+    description: str,
+    citation: str,
+    inputs_description: str,
+    homepage: str = SACREBLEU_URL,
+    codebase_urls: Sequence[str] = (SACREBLEU_URL,),
+) -> evaluate.MetricInfo:
+    """The `_info()` of a metric here: its texts, the two input layouts, where its code lives."""
+    return evaluate.MetricInfo(
+        description=description,
+        citation=citation,
+        inputs_description=inputs_description,
+        features=FEATURES,
+        homepage=homepage,
+        codebase_urls=list(codebase_urls),
+    )
+
+
+# The result keys of evaluate-metric/sacrebleu besides `score`.
+BLEU_KEYS = ("counts", "totals", "precisions", "bp", "sys_len", "ref_len")
+
+
+def result(score: Any, keys: Sequence[str], signature: str) -> dict[str, Any]:
+    """A sacreBLEU score object as the Hub module's result: `score`, the attributes `keys`, then `signature`."""
+    return {"score": score.score, **{key: getattr(score, key) for key in keys}, "signature": signature}
+
 
 # The keyword arguments `evaluate.EvaluationModule.__init__` names (what `evaluate.load` passes on).
 _MODULE_ARGUMENTS = set(inspect.signature(evaluate.EvaluationModule.__init__).parameters) - {"self", "kwargs"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 import evaluate
 from sacrebleu.metrics import CHRF
 
-from ._common import FEATURES, DefaultSettings, reference_streams
+from ._common import DefaultSettings, metric_info, reference_streams, result
 
 _CITATION = """\
 @inproceedings{popovic-2015-chrf,
@@ -45,14 +45,7 @@ Returns:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Chrf(DefaultSettings, evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=FEATURES,
-            homepage="https://github.com/mjpost/sacrebleu",
-            codebase_urls=["https://github.com/mjpost/sacrebleu"],
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION)
 
     def _compute(
         self,
@@ -69,10 +62,4 @@ class Chrf(DefaultSettings, evaluate.Metric):
         chrf = CHRF(char_order=char_order, word_order=word_order, beta=beta, lowercase=lowercase,
                     whitespace=whitespace, eps_smoothing=eps_smoothing)  # fmt: skip
         score = chrf.corpus_score(predictions, streams)
-        return {
-            "score": score.score,
-            "char_order": score.char_order,
-            "word_order": score.word_order,
-            "beta": score.beta,
-            "signature": str(chrf.get_signature()),
-        }
+        return result(score, ("char_order", "word_order", "beta"), str(chrf.get_signature()))

@@ -28,7 +28,7 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.metrics.bleu import BLEUScore
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-from ._common import FEATURES, DefaultSettings, reference_streams
+from ._common import BLEU_KEYS, SACREBLEU_URL, DefaultSettings, metric_info, reference_streams, result
 
 _CITATION = """\
 @inproceedings{elliott-etal-2016-multi30k,
@@ -100,13 +100,12 @@ def lowercased_tokenized_bleu(
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Multi30kBleu(DefaultSettings, evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=FEATURES,
+        return metric_info(
+            _DESCRIPTION,
+            _CITATION,
+            _KWARGS_DESCRIPTION,
             homepage="https://github.com/multi30k/dataset",
-            codebase_urls=["https://github.com/hplt-project/sacremoses", "https://github.com/mjpost/sacrebleu"],
+            codebase_urls=["https://github.com/hplt-project/sacremoses", SACREBLEU_URL],
         )
 
     def _compute(self, predictions: list[str], references: list, lang: str | None = None) -> dict:
@@ -115,13 +114,4 @@ class Multi30kBleu(DefaultSettings, evaluate.Metric):
         streams = reference_streams("multi30k_bleu", predictions, references)
         tokenized = [lowercase_tokenize(stream, lang) for stream in streams]
         score, settings = _multi_bleu(lowercase_tokenize(predictions, lang), tokenized)
-        return {
-            "score": score.score,
-            "counts": score.counts,
-            "totals": score.totals,
-            "precisions": score.precisions,
-            "bp": score.bp,
-            "sys_len": score.sys_len,
-            "ref_len": score.ref_len,
-            "signature": _signature(lang, settings),
-        }
+        return result(score, BLEU_KEYS, _signature(lang, settings))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import evaluate
 from sacrebleu.metrics import BLEU
 
-from ._common import FEATURES, DefaultSettings, reference_streams
+from ._common import BLEU_KEYS, DefaultSettings, metric_info, reference_streams, result
 
 _CITATION = """\
 @inproceedings{post-2018-call,
@@ -50,14 +50,7 @@ Example:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Sacrebleu(DefaultSettings, evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=FEATURES,
-            homepage="https://github.com/mjpost/sacrebleu",
-            codebase_urls=["https://github.com/mjpost/sacrebleu"],
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION)
 
     def _compute(
         self,
@@ -74,13 +67,4 @@ class Sacrebleu(DefaultSettings, evaluate.Metric):
         bleu = BLEU(lowercase=lowercase, force=force, tokenize=tokenize, smooth_method=smooth_method,
                     smooth_value=smooth_value, effective_order=use_effective_order)  # fmt: skip
         score = bleu.corpus_score(predictions, streams)
-        return {
-            "score": score.score,
-            "counts": score.counts,
-            "totals": score.totals,
-            "precisions": score.precisions,
-            "bp": score.bp,
-            "sys_len": score.sys_len,
-            "ref_len": score.ref_len,
-            "signature": str(bleu.get_signature()),
-        }
+        return result(score, BLEU_KEYS, str(bleu.get_signature()))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import evaluate
 from sacrebleu.metrics import TER
 
-from ._common import FEATURES, DefaultSettings, reference_streams
+from ._common import DefaultSettings, metric_info, reference_streams, result
 
 _CITATION = """\
 @inproceedings{snover-etal-2006-study,
@@ -44,14 +44,7 @@ Returns:
 @evaluate.utils.file_utils.add_start_docstrings(_DESCRIPTION, _KWARGS_DESCRIPTION)
 class Ter(DefaultSettings, evaluate.Metric):
     def _info(self) -> evaluate.MetricInfo:
-        return evaluate.MetricInfo(
-            description=_DESCRIPTION,
-            citation=_CITATION,
-            inputs_description=_KWARGS_DESCRIPTION,
-            features=FEATURES,
-            homepage="https://github.com/mjpost/sacrebleu",
-            codebase_urls=["https://github.com/mjpost/sacrebleu"],
-        )
+        return metric_info(_DESCRIPTION, _CITATION, _KWARGS_DESCRIPTION)
 
     def _compute(
         self,
@@ -66,9 +59,4 @@ class Ter(DefaultSettings, evaluate.Metric):
         ter = TER(normalized=normalized, no_punct=ignore_punct, asian_support=support_zh_ja_chars,
                   case_sensitive=case_sensitive)  # fmt: skip
         score = ter.corpus_score(predictions, streams)
-        return {
-            "score": score.score,
-            "num_edits": score.num_edits,
-            "ref_length": score.ref_length,
-            "signature": str(ter.get_signature()),
-        }
+        return result(score, ("num_edits", "ref_length"), str(ter.get_signature()))
