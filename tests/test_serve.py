@@ -402,10 +402,13 @@ def test_requests_with_and_without_alignments_never_share_a_batch(alignment_mode
     def key(**options):
         return _group_for(model, TranslateRequest(text=["a"], **options))[0]
 
-    keys = [key(), key(alignment="hard"), key(alignment="soft"), key(alignment="hard", alignment_words="alnum")]
+    keys = [key(), key(alignment="hard"), key(alignment="hard", alignment_words="alnum"), key(num_beams=1)]
     assert len(set(keys)) == 4
-    assert key(alignment="hard") == key(alignment="hard", alignment_words="whitespace")  # the default, same batch
-    assert _group_for(model, TranslateRequest(text=["a"], alignment="soft"))[1].alignment == "soft"
+    assert key(alignment="hard") == key(alignment="hard", alignment_words="whitespace")  # the default
+    assert key(alignment="hard") == key(alignment="soft")  # one alignment, written two ways: they share a batch
+    group = _group_for(model, TranslateRequest(text=["a"], alignment="soft", alignment_words="alnum"))[1]
+    assert (group.alignment_words, _group_for(model, TranslateRequest(text=["a"]))[1].alignment_words) == ("alnum",
+                                                                                                            None)  # fmt: skip
 
 
 def test_eager_attention_is_put_back_even_on_an_error(alignment_models):
@@ -642,3 +645,72 @@ def test_serve_refuses_quantize_on_a_gpu_and_a_bad_flag_in_one_line(model_dir):
                                  *flags], capture_output=True, text=True, env=environment)  # fmt: skip
         assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
         assert result.stderr.startswith(message), result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["attn_transformer", "attn_rnn"])
+def test_concurrent_clients_mixing_alignments_get_attn_translate_align_answers(alignment_models, model_type,
+                                                                               tmp_path):  # fmt: skip
+    """A real server; 16 clients, 4 slices of the sentences x (hard, soft, none, hard n-best): each answer equals the
+    matching line of `attn translate`'s output file (--align, --align soft, plain, --num_return_sequences 2). The
+    requests without alignments are queued first and the others sent while they wait: a server that put sentences
+    with and without alignments in one generate() call would answer some without alignments."""
+    folder = alignment_models[model_type]
+    lines = [*sentences(23, seed=12), ""]
+    written = {
+        "hard": attn_translate_file(folder, lines, tmp_path, "--align"),
+        "soft": attn_translate_file(folder, lines, tmp_path, "--align", "soft"),
+        None: attn_translate_file(folder, lines, tmp_path),
+        "nbest": parse_nbest(attn_translate_file(folder, lines, tmp_path, "--num_return_sequences", "2")),
+    }
+    modes = ["hard", "soft", None, "nbest"]
+    eager, tokenizer = load_model(str(folder), "cpu", eager=True)
+    nbest_alignments = [[hypothesis.alignment.pairs for hypothesis in block]
+                        for block in translate_aligned_nbest(eager, tokenizer, lines, 2)]  # fmt: skip
+    with server(folder, "--max_wait_ms", "1500") as (url, _, log):
+        info = httpx.get(f"{url}/model").json()
+        assert info["model_type"] == model_type and info["alignment"]["attention"].startswith("the ")
+
+        def client(index: int) -> httpx.Response:
+            mode, start = modes[index % 4], 6 * (index // 4)
+            body = {"text": lines[start : start + 6]}
+            if mode is not None:
+                body["alignment"] = "hard" if mode == "nbest" else mode
+            if mode == "nbest":
+                body["num_return_sequences"] = 2
+            return post(url, body)
+
+        responses: list = [None] * 16
+        plain = threading.Thread(
+            target=lambda: responses.__setitem__(slice(2, 16, 4), in_threads(4, lambda i: client(4 * i + 2)))
+        )
+        plain.start()
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{url}/health").json()["waiting_sentences"] < 24:  # all queued, waiting for company
+            assert time.monotonic() < deadline and plain.is_alive(), log.read_text()
+            time.sleep(0.01)
+        others = [index for index in range(16) if index % 4 != 2]
+        for index, response in zip(others, in_threads(12, lambda i: client(others[i])), strict=True):
+            responses[index] = response
+        plain.join()
+        health = httpx.get(f"{url}/health").json()
+    for index, response in enumerate(responses):
+        assert isinstance(response, httpx.Response) and response.status_code == 200, (response, log.read_text())
+        mode, start = modes[index % 4], 6 * (index // 4)
+        answer = response.json()["translations"]
+        if mode == "hard":
+            assert [hard_line(entry) for entry in answer] == written["hard"][start : start + 6]
+        elif mode == "soft":
+            assert all(same_soft(entry, line) for entry, line in zip(answer, written["soft"][start : start + 6],
+                                                                     strict=True))  # fmt: skip
+        elif mode is None:
+            assert [entry["text"] for entry in answer] == written[None][start : start + 6]
+            assert all("alignment" not in entry for entry in answer)
+        else:
+            assert same_nbest(nbest_lines(answer, offset=start), written["nbest"][2 * start : 2 * start + 12])
+            assert [[[tuple(pair) for pair in h["alignment"]] for h in entry["nbest"]] for entry in answer] == (
+                nbest_alignments[start : start + 6]
+            )
+            # the best hypothesis's alignment is the one `attn translate --align` prints
+            assert [hard_line(entry) for entry in answer] == written["hard"][start : start + 6]
+    assert health["sentences_translated"] == 16 * 6 and health["batches"] < 16, health

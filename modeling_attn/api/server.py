@@ -28,13 +28,14 @@ Batching: each sentence is queued under its decoding options. The worker takes t
 waited longest; once that group's sentences fill `max_batch_tokens` or the oldest has waited `max_wait_ms`, it
 translates them (oldest first, up to the budget) in one `translate_nbest` call (`translate_aligned_nbest` with
 alignments), so sentences of different requests with the same options share a `generate()` call. The alignment
-options are among them: a request with alignments never shares a call with one without, nor hard with soft. The
-budget counts the rows generate() decodes: sentences x the longest of them in tokens x beams. Batching does not
-change a translation: the models are padding-invariant (a padded position is masked out of every attention), which
-tests/test_serve.py checks (alone == in a batch, and the server's answers == `attn translate`'s). Sampling with a `seed` is the exception that batching would break (the
-random numbers drawn depend on the batch): such a request is never merged with another; its sentences go through
-generate() `SAMPLING_BATCH` at a time, after `set_seed(seed)`, as `attn translate --do_sample --seed` does with its
-default `--batch_size`, and give the same samples.
+options are among them: a request with alignments never shares a call with one without (hard and soft do share: they
+are two writings of one alignment). The budget counts the rows generate() decodes: sentences x the longest of them
+in tokens x beams. Batching does not change a translation: the models are padding-invariant (a padded position is
+masked out of every attention), which tests/test_serve.py checks (alone == in a batch, and the server's answers ==
+`attn translate`'s). Sampling with a `seed` is the exception that batching would break (the random numbers drawn
+depend on the batch): such a request is never merged with another; its sentences go through generate()
+`SAMPLING_BATCH` at a time, after `set_seed(seed)`, as `attn translate --do_sample --seed` does with its default
+`--batch_size`, and give the same samples.
 
 Refusals, each with a JSON body `{"error": "<field>: <what is wrong>"}` naming the field (`text[3]`, `num_beams`,
 `body`): bad JSON (400), a body over `max_body_bytes` (413), a missing or wrongly typed field, an empty `text`, an
@@ -201,7 +202,7 @@ def _translate_group(
 ) -> list[list[Found]]:
     """One generate() call on `texts` with the group's options: `translate_nbest`, or `translate_aligned_nbest`
     (the same hypotheses and scores, each with its word alignment) when the group asks for alignments."""
-    if group.alignment is None:
+    if group.alignment_words is None:
         return translate_nbest(model, tokenizer, texts, group.num_return_sequences, **group.options)
     with eager_attention(model):
         return translate_aligned_nbest(model, tokenizer, texts, group.num_return_sequences,
@@ -235,8 +236,7 @@ class _Group:
     num_return_sequences: int
     beams: int
     seed: int | None
-    alignment: str | None = None  # "hard" or "soft": translate with word alignments
-    alignment_words: str = "whitespace"
+    alignment_words: str | None = None  # with word alignments, over these words (`alignment.split_words`)
     sentences: deque[_Sentence] = field(default_factory=deque)
 
 
@@ -496,13 +496,12 @@ def _group_for(model: PreTrainedModel, request: TranslateRequest) -> tuple[tuple
         raise RequestError("num_return_sequences", str(error)) from None
     beams = options.get("num_beams") or model.generation_config.num_beams or 1
     seeded = request.do_sample and request.seed is not None
-    # Sentences with and without alignments (or with other word definitions) never share a generate() call.
-    words = request.alignment_words or "whitespace"
-    alignment = (request.alignment, words) if request.alignment else None
-    key = (tuple(sorted(options.items())), request.num_return_sequences, alignment,
+    # Sentences with and without alignments (or with other definitions of a word) never share a generate() call;
+    # hard and soft do: they are two writings of the same alignment (`_answer`).
+    words = (request.alignment_words or "whitespace") if request.alignment else None
+    key = (tuple(sorted(options.items())), request.num_return_sequences, words,
            ("seed", object()) if seeded else None)  # fmt: skip
-    group = _Group(options, request.num_return_sequences, beams, request.seed if seeded else None,
-                   request.alignment, words)  # fmt: skip
+    group = _Group(options, request.num_return_sequences, beams, request.seed if seeded else None, words)
     return key, group
 
 
