@@ -394,6 +394,32 @@ def test_alignments_equal_attn_translate_align(alignment_client, tmp_path, capsy
         assert entry["alignment"] == entry["nbest"][0]["alignment"]
 
 
+def test_seeded_sampling_with_alignments_equals_attn_translate_align_with_the_seed(alignment_client, tmp_path):
+    client, folder, _ = alignment_client
+    lines = sentences(40, seed=13)  # two chunks of 32, one seed, as attn translate's batches
+    body = {"text": lines, "alignment": "hard", "do_sample": True, "seed": 11, "top_k": 20}
+    answer = client.post("/translate", json=body).json()["translations"]
+    flags = ("--align", "--do_sample", "--seed", "11", "--top_k", "20")
+    assert [hard_line(entry) for entry in answer] == attn_translate_file(folder, lines, tmp_path, *flags)
+
+
+def test_an_int8_server_aligns_as_attn_translate_quantize_int8_align(alignment_models, tmp_path):
+    """Quantized after loading with the model's own attention, switched to eager per batch: the same as loading
+    eager, then quantizing (`attn translate --quantize int8 --align`)."""
+    from fastapi.testclient import TestClient
+
+    from modeling_attn.api.quantize import quantize
+    from modeling_attn.api.server import create_app
+
+    folder = alignment_models["attn_transformer"]
+    model, tokenizer = load_model(str(folder), "cpu")
+    lines = [*sentences(9, seed=14), ""]
+    with TestClient(create_app(quantize(model, "int8"), tokenizer)) as client:
+        answer = client.post("/translate", json={"text": lines, "alignment": "hard"}).json()["translations"]
+    expected = attn_translate_file(folder, lines, tmp_path, "--align", "--quantize", "int8")
+    assert [hard_line(entry) for entry in answer] == expected
+
+
 def test_requests_with_and_without_alignments_never_share_a_batch(alignment_models):
     from modeling_attn.api.server import TranslateRequest, _group_for
 
