@@ -4,9 +4,12 @@ real HTTP clients (httpx, in threads), on a tiny random Transformer with a BPE t
 Reference checks: the server's answers equal `attn translate`'s on the same sentences (texts exactly, scores as
 `attn translate --num_return_sequences` prints them), whatever the batching of concurrent requests; a seeded
 sampling request equals `attn translate --do_sample --seed`; a sentence translated alone equals the same sentence
-in a padded batch (what lets the server batch). Every refusal names its field: checked on FastAPI's TestClient
-(quick) and over real HTTP (slow). The slow tests also fill the queue (503, nothing lost), send SIGTERM with
-requests in flight (all answered), and run 32 concurrent clients (no lost or wrong answer).
+in a padded batch (what lets the server batch). Word alignments (`"alignment": "hard" | "soft"`) equal the lines of
+`attn translate --align` / `--align soft`'s output file, for attn_transformer and attn_rnn, with concurrent clients
+mixing requests with and without alignments; each n-best hypothesis's alignment equals that of its tokens read
+teacher-forced. Every refusal names its field: checked on FastAPI's TestClient (quick) and over real HTTP (slow).
+The slow tests also fill the queue (503, nothing lost), send SIGTERM with requests in flight (all answered), and run
+32 concurrent clients (no lost or wrong answer).
 """
 
 from __future__ import annotations
@@ -28,10 +31,20 @@ from pathlib import Path
 import pytest
 import torch
 from modeling_attn.training.tokenizer import train_bpe_tokenizer
+from tiny import spread_tiny_rnn
 
 from modeling_attn import AttnTransformerConfig, AttnTransformerForConditionalGeneration
+from modeling_attn.api.alignment import (
+    decoded_spans,
+    encode_with_spans,
+    format_pharaoh,
+    translate_aligned,
+    translate_aligned_nbest,
+    word_alignment,
+)
 from modeling_attn.api.translation import load_model, translate_nbest
 from modeling_attn.cli.translate import main as translate_main
+from modeling_attn.encoder_decoder import alignment_attention
 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("fastapi")
@@ -77,6 +90,39 @@ def model_dir(tmp_path_factory) -> Path:
     return save_model(tmp_path_factory.mktemp("serve-model"))
 
 
+SPECIAL_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+
+
+def save_alignment_model(folder: Path, model_type: str) -> Path:
+    """A random tiny model whose translations have several words, for the alignment tests: a Transformer aligning on
+    its 2nd of 3 decoder layers, first 2 heads, or an RNN; weights spread (a model at the default init translates
+    every sentence alike), beam 2, 10 new tokens at most, no token repeated (`no_repeat_ngram_size=1`: fewer
+    degenerate repetitions)."""
+    tokenizer = train_bpe_tokenizer(CORPUS, vocab_size=100, min_frequency=1)
+    if model_type == "attn_rnn":
+        model = spread_tiny_rnn(vocab_size=len(tokenizer), **SPECIAL_IDS)
+    else:
+        torch.manual_seed(0)
+        config = AttnTransformerConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=2, decoder_layers=3,
+                                       num_heads=4, d_ff=32, dropout=0.0, max_position_embeddings=MAX_POSITIONS,
+                                       alignment_layer=1, alignment_heads=2, **SPECIAL_IDS)  # fmt: skip
+        model = AttnTransformerForConditionalGeneration(config)
+        with torch.no_grad():
+            for parameter in model.parameters():
+                if parameter.dim() > 1:
+                    parameter.uniform_(-0.3, 0.3)
+    model.generation_config.update(max_new_tokens=10, num_beams=2, no_repeat_ngram_size=1)
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def alignment_models(tmp_path_factory) -> dict[str, Path]:
+    return {model_type: save_alignment_model(tmp_path_factory.mktemp(model_type), model_type)
+            for model_type in ("attn_transformer", "attn_rnn")}  # fmt: skip
+
+
 def attn_translate(model_dir: Path, lines: list[str], tmp_path: Path, capsys, *flags: str) -> list[str]:
     """What `attn translate --input FILE` prints for `lines`."""
     source = tmp_path / "source.txt"
@@ -84,6 +130,39 @@ def attn_translate(model_dir: Path, lines: list[str], tmp_path: Path, capsys, *f
     capsys.readouterr()
     assert translate_main(["--model", str(model_dir), "--input", str(source), "--no_progress", *flags]) == 0
     return capsys.readouterr().out.splitlines()
+
+
+def attn_translate_file(model_dir: Path, lines: list[str], tmp_path: Path, *flags: str) -> list[str]:
+    """The lines `attn translate --input FILE --output OUT` writes to OUT for `lines`."""
+    source, output = tmp_path / "source.txt", tmp_path / f"output-{len(list(tmp_path.glob('output-*')))}.txt"
+    source.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    flags = ("--model", str(model_dir), "--input", str(source), "--output", str(output), "--no_progress", *flags)
+    assert translate_main(list(flags)) == 0
+    written = output.read_text(encoding="utf-8")
+    assert written.endswith("\n")
+    return written[:-1].split("\n")
+
+
+def hard_line(entry: dict) -> str:
+    """A served translation with `"alignment": "hard"` as `attn translate --align` writes it."""
+    return f"{entry['text']} ||| {format_pharaoh(tuple(pair) for pair in entry['alignment'])}"
+
+
+def same_soft(entry: dict, line: str) -> bool:
+    """A served translation with `"alignment": "soft"` against a line of `attn translate --align soft`: the same
+    translation and words, weights equal to the 5 digits written (batches padded differently can move the rounding
+    of the last digit)."""
+    record = json.loads(line)
+    alignment = entry["alignment"]
+    if (entry["text"], alignment["source_words"], alignment["target_words"]) != (
+        record["translation"], record["source_words"], record["target_words"]
+    ):  # fmt: skip
+        return False
+    served, written = alignment["weights"], record["weights"]
+    return len(served) == len(written) and all(
+        len(a) == len(b) and all(abs(x - y) <= 1.5e-5 for x, y in zip(a, b, strict=True))
+        for a, b in zip(served, written, strict=True)
+    )
 
 
 def nbest_lines(translations: list[dict], offset: int = 0) -> list[tuple[int, str, float]]:
@@ -137,7 +216,11 @@ REFUSALS = [
     ({"text": ["a"], "temperature": 0}, 422, "temperature: Input should be greater than 0"),
     ({"text": ["a"], "length_penalty": "long"}, 422, "length_penalty: Input should be a valid number"),
     ({"text": ["a"], "beams": 4}, 422, "beams: Extra inputs are not permitted"),
-    ({"text": ["a"], "alignment": "hard"}, 422, "alignment: Extra inputs are not permitted"),
+    ({"text": ["a"], "alignment": "best"}, 422, "alignment: Input should be 'hard' or 'soft'"),
+    ({"text": ["a"], "alignment": True}, 422, "alignment: Input should be 'hard' or 'soft'"),
+    ({"text": ["a"], "alignment": "hard", "alignment_words": "chars"}, 422, "alignment_words: Input should be "
+                                                                            "'whitespace' or 'alnum'"),
+    ({"text": ["a"], "alignment_words": "alnum"}, 422, "alignment_words: an alignment setting, with no alignment"),
     ({"text": ["a"], "top_k": 5, "seed": 1}, 422, "top_k, seed: a sampling setting, with no do_sample"),
     ({"text": ["a"], "num_return_sequences": 3}, 422, "num_return_sequences: num_return_sequences=3 is more than "
                                                       "num_beams=2"),
@@ -183,8 +266,13 @@ def test_health_model_and_openapi(client, model_dir):
     schema = client.get("/openapi.json").json()
     assert set(schema["paths"]) == {"/translate", "/health", "/model"}
     options = schema["components"]["schemas"]["TranslateRequest"]["properties"]
-    assert {"text", "num_beams", "num_return_sequences", "do_sample", "seed"} <= set(options)
-    assert "alignment" not in options  # not offered until the alignment API exists
+    assert {"text", "num_beams", "num_return_sequences", "do_sample", "seed", "alignment"} <= set(options)
+    assert info["alignment"] == {
+        "attention": "the cross-attention of decoder layer 1 of 2, the mean of all its heads (`alignment_layer`, "
+        "`alignment_heads` in config.json)",
+        "alignment_layer": 0,
+        "alignment_heads": 0,
+    }
     assert client.get("/docs").status_code == 200
 
 
@@ -221,6 +309,156 @@ def test_a_sentence_alone_translates_as_in_a_padded_batch(model_dir):
     for one, many in zip(alone, batched, strict=True):
         assert [h.text for h in one] == [h.text for h in many]
         assert [h.score for h in one] == pytest.approx([h.score for h in many], abs=1e-5)
+
+
+def teacher_forced(model, tokenizer, sentence: str, aligned, words: str):
+    """The word alignment of a translation's tokens read teacher-forced: one forward pass over the hypothesis, the
+    reference the alignment recorded step by step during generate() (beams followed back) must equal."""
+    source_ids, source_spans, _ = encode_with_spans(tokenizer, sentence)
+    target_ids = tokenizer.convert_tokens_to_ids(aligned.attention.target_tokens)
+    assert aligned.text == tokenizer.decode(target_ids, skip_special_tokens=True)
+    decoder_input_ids = torch.tensor([[model.config.decoder_start_token_id, *target_ids[:-1]]])
+    with torch.no_grad():
+        outputs = model(torch.tensor([source_ids]), decoder_input_ids=decoder_input_ids, output_attentions=True)
+    weights = alignment_attention(outputs.cross_attentions, model.config)[0]
+    target = (aligned.text, decoded_spans(tokenizer, target_ids, aligned.text))
+    return word_alignment(weights, (sentence, source_spans), target, words)
+
+
+@pytest.mark.parametrize("model_type", ["attn_transformer", "attn_rnn"])
+def test_each_nbest_hypothesis_is_aligned_as_its_tokens_read_teacher_forced(alignment_models, model_type):
+    """`translate_aligned_nbest` (what the server calls): translate_nbest's hypotheses and scores, its best one
+    translate_aligned's, and each hypothesis with its own alignment."""
+    model, tokenizer = load_model(str(alignment_models[model_type]), "cpu", eager=True)
+    lines = [*sentences(5, seed=9), "", "1987-03-03"]
+    aligned = translate_aligned_nbest(model, tokenizer, lines, 2, words="alnum")
+    plain = translate_nbest(model, tokenizer, lines, 2)
+    assert [[hypothesis.text for hypothesis in block] for block in aligned] == [[h.text for h in b] for b in plain]
+    for block, reference in zip(aligned, plain, strict=True):
+        assert [h.score for h in block] == pytest.approx([h.score for h in reference], abs=1e-5, nan_ok=True)
+    for best, block in zip(translate_aligned(model, tokenizer, lines, words="alnum"), aligned, strict=True):
+        assert (best.text, best.alignment.pairs) == (block[0].text, block[0].alignment.pairs)
+        torch.testing.assert_close(best.alignment.weights, block[0].alignment.weights)
+    assert all(h.text == "" and h.alignment.pairs == [] and math.isnan(h.score) for h in aligned[5])
+    for sentence, block in zip(lines, aligned, strict=True):
+        for hypothesis in block if sentence else []:
+            expected = teacher_forced(model, tokenizer, sentence, hypothesis, "alnum")
+            torch.testing.assert_close(hypothesis.alignment.weights, expected.weights, rtol=1e-4, atol=1e-5)
+            assert hypothesis.alignment.pairs == expected.pairs
+            assert len(hypothesis.alignment.pairs) == len(hypothesis.alignment.target_words) > 0
+    # the check can fail: the hypotheses and their alignments differ
+    assert len({hypothesis.alignment.pharaoh() for block in aligned for hypothesis in block}) > 3
+
+
+@pytest.fixture(scope="module", params=["attn_transformer", "attn_rnn"])
+def alignment_client(request, alignment_models):
+    from fastapi.testclient import TestClient
+
+    from modeling_attn.api.server import create_app, describe_model
+
+    folder = alignment_models[request.param]
+    model, tokenizer = load_model(str(folder), "cpu")
+    with TestClient(create_app(model, tokenizer, info=describe_model(model, folder))) as test_client:
+        yield test_client, folder, model
+
+
+def test_alignments_equal_attn_translate_align(alignment_client, tmp_path, capsys):
+    client, folder, model = alignment_client
+    lines = [*sentences(7, seed=10), "", "Tuesday, March 3rd, 1987"]
+    for words in ("whitespace", "alnum"):
+        flags = ("--align_words", words)
+        hard = client.post("/translate", json={"text": lines, "alignment": "hard", "alignment_words": words})
+        assert [hard_line(entry) for entry in hard.json()["translations"]] == attn_translate_file(
+            folder, lines, tmp_path, "--align", *flags
+        )
+        soft = client.post("/translate", json={"text": lines, "alignment": "soft", "alignment_words": words})
+        written = attn_translate_file(folder, lines, tmp_path, "--align", "soft", *flags)
+        assert all(same_soft(entry, line) for entry, line in zip(soft.json()["translations"], written, strict=True))
+        assert len(soft.json()["translations"]) == len(written)
+    assert hard.json()["translations"][7] == {"text": "", "score": None, "alignment": []}
+    plain = client.post("/translate", json={"text": lines}).json()["translations"]
+    assert all("alignment" not in entry for entry in plain)
+    assert [entry["text"] for entry in plain] == attn_translate_file(folder, lines, tmp_path)
+    # the worker put the attention back: the model serves without alignments as it was loaded
+    assert model.config._attn_implementation == ("sdpa" if model.config.model_type == "attn_transformer" else
+                                                 model.config._attn_implementation)  # fmt: skip
+    nbest = client.post("/translate", json={"text": lines, "alignment": "hard", "num_return_sequences": 2})
+    nbest = nbest.json()["translations"]
+    assert same_nbest(nbest_lines(nbest), parse_nbest(attn_translate_file(folder, lines, tmp_path, "--num_return_"
+                                                                           "sequences", "2")))  # fmt: skip
+    eager, tokenizer = load_model(str(folder), "cpu", eager=True)
+    for entry, block in zip(nbest, translate_aligned_nbest(eager, tokenizer, lines, 2), strict=True):
+        assert [hypothesis["alignment"] for hypothesis in entry["nbest"]] == [
+            [list(pair) for pair in hypothesis.alignment.pairs] for hypothesis in block
+        ]
+        assert entry["alignment"] == entry["nbest"][0]["alignment"]
+
+
+def test_seeded_sampling_with_alignments_equals_attn_translate_align_with_the_seed(alignment_client, tmp_path):
+    client, folder, _ = alignment_client
+    lines = sentences(40, seed=13)  # two chunks of 32, one seed, as attn translate's batches
+    body = {"text": lines, "alignment": "hard", "do_sample": True, "seed": 11, "top_k": 20}
+    answer = client.post("/translate", json=body).json()["translations"]
+    flags = ("--align", "--do_sample", "--seed", "11", "--top_k", "20")
+    assert [hard_line(entry) for entry in answer] == attn_translate_file(folder, lines, tmp_path, *flags)
+
+
+def test_an_int8_server_aligns_as_attn_translate_quantize_int8_align(alignment_models, tmp_path):
+    """Quantized after loading with the model's own attention, switched to eager per batch: the same as loading
+    eager, then quantizing (`attn translate --quantize int8 --align`)."""
+    from fastapi.testclient import TestClient
+
+    from modeling_attn.api.quantize import quantize
+    from modeling_attn.api.server import create_app
+
+    folder = alignment_models["attn_transformer"]
+    model, tokenizer = load_model(str(folder), "cpu")
+    lines = [*sentences(9, seed=14), ""]
+    with TestClient(create_app(quantize(model, "int8"), tokenizer)) as client:
+        answer = client.post("/translate", json={"text": lines, "alignment": "hard"}).json()["translations"]
+    expected = attn_translate_file(folder, lines, tmp_path, "--align", "--quantize", "int8")
+    assert [hard_line(entry) for entry in answer] == expected
+
+
+def test_requests_with_and_without_alignments_never_share_a_batch(alignment_models):
+    from modeling_attn.api.server import TranslateRequest, _group_for
+
+    model, _ = load_model(str(alignment_models["attn_transformer"]), "cpu")
+
+    def key(**options):
+        return _group_for(model, TranslateRequest(text=["a"], **options))[0]
+
+    keys = [key(), key(alignment="hard"), key(alignment="hard", alignment_words="alnum"), key(num_beams=1)]
+    assert len(set(keys)) == 4
+    assert key(alignment="hard") == key(alignment="hard", alignment_words="whitespace")  # the default
+    assert key(alignment="hard") == key(alignment="soft")  # one alignment, written two ways: they share a batch
+    group = _group_for(model, TranslateRequest(text=["a"], alignment="soft", alignment_words="alnum"))[1]
+    assert (group.alignment_words, _group_for(model, TranslateRequest(text=["a"]))[1].alignment_words) == ("alnum",
+                                                                                                            None)  # fmt: skip
+
+
+def test_eager_attention_is_put_back_even_on_an_error(alignment_models):
+    from modeling_attn.api.server import eager_attention
+
+    model, _ = load_model(str(alignment_models["attn_transformer"]), "cpu")
+    assert model.config._attn_implementation == "sdpa"
+    with pytest.raises(RuntimeError, match="inside"), eager_attention(model):
+        assert model.config._attn_implementation == "eager"
+        raise RuntimeError("inside")
+    assert model.config._attn_implementation == "sdpa"
+
+
+def test_model_reports_the_alignment_setting(alignment_models):
+    from modeling_attn.api.server import describe_model
+
+    for model_type, expected in [
+        ("attn_transformer", {"attention": "the cross-attention of decoder layer 2 of 3, the mean of its first 2 "
+                              "head(s) (`alignment_layer`, `alignment_heads` in config.json)", "alignment_layer": 1,
+                              "alignment_heads": 2}),
+        ("attn_rnn", {"attention": "the RNN's alignment weights alpha (Bahdanau et al. 2015)"}),
+    ]:  # fmt: skip
+        model, _ = load_model(str(alignment_models[model_type]), "cpu")
+        assert describe_model(model, alignment_models[model_type])["alignment"] == expected
 
 
 # -- slow: a real server process and real HTTP clients -----------------------------------------------------------
@@ -433,3 +671,72 @@ def test_serve_refuses_quantize_on_a_gpu_and_a_bad_flag_in_one_line(model_dir):
                                  *flags], capture_output=True, text=True, env=environment)  # fmt: skip
         assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
         assert result.stderr.startswith(message), result.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", ["attn_transformer", "attn_rnn"])
+def test_concurrent_clients_mixing_alignments_get_attn_translate_align_answers(alignment_models, model_type,
+                                                                               tmp_path):  # fmt: skip
+    """A real server; 16 clients, 4 slices of the sentences x (hard, soft, none, hard n-best): each answer equals the
+    matching line of `attn translate`'s output file (--align, --align soft, plain, --num_return_sequences 2). The
+    requests without alignments are queued first and the others sent while they wait: a server that put sentences
+    with and without alignments in one generate() call would answer some without alignments."""
+    folder = alignment_models[model_type]
+    lines = [*sentences(23, seed=12), ""]
+    written = {
+        "hard": attn_translate_file(folder, lines, tmp_path, "--align"),
+        "soft": attn_translate_file(folder, lines, tmp_path, "--align", "soft"),
+        None: attn_translate_file(folder, lines, tmp_path),
+        "nbest": parse_nbest(attn_translate_file(folder, lines, tmp_path, "--num_return_sequences", "2")),
+    }
+    modes = ["hard", "soft", None, "nbest"]
+    eager, tokenizer = load_model(str(folder), "cpu", eager=True)
+    nbest_alignments = [[hypothesis.alignment.pairs for hypothesis in block]
+                        for block in translate_aligned_nbest(eager, tokenizer, lines, 2)]  # fmt: skip
+    with server(folder, "--max_wait_ms", "1500") as (url, _, log):
+        info = httpx.get(f"{url}/model").json()
+        assert info["model_type"] == model_type and info["alignment"]["attention"].startswith("the ")
+
+        def client(index: int) -> httpx.Response:
+            mode, start = modes[index % 4], 6 * (index // 4)
+            body = {"text": lines[start : start + 6]}
+            if mode is not None:
+                body["alignment"] = "hard" if mode == "nbest" else mode
+            if mode == "nbest":
+                body["num_return_sequences"] = 2
+            return post(url, body)
+
+        responses: list = [None] * 16
+        plain = threading.Thread(
+            target=lambda: responses.__setitem__(slice(2, 16, 4), in_threads(4, lambda i: client(4 * i + 2)))
+        )
+        plain.start()
+        deadline = time.monotonic() + 30
+        while httpx.get(f"{url}/health").json()["waiting_sentences"] < 24:  # all queued, waiting for company
+            assert time.monotonic() < deadline and plain.is_alive(), log.read_text()
+            time.sleep(0.01)
+        others = [index for index in range(16) if index % 4 != 2]
+        for index, response in zip(others, in_threads(12, lambda i: client(others[i])), strict=True):
+            responses[index] = response
+        plain.join()
+        health = httpx.get(f"{url}/health").json()
+    for index, response in enumerate(responses):
+        assert isinstance(response, httpx.Response) and response.status_code == 200, (response, log.read_text())
+        mode, start = modes[index % 4], 6 * (index // 4)
+        answer = response.json()["translations"]
+        if mode == "hard":
+            assert [hard_line(entry) for entry in answer] == written["hard"][start : start + 6]
+        elif mode == "soft":
+            assert all(same_soft(entry, line) for entry, line in zip(answer, written["soft"][start : start + 6],
+                                                                     strict=True))  # fmt: skip
+        elif mode is None:
+            assert [entry["text"] for entry in answer] == written[None][start : start + 6]
+            assert all("alignment" not in entry for entry in answer)
+        else:
+            assert same_nbest(nbest_lines(answer, offset=start), written["nbest"][2 * start : 2 * start + 12])
+            assert [[[tuple(pair) for pair in h["alignment"]] for h in entry["nbest"]] for entry in answer] == (
+                nbest_alignments[start : start + 6]
+            )
+            # the best hypothesis's alignment is the one `attn translate --align` prints
+            assert [hard_line(entry) for entry in answer] == written["hard"][start : start + 6]
+    assert health["sentences_translated"] == 16 * 6 and health["batches"] < 16, health

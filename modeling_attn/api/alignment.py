@@ -26,6 +26,7 @@ fairseq's `--print-alignment` and Marian's `--alignment hard` do), so every targ
 Written as Pharaoh pairs `i-j` (source word i, target word j, 0-based), in target order, as fast_align writes them.
 
 - `translate_aligned`: translate sentences (one generate() call) and align each translation with its source;
+  `translate_aligned_nbest`: the same for n-best lists, each hypothesis scored and aligned (`attn serve`);
 - `align_pairs`: align given (source, target) pairs with the model, teacher-forced (forced alignment: how the
   alignment error rate of a model is measured against reference alignments);
 - `alignment_error_rate`: AER (Och & Ney 2003, "A Systematic Comparison of Various Statistical Alignment Models").
@@ -37,17 +38,18 @@ The Transformer returns attention weights only with `attn_implementation="eager"
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..encoder_decoder import alignment_attention
 from .heatmaps import TranslationAttention, attention_from_generate
-from .translation import TranslateError, _encode, batches
+from .translation import TranslateError, _encode, batches, check_nbest, sequence_scores
 
 WORD_PATTERNS = {"whitespace": re.compile(r"\S+"), "alnum": re.compile(r"[^\w\s]*\w+[^\w\s]*|[^\w\s]+")}
 ALIGN_FORMATS = ("hard", "soft")
@@ -268,12 +270,13 @@ def _check_eager(model: PreTrainedModel) -> None:
 
 @dataclass
 class AlignedTranslation:
-    """One translation, its word alignment with the source, and the attention it came from (None for an empty
-    sentence, which is not translated)."""
+    """One translation, its word alignment with the source, the attention it came from (None for an empty
+    sentence, which is not translated) and, from `translate_aligned_nbest`, its score."""
 
     text: str
     alignment: WordAlignment
     attention: TranslationAttention | None
+    score: float = math.nan  # `translate_aligned_nbest`'s (translation.translate_nbest's); NaN for an empty sentence
 
 
 def aligned_line(aligned: AlignedTranslation, mode: str = "hard") -> str:
@@ -291,6 +294,37 @@ def _empty(sentence: str, words: str) -> AlignedTranslation:
     return AlignedTranslation("", WordAlignment(source_words, [], torch.zeros(0, len(source_words)), []), None)
 
 
+def _aligned(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    generated: tuple[Any, BatchEncoding],
+    index: int,
+    sentence: tuple[int, str],
+    words: str,
+) -> AlignedTranslation:
+    """Generated sequence `index` of `generated` (generate()'s output with attentions, the encoded sources) aligned
+    with its source `sentence` (its number in the caller's list, its text)."""
+    outputs, encoded = generated
+    row, text = sentence
+    attention = attention_from_generate(outputs, encoded["input_ids"], encoded["attention_mask"], index, tokenizer)
+    source_ids, source_spans, source_text = encode_with_spans(tokenizer, text)
+    source_row = index // (outputs.sequences.shape[0] // encoded["input_ids"].shape[0])
+    if source_ids != encoded["input_ids"][source_row, : len(source_ids)].tolist():
+        raise TranslateError(f"sentence {row}: the tokenizer gives other ids alone than in a batch")
+    beam_indices = getattr(outputs, "beam_indices", None)
+    generated_columns = beam_indices.shape[1] if beam_indices is not None else len(outputs.cross_attentions)
+    prompt_length = outputs.sequences.shape[1] - generated_columns
+    target_ids = outputs.sequences[index, prompt_length : prompt_length + len(attention.target_tokens)].tolist()
+    translation = tokenizer.decode(target_ids, skip_special_tokens=True)
+    alignment = word_alignment(
+        selected_attention(attention, model.config),
+        (source_text, source_spans),
+        (translation, decoded_spans(tokenizer, target_ids, translation)),
+        words,
+    )
+    return AlignedTranslation(translation, alignment, attention)
+
+
 @torch.no_grad()
 def translate_aligned(
     model: PreTrainedModel,
@@ -304,7 +338,9 @@ def translate_aligned(
     _check_eager(model)
     split_words("", words)  # an unknown `words` fails before the model runs
     if generate_kwargs.get("num_return_sequences", 1) != 1:
-        raise TranslateError("translate_aligned returns one translation per sentence")
+        raise TranslateError(
+            "translate_aligned returns one translation per sentence; use translate_aligned_nbest for several"
+        )
     results = [_empty(sentence, words) for sentence in sentences]
     rows = [row for row, sentence in enumerate(sentences) if sentence.strip()]
     if not rows:
@@ -314,23 +350,46 @@ def translate_aligned(
         input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], output_attentions=True,
         return_dict_in_generate=True, **generate_kwargs,
     )  # fmt: skip
-    beam_indices = getattr(outputs, "beam_indices", None)
-    generated_columns = beam_indices.shape[1] if beam_indices is not None else len(outputs.cross_attentions)
-    prompt_length = outputs.sequences.shape[1] - generated_columns
     for index, row in enumerate(rows):
-        attention = attention_from_generate(outputs, encoded["input_ids"], encoded["attention_mask"], index, tokenizer)
-        source_ids, source_spans, source_text = encode_with_spans(tokenizer, sentences[row])
-        if source_ids != encoded["input_ids"][index, : len(source_ids)].tolist():
-            raise TranslateError(f"sentence {row}: the tokenizer gives other ids alone than in a batch")
-        target_ids = outputs.sequences[index, prompt_length : prompt_length + len(attention.target_tokens)].tolist()
-        text = tokenizer.decode(target_ids, skip_special_tokens=True)
-        alignment = word_alignment(
-            selected_attention(attention, model.config),
-            (source_text, source_spans),
-            (text, decoded_spans(tokenizer, target_ids, text)),
-            words,
-        )
-        results[row] = AlignedTranslation(text, alignment, attention)
+        results[row] = _aligned(model, tokenizer, (outputs, encoded), index, (row, sentences[row]), words)
+    return results
+
+
+@torch.no_grad()
+def translate_aligned_nbest(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: list[str],
+    num_return_sequences: int = 1,
+    words: str = "whitespace",
+    **generate_kwargs: Any,
+) -> list[list[AlignedTranslation]]:
+    """`num_return_sequences` scored translations of each of `sentences` (one generate() call), best first, each with
+    its own word alignment: `translation.translate_nbest`'s hypotheses and scores (`AlignedTranslation.score`), and
+    for each the alignment `translate_aligned` gives its best one. An empty sentence gets `num_return_sequences`
+    empty translations scored NaN (the model is not run on it)."""
+    _check_eager(model)
+    split_words("", words)
+    check_nbest(model, num_return_sequences, generate_kwargs)
+    results = [[_empty(sentence, words)] * num_return_sequences for sentence in sentences]
+    rows = [row for row, sentence in enumerate(sentences) if sentence.strip()]
+    if not rows:
+        return results
+    encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
+    outputs = model.generate(
+        input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], output_attentions=True,
+        return_dict_in_generate=True, num_return_sequences=num_return_sequences, **generate_kwargs,
+    )  # fmt: skip
+    length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
+    scores = sequence_scores(model, encoded["input_ids"], encoded["attention_mask"], outputs.sequences,
+                             1.0 if length_penalty is None else length_penalty).tolist()  # fmt: skip
+    for index, row in enumerate(rows):
+        block = range(index * num_return_sequences, (index + 1) * num_return_sequences)
+        found = [
+            replace(_aligned(model, tokenizer, (outputs, encoded), k, (row, sentences[row]), words), score=scores[k])
+            for k in block
+        ]
+        results[row] = sorted(found, key=lambda aligned: -aligned.score)  # as translate_nbest: samples come unordered
     return results
 
 
@@ -394,6 +453,7 @@ __all__ = [
     "split_words",
     "token_words",
     "translate_aligned",
+    "translate_aligned_nbest",
     "word_alignment",
     "word_weights",
 ]

@@ -10,21 +10,32 @@ Endpoints:
   first (the first is `text`/`score`). The score is `translation.translate_nbest`'s: log-probability / length **
   length_penalty, what `attn translate --num_return_sequences` prints. An empty sentence is not translated: `""`,
   score null.
+- Word alignments (`attn translate --align`): with `"alignment": "hard"` each translation (and each hypothesis of
+  `nbest`) also has `alignment`, its Pharaoh pairs as a list `[[i, j], ...]` (source word i, target word j, 0-based,
+  in target order: the pairs `attn translate --align` prints as `i-j`); with `"alignment": "soft"` an object
+  `{"source_words", "target_words", "weights"}`, what `attn translate --align soft` writes besides the translation
+  (rows: target words, columns: source words, rounded to 5 digits). `alignment_words` ("whitespace" or "alnum") is
+  `--align_words`. They come from `alignment.translate_aligned_nbest`; the Transformer's attention weights need the
+  eager attention, so the worker switches the model to it for the batches that align and back after (the others
+  keep the attention the model was loaded with, as `attn translate` without `--align` does).
 - `GET /health`: `{"status": "ok", ...}` with the queue's length and counts of requests and batches.
 - `GET /model`: what the model card says (`describe_model`: model type, architecture, size, languages and scores
-  of the model folder's `test_results.json`, decoding), the quantization and the server's limits.
+  of the model folder's `test_results.json`, decoding, the attention word alignments come from), the quantization
+  and the server's limits.
 - `GET /docs` and `GET /openapi.json`: FastAPI's OpenAPI page and schema.
 
 Batching: each sentence is queued under its decoding options. The worker takes the group whose oldest sentence has
 waited longest; once that group's sentences fill `max_batch_tokens` or the oldest has waited `max_wait_ms`, it
-translates them (oldest first, up to the budget) in one `translate_nbest` call, so sentences of different requests
-with the same options share a `generate()` call. The budget counts the rows generate() decodes: sentences x the
-longest of them in tokens x beams. Batching does not change a translation: the models are padding-invariant (a
-padded position is masked out of every attention), which tests/test_serve.py checks (alone == in a batch, and the
-server's answers == `attn translate`'s). Sampling with a `seed` is the exception that batching would break (the
-random numbers drawn depend on the batch): such a request is never merged with another; its sentences go through
-generate() `SAMPLING_BATCH` at a time, after `set_seed(seed)`, as `attn translate --do_sample --seed` does with its
-default `--batch_size`, and give the same samples.
+translates them (oldest first, up to the budget) in one `translate_nbest` call (`translate_aligned_nbest` with
+alignments), so sentences of different requests with the same options share a `generate()` call. The alignment
+options are among them: a request with alignments never shares a call with one without (hard and soft do share: they
+are two writings of one alignment). The budget counts the rows generate() decodes: sentences x the longest of them
+in tokens x beams. Batching does not change a translation: the models are padding-invariant (a padded position is
+masked out of every attention), which tests/test_serve.py checks (alone == in a batch, and the server's answers ==
+`attn translate`'s). Sampling with a `seed` is the exception that batching would break (the random numbers drawn
+depend on the batch): such a request is never merged with another; its sentences go through generate()
+`SAMPLING_BATCH` at a time, after `set_seed(seed)`, as `attn translate --do_sample --seed` does with its default
+`--batch_size`, and give the same samples.
 
 Refusals, each with a JSON body `{"error": "<field>: <what is wrong>"}` naming the field (`text[3]`, `num_beams`,
 `body`): bad JSON (400), a body over `max_body_bytes` (413), a missing or wrongly typed field, an empty `text`, an
@@ -35,24 +46,22 @@ requests of that batch; the worker goes on.
 
 Shutdown: uvicorn stops accepting connections on SIGTERM and waits for the requests in flight; the application's
 shutdown then lets the worker finish every sentence still queued (`Batcher.close`).
-
-Word alignments (issue 31, item 1) are not offered yet: `alignment` is an unknown option (422) until the alignment
-API exists; the places to add it are marked `ALIGNMENT:` below.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -61,7 +70,16 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
 
 from ..registry import MODEL_TYPES
-from .hub import RESULTS_FILE, _describe_generation, _describe_size, decoding_settings, model_origin, read_results
+from .alignment import AlignedTranslation, translate_aligned_nbest
+from .hub import (
+    RESULTS_FILE,
+    _describe_alignments,
+    _describe_generation,
+    _describe_size,
+    decoding_settings,
+    model_origin,
+    read_results,
+)
 from .translation import Hypothesis, TranslateError, check_nbest, generation_overrides, translate_nbest
 
 SAMPLING_BATCH = 32  # sentences per generate() call of a seeded sampling request: `attn translate`'s --batch_size
@@ -102,24 +120,44 @@ class TranslateRequest(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling: the smallest set with mass p.")
     temperature: float | None = Field(None, gt=0, description="Divide the logits by this before sampling.")
     seed: int | None = Field(None, ge=0, lt=2**32, description="Random seed: the same seed gives the same samples.")
-    # ALIGNMENT: the `alignment` option (e.g. "hard" | "soft") goes here once the alignment API exists.
+    alignment: Literal["hard", "soft"] | None = Field(
+        None,
+        description="Word alignments with each translation (`attn translate --align`): hard, Pharaoh pairs "
+        "[[source word, target word], ...]; soft, the words and the weights.",
+    )
+    alignment_words: Literal["whitespace", "alnum"] | None = Field(
+        None, description="What a word is for the alignment (`--align_words`; default whitespace)."
+    )
 
     @model_validator(mode="after")
-    def _sampling_settings_need_do_sample(self) -> TranslateRequest:
+    def _settings_need_their_switch(self) -> TranslateRequest:
         given = [name for name in ("top_k", "top_p", "temperature", "seed") if getattr(self, name) is not None]
         if given and not self.do_sample:
             raise ValueError(f'{", ".join(given)}: a sampling setting, with no do_sample; add "do_sample": true')
+        if self.alignment_words is not None and self.alignment is None:
+            raise ValueError('alignment_words: an alignment setting, with no alignment; add "alignment": "hard"')
         return self
+
+
+class SoftAlignment(BaseModel):
+    """`attn translate --align soft`'s line without the translation: `weights[j][i]`, target word j to source word i."""
+
+    source_words: list[str]
+    target_words: list[str]
+    weights: list[list[float]]
 
 
 class ScoredText(BaseModel):
     text: str
     score: float | None = Field(description="log-probability / length ** length_penalty; null for an empty sentence")
+    alignment: list[tuple[int, int]] | SoftAlignment | None = Field(
+        None, description='With "alignment": hard, [[source word, target word], ...] in target order; soft, the '
+        "words and the weights."
+    )  # fmt: skip
 
 
 class Translation(ScoredText):
     nbest: list[ScoredText] | None = Field(None, description="With num_return_sequences > 1: all, best first.")
-    # ALIGNMENT: the translation's alignment goes here, set only when the request asks for it.
 
 
 class TranslateResponse(BaseModel):
@@ -140,12 +178,42 @@ class QueueFull(RuntimeError):
 
 # -- the batching queue --------------------------------------------------------------------------------------------
 
+Found = Hypothesis | AlignedTranslation  # a hypothesis: text and score, with its word alignment when asked for
+
+
+@contextlib.contextmanager
+def eager_attention(model: PreTrainedModel) -> Iterator[None]:
+    """The model with the eager attention (the one that returns attention weights) while the block runs, then the
+    attention it had. Only the worker thread runs the model, so no other batch sees the switch."""
+    implementation = model.config._attn_implementation
+    entry = MODEL_TYPES.get(model.config.model_type)
+    switch = implementation != "eager" and entry is not None and entry.per_head_attention
+    if switch:
+        model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        if switch:
+            model.set_attn_implementation(implementation)
+
+
+def _translate_group(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: list[str], group: _Group
+) -> list[list[Found]]:
+    """One generate() call on `texts` with the group's options: `translate_nbest`, or `translate_aligned_nbest`
+    (the same hypotheses and scores, each with its word alignment) when the group asks for alignments."""
+    if group.alignment_words is None:
+        return translate_nbest(model, tokenizer, texts, group.num_return_sequences, **group.options)
+    with eager_attention(model):
+        return translate_aligned_nbest(model, tokenizer, texts, group.num_return_sequences,
+                                       words=group.alignment_words, **group.options)  # fmt: skip
+
 
 @dataclass
 class _Job:
     """One request: its answers, filled in by the worker, and the future its handler awaits."""
 
-    results: list[list[Hypothesis] | None]
+    results: list[list[Found] | None]
     remaining: int
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
@@ -168,6 +236,7 @@ class _Group:
     num_return_sequences: int
     beams: int
     seed: int | None
+    alignment_words: str | None = None  # with word alignments, over these words (`alignment.split_words`)
     sentences: deque[_Sentence] = field(default_factory=deque)
 
 
@@ -266,18 +335,14 @@ class Batcher:
             self._waiting -= len(batch)
             return group, batch
 
-    def _translate(self, group: _Group, batch: list[_Sentence]) -> list[list[Hypothesis]]:
-        # ALIGNMENT: with the group's `alignment` option, call the alignment API here and return the alignments
-        # with the hypotheses; `_answer` then sets `Translation.alignment`.
+    def _translate(self, group: _Group, batch: list[_Sentence]) -> list[list[Found]]:
         texts = [sentence.text for sentence in batch]
         if group.seed is None:
-            return translate_nbest(self.model, self.tokenizer, texts, group.num_return_sequences, **group.options)
+            return _translate_group(self.model, self.tokenizer, texts, group)
         set_seed(group.seed)  # as `attn translate --seed`: once, then the chunks in order
-        hypotheses: list[list[Hypothesis]] = []
+        hypotheses: list[list[Found]] = []
         for start in range(0, len(texts), SAMPLING_BATCH):
-            chunk = texts[start : start + SAMPLING_BATCH]
-            hypotheses += translate_nbest(self.model, self.tokenizer, chunk, group.num_return_sequences,
-                                          **group.options)  # fmt: skip
+            hypotheses += _translate_group(self.model, self.tokenizer, texts[start : start + SAMPLING_BATCH], group)
         return hypotheses
 
     def _run(self) -> None:
@@ -327,10 +392,23 @@ def describe_model(model: PreTrainedModel, model_dir: str | Path, quantization: 
         "decoding": _describe_generation(model.generation_config),
         "generation": decoding_settings(model.generation_config),
         "max_position_embeddings": getattr(model.config, "max_position_embeddings", None),
+        "alignment": alignment_setting(model.config),
         "origin": origin,
         "quantization": quantization,
         "device": str(model.device),
     }
+
+
+def alignment_setting(config: Any) -> dict[str, Any] | None:
+    """Where `"alignment"` reads word alignments from (`encoder_decoder.alignment_attention`): the Transformer's
+    `alignment_layer` and `alignment_heads` (as in config.json; 0 heads: all), the RNN's alpha; None for a model type
+    this project does not know."""
+    if config.model_type not in MODEL_TYPES:
+        return None
+    setting: dict[str, Any] = {"attention": _describe_alignments(config)}
+    if hasattr(config, "alignment_layer"):
+        setting.update(alignment_layer=config.alignment_layer, alignment_heads=config.alignment_heads)
+    return setting
 
 
 # -- the application -----------------------------------------------------------------------------------------------
@@ -418,9 +496,13 @@ def _group_for(model: PreTrainedModel, request: TranslateRequest) -> tuple[tuple
         raise RequestError("num_return_sequences", str(error)) from None
     beams = options.get("num_beams") or model.generation_config.num_beams or 1
     seeded = request.do_sample and request.seed is not None
-    # ALIGNMENT: an `alignment` option joins the key (sentences with and without alignments do not share a call)
-    key = (tuple(sorted(options.items())), request.num_return_sequences, ("seed", object()) if seeded else None)
-    return key, _Group(options, request.num_return_sequences, beams, request.seed if seeded else None)
+    # Sentences with and without alignments (or with other definitions of a word) never share a generate() call;
+    # hard and soft do: they are two writings of the same alignment (`_answer`).
+    words = (request.alignment_words or "whitespace") if request.alignment else None
+    key = (tuple(sorted(options.items())), request.num_return_sequences, words,
+           ("seed", object()) if seeded else None)  # fmt: skip
+    group = _Group(options, request.num_return_sequences, beams, request.seed if seeded else None, words)
+    return key, group
 
 
 def _token_counts(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, text: list[str]) -> list[int]:
@@ -437,9 +519,14 @@ def _token_counts(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, te
     return counts
 
 
-def _answer(hypotheses: list[list[Hypothesis]], nbest: bool) -> TranslateResponse:
-    def scored(hypothesis: Hypothesis) -> dict[str, Any]:
-        return {"text": hypothesis.text, "score": None if math.isnan(hypothesis.score) else hypothesis.score}
+def _answer(hypotheses: list[list[Found]], nbest: bool, alignment: str | None = None) -> TranslateResponse:
+    def scored(hypothesis: Found) -> dict[str, Any]:
+        found = {"text": hypothesis.text, "score": None if math.isnan(hypothesis.score) else hypothesis.score}
+        if alignment == "hard":
+            found["alignment"] = hypothesis.alignment.pairs
+        elif alignment == "soft":
+            found["alignment"] = SoftAlignment(**hypothesis.alignment.soft())
+        return found
 
     translations = []
     for found in hypotheses:  # `nbest` only when asked for: the response leaves out fields never set
@@ -502,7 +589,7 @@ def create_app(
             return JSONResponse({"error": str(error)}, status_code=500)
         finally:
             state["in_flight"] -= 1
-        return _answer(hypotheses, request.num_return_sequences > 1)
+        return _answer(hypotheses, request.num_return_sequences > 1, request.alignment)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
@@ -524,8 +611,11 @@ __all__ = [
     "QueueFull",
     "RequestError",
     "ServeLimits",
+    "SoftAlignment",
     "TranslateRequest",
     "TranslateResponse",
+    "alignment_setting",
     "create_app",
     "describe_model",
+    "eager_attention",
 ]

@@ -2,6 +2,8 @@
 
     attn serve --model outputs/dates [--host 127.0.0.1] [--port 8000] [--quantize int8] [--threads N]
     curl -s localhost:8000/translate -H 'content-type: application/json' -d '{"text": ["3 March 1987"]}'
+    curl -s localhost:8000/translate -H 'content-type: application/json' -d '{"text": ["3 March 1987"],
+         "alignment": "hard"}'                            # with word alignments, as `attn translate --align`
 
 The endpoints, the batching of concurrent requests into token batches (`--max_batch_tokens`, `--max_wait_ms`), what
 is refused and how, and the shutdown on SIGTERM (requests in flight are answered) are those of
