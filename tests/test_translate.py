@@ -423,7 +423,9 @@ def test_output_file_holds_what_stdout_would(transformer_dir, tmp_path, capsys, 
 def test_an_interrupted_run_leaves_no_partial_output(transformer_dir, tmp_path, signum):
     """The output appears only when the run ends well: killed halfway, an existing file is left as it was."""
     source, output = tmp_path / "many.txt", tmp_path / "out.txt"
-    source.write_text("\n".join(SENTENCES * 2000) + "\n")
+    # far more input than is translated before the first buffered write shows in the temporary file: the run cannot
+    # finish between that moment and the signal
+    source.write_text("\n".join(SENTENCES * 50000) + "\n")
     output.write_text("the previous run\n")
     process = subprocess.Popen(
         [sys.executable, "-m", "modeling_attn.cli.main", "translate", "--model", str(transformer_dir), "--input",
