@@ -4,8 +4,8 @@ against CTranslate2 int8 of the same weights, on the CPU.
 Two parts, written to `--output` (default bench/results/int8-cpu.{json,md}):
 
 1. Speed, `--preset` (default `base`) with random weights, beam `--beams` (4): one untrained model, its int8 copy
-   (`quantize_int8`), and CTranslate2 exports of the same weights (`export_ctranslate2(quantization="int8")`, and
-   "float32" for scale). Token ids are random, lengths follow Multi30k pairs (bench/common.py) and every model is
+   (`quantize_int8`, with torch's quantized engine, and one more copy per `--engines`: onednn by default), and
+   CTranslate2 exports of the same weights (`export_ctranslate2(quantization="int8")`, and "float32" for scale). Token ids are random, lengths follow Multi30k pairs (bench/common.py) and every model is
    forced to produce the batch's longest target length (`min_new_tokens = max_new_tokens`; CTranslate2
    `min/max_decoding_length`), as bench/speed.py does: with untrained weights where a model stops is noise. Timed
    with 1 thread and with all threads (`--threads`), repetitions interleaved in rotating order; each number is the
@@ -41,6 +41,8 @@ from common import PAD, REPO, hf_generate, log, machine, make_batches, reference
 
 from modeling_attn.api.quantize import quantize_int8  # noqa: E402
 
+ENGINE, ENGINES = torch.backends.quantized.engine, list(torch.backends.quantized.supported_engines)
+
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -50,6 +52,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, default=2, help="batches per timed run (2)")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions of each model (3)")
     parser.add_argument("--threads", type=int, nargs="+", help="thread counts to time (default: 1 and all)")
+    parser.add_argument("--engines", nargs="*", default=[e for e in ("onednn",) if e in ENGINES and e != ENGINE],
+                        help="quantized engines timed besides torch's own (default: onednn where this torch has it)")  # fmt: skip
     parser.add_argument("--model", help="a trained model folder for the quality part (skipped without one)")
     parser.add_argument("--data", help="test data as attn evaluate reads it (default: the embedded dates task)")
     parser.add_argument("--source_lang")
@@ -83,12 +87,18 @@ def speed(args: argparse.Namespace) -> dict:
     batches = make_batches(args.batches, args.batch_size, model.config.vocab_size, seed=1, max_length=100)
     tokens = sum(batch.input_ids.shape[0] * max(batch.target_lengths) for batch in batches)
     int8 = quantize_int8(model)
+    for engine in args.engines:
+        if engine not in ENGINES:
+            raise SystemExit(f"--engines {engine}: this torch build has {', '.join(ENGINES)}")
+    engines = {engine: quantize_int8(model, engine=engine) for engine in args.engines}
     results = {"preset": args.preset, "parameters": model.num_parameters(), "beams": args.beams,
                "sentences": args.batch_size * args.batches, "target_tokens_per_run": tokens, "threads": {}}  # fmt: skip
     for threads in args.threads:
         torch.set_num_threads(threads)
         runs = {"float32": lambda m=model: _generate_ours(m, batches, args.beams),
                 "int8 (quantize_int8)": lambda m=int8: _generate_ours(m, batches, args.beams)}  # fmt: skip
+        for engine, quantized in engines.items():
+            runs[f"int8 (quantize_int8, engine={engine})"] = lambda m=quantized: _generate_ours(m, batches, args.beams)
         for quantization in ("int8", "float32"):
             try:
                 translator = ct2_translator(model, quantization, threads)
@@ -204,8 +214,9 @@ def markdown(results: dict) -> str:
                          f"{run['wall_tokens_per_s'] / base['wall_tokens_per_s']:.2f} | "
                          f"{run['cpu_tokens_per_s'] / base['cpu_tokens_per_s']:.2f} |")  # fmt: skip
         if "CTranslate2 int8" in runs:
-            ratio = runs["int8 (quantize_int8)"]["wall_tokens_per_s"] / runs["CTranslate2 int8"]["wall_tokens_per_s"]
-            lines.append(f"| {threads} | ours int8 / CTranslate2 int8 | {ratio:.2f} | | | |")
+            ours, ct2 = runs["int8 (quantize_int8)"], runs["CTranslate2 int8"]
+            wall, cpu = (ours[f"{clock}_tokens_per_s"] / ct2[f"{clock}_tokens_per_s"] for clock in ("wall", "cpu"))
+            lines.append(f"| {threads} | ours int8 / CTranslate2 int8 | {wall:.2f} | {cpu:.2f} | | |")
     if results.get("quality"):
         part = results["quality"]
         lines += ["", f"## Quality: {part.get('data')} ({part.get('split')}, {part['sentences']} sentences), "

@@ -9,6 +9,7 @@ translates the same (thresholds below, with their reasons). A model on another d
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -48,6 +49,30 @@ def test_every_linear_becomes_int8_and_the_float_model_is_left_as_it_was(make):
         assert module.weight().dtype == torch.qint8, name
     assert all(torch.equal(before[name], tensor) for name, tensor in model.state_dict().items())
     assert all(type(module) is nn.Linear for module in linears(model).values())
+
+
+@pytest.mark.parametrize(
+    "engine", sorted({"x86", "fbgemm", "onednn"} & set(torch.backends.quantized.supported_engines))
+)
+def test_an_engine_packs_the_weights_for_its_kernels_and_torch_keeps_its_own(engine):
+    model = tiny_model("sdpa")
+    before = torch.backends.quantized.engine
+    quantized = quantize_int8(model, engine=engine)
+    assert torch.backends.quantized.engine == before  # the process-wide setting is left as it was
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    with torch.no_grad():
+        exact = model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids).logits
+        found = quantized(
+            input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids
+        ).logits
+    assert not torch.equal(found, exact)  # int8 arithmetic, run with the kernels packed for `engine`
+    torch.testing.assert_close(found, exact, rtol=0, atol=0.05 * exact.abs().max().item())
+
+
+def test_an_engine_this_torch_lacks_is_refused_naming_the_ones_it_has():
+    engines = ", ".join(torch.backends.quantized.supported_engines)
+    with pytest.raises(QuantizeError, match=re.escape(f"int8 engine 'tpu8': this torch build has {engines}")):
+        quantize_int8(tiny_model("sdpa"), engine="tpu8")
 
 
 def int8_linear(linear: nn.Linear, stored: torch.Tensor, inputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -419,6 +419,12 @@ def test_output_file_holds_what_stdout_would(transformer_dir, tmp_path, capsys, 
     assert run_translate(["--model", str(transformer_dir), "--output", str(output), "x"], capsys, monkeypatch) == []
 
 
+def default_sigint() -> None:
+    """Ctrl-C as at a terminal: a test run started in the background (`pytest &`, nohup) ignores SIGINT, its children
+    inherit that, and Python then installs no KeyboardInterrupt handler."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_an_interrupted_run_leaves_no_partial_output(transformer_dir, tmp_path, signum):
     """The output appears only when the run ends well: killed halfway, an existing file is left as it was."""
@@ -430,7 +436,7 @@ def test_an_interrupted_run_leaves_no_partial_output(transformer_dir, tmp_path, 
     process = subprocess.Popen(
         [sys.executable, "-m", "modeling_attn.cli.main", "translate", "--model", str(transformer_dir), "--input",
          str(source), "--output", str(output), "--overwrite", "--batch_size", "4", "--num_beams", "1", "--no_progress"],
-        stderr=subprocess.PIPE, text=True,
+        stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
     )  # fmt: skip
     deadline = time.monotonic() + 120
     try:

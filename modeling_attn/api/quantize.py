@@ -15,6 +15,12 @@ on the `base` preset at beam 4 (one thread, 16 sentences, 20 forced tokens) floa
 `Int8WeightOnlyConfig` 6.3 s. So this module uses `quantize_dynamic` (fbgemm / x86 kernels), silences its
 deprecation warnings, and names the cause in one line if a later torch no longer has it.
 
+Kernels: `engine` picks torch's quantized engine whose kernels the int8 weights are packed for (the packed weights
+keep it; torch's process-wide setting is restored afterwards). The default is torch's own (`x86`: fbgemm on this
+kind of CPU). On a CPU with AVX-512 VNNI / AMX int8, `onednn` measured 1.93x float32 against `x86`'s 1.72x (the
+`base` preset at beam 4, one thread, CPU time, bench/results/int8-cpu.md); it is not the default because it was
+measured on one CPU only.
+
 The quantized kernels are CPU kernels: a model on another device is refused (`QuantizeError`), and `quantize_device`
 makes the commands load the model on the CPU when `--quantize` is given without `--device`.
 """
@@ -72,9 +78,11 @@ def _quantize_dynamic():
     return quantize_dynamic
 
 
-def quantize_int8(model: PreTrainedModel) -> PreTrainedModel:
+def quantize_int8(model: PreTrainedModel, engine: str | None = None) -> PreTrainedModel:
     """A copy of `model` (left unchanged) whose `nn.Linear` layers are dynamically quantized to int8, in eval
-    mode; QuantizeError if the model is not on the CPU or this torch build has no int8 CPU kernels."""
+    mode, with the kernels of `engine` (None: torch's current quantized engine; one of
+    `torch.backends.quantized.supported_engines` otherwise); QuantizeError if the model is not on the CPU, this
+    torch build has no int8 CPU kernels, or it has no `engine`."""
     device = next(model.parameters()).device
     if device.type != "cpu":
         raise QuantizeError(
@@ -84,12 +92,19 @@ def quantize_int8(model: PreTrainedModel) -> PreTrainedModel:
     engines = torch.backends.quantized.supported_engines
     if not {"x86", "fbgemm", "qnnpack"} & set(engines):
         raise QuantizeError(f"--quantize int8: this torch build has no int8 CPU kernels (engines: {engines})")
+    if engine is not None and engine not in engines:
+        raise QuantizeError(f"int8 engine {engine!r}: this torch build has {', '.join(engines)}")
     quantize_dynamic = _quantize_dynamic()
     quantized = copy.deepcopy(model).eval()
-    with warnings.catch_warnings():  # the same deprecation, and that of the quantized tensors it creates
-        warnings.simplefilter("ignore", DeprecationWarning)
-        warnings.filterwarnings("ignore", message=r".*quantize_per_tensor.*", category=UserWarning)
-        quantize_dynamic(quantized, {nn.Linear}, dtype=torch.qint8, inplace=True)
+    previous = torch.backends.quantized.engine
+    try:
+        with warnings.catch_warnings():  # the same deprecation, and that of the quantized tensors it creates
+            warnings.simplefilter("ignore", DeprecationWarning)
+            warnings.filterwarnings("ignore", message=r".*quantize_per_tensor.*", category=UserWarning)
+            torch.backends.quantized.engine = engine or previous
+            quantize_dynamic(quantized, {nn.Linear}, dtype=torch.qint8, inplace=True)
+    finally:
+        torch.backends.quantized.engine = previous
     return quantized
 
 
