@@ -21,12 +21,14 @@ from safetensors import SafetensorError, safe_open
 from transformers import Seq2SeqTrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
+from modeling_attn.api.outputs import describe_files, foreign_files
 from modeling_attn.api.presets import available_presets, load_preset
 from modeling_attn.registry import MODEL_TYPES
 
 from .alignment import check_alignment_flags
 from .arguments import RecipeArguments
 from .averaging import find_checkpoints
+from .trainer import STAGING_DIR
 
 # Trainer flags that shape sentence batches: token batches (--max_tokens_per_batch > 0) decide the batches instead.
 SENTENCE_BATCH_FLAGS = ("per_device_train_batch_size", "auto_find_batch_size", "train_sampling_strategy",
@@ -246,10 +248,25 @@ def check_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None:
     raise ValueError(f"--resume_from_checkpoint {checkpoint}: {file} is damaged ({reason}); {way_out}")
 
 
-def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
-    """Refuse an --output_dir that holds checkpoints of another run: they would be averaged with this run's.
+def _check_foreign_files(output_dir: Path) -> None:
+    """Refuse an --output_dir holding files `attn train` did not write (a README of the user's, another model...):
+    what it wrote is recorded in the folder (`modeling_attn.api.outputs.record_written`). Checkpoint folders are the
+    checkpoint rule's (`check_output_dir`)."""
+    staged = re.compile(rf"(checkpoint-\d+|{re.escape(STAGING_DIR)})/")
+    if foreign := [name for name in foreign_files(output_dir) if not staged.match(name)]:
+        raise ValueError(
+            f"--output_dir {output_dir} holds files that attn train did not write ({describe_files(foreign)}); "
+            "choose an empty or new folder, or give --overwrite_output_dir to write into it anyway (only the files "
+            "attn train writes are replaced; the others stay)"
+        )
 
-    The way out: --resume_from_checkpoint (continue that run), --overwrite_output_dir (delete them), another folder.
+
+def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
+    """Refuse an --output_dir that holds checkpoints of another run: they would be averaged with this run's; or,
+    holding none, files `attn train` did not write (`_check_foreign_files`).
+
+    The way out: --resume_from_checkpoint (continue that run, in its folder), --overwrite_output_dir (delete the
+    checkpoints; replace only the files attn train writes), another folder.
     """
     output_dir = Path(training_args.output_dir)
     resumed = training_args.resume_from_checkpoint
@@ -257,6 +274,8 @@ def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgu
         raise ValueError("--overwrite_output_dir deletes the checkpoints of --output_dir, --resume_from_checkpoint "
                          "continues from one: give one of them")  # fmt: skip
     existing = find_checkpoints(output_dir) if output_dir.is_dir() else []
+    if not existing and not resumed and not recipe.overwrite_output_dir and training_args.do_train:
+        _check_foreign_files(output_dir)
     if not existing or recipe.overwrite_output_dir or not training_args.do_train:
         return
     names = ", ".join(path.name for path in existing)
