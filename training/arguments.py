@@ -185,8 +185,9 @@ class RecipeArguments:
     )  # fmt: skip
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={"help": "Delete the checkpoints an earlier run left in --output_dir before training (transformers' "
-                  "flag of that name; without it such a folder is refused unless --resume_from_checkpoint continues it)."},
+        metadata={"help": "Delete the checkpoints an earlier run left in --output_dir before training, and write into "
+                  "a folder holding files attn train did not write, replacing only its own (transformers' flag of that "
+                  "name; without it such a folder is refused unless --resume_from_checkpoint continues the run)."},
     )  # fmt: skip
     early_stopping_patience: int | None = field(
         default=None,
