@@ -4,7 +4,7 @@ training/train.py, training/trainer.py, modeling_attn/api/outputs.py):
   previous whole checkpoint with the flag that resumes from it;
 - a folder holding files attn train did not write (a README of the user's, another model): refused unless
   --overwrite_output_dir, which replaces only attn train's files; a folder attn train wrote is not refused;
-- a disk that fills during a checkpoint save (a real tmpfs, as root): "No space left on device", the folder and the
+- a disk that fills during a checkpoint save (a real tmpfs, as root: tests/full_disk.py): "No space left on device", the folder and the
   last whole checkpoint, no partial checkpoint left.
 Real files (torch.save, safetensors, JSON) cut short with truncate, and real in-process `attn train` runs of a
 tiny model (about a second each)."""
@@ -15,12 +15,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import zipfile
 from pathlib import Path
 
 import pytest
 import torch
+from full_disk import small_tmpfs
 from modeling_attn.training.validate import damaged_file
 from safetensors.torch import save_file
 
@@ -162,20 +162,10 @@ def test_a_real_run_keeps_the_users_files_and_a_second_run_is_not_refused_its_ow
     assert attn(["train", "--output_dir", str(out), *quiet]) == 0  # only its own files there now
 
 
-def _tmpfs(path: Path, size: str) -> None:
-    """tests/test_outputs.py's: a small tmpfs to fill, as root (skipped otherwise)."""
-    path.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to fill (needs root): {result.stderr.decode().strip()}")
-
-
 def test_writers_that_do_not_say_enospc_are_known_on_a_full_disk(tmp_path):
     """torch.save on a full disk raises `[enforce fail at inline_container.cc]` without the cause; safetensors says
     it in words; open() raises ENOSPC. Each is a full disk; the same torch error on a disk with room is not."""
-    disk = tmp_path / "disk"
-    _tmpfs(disk, "128k")
-    try:
+    with small_tmpfs(tmp_path / "disk", "128k") as disk:
         tensors = {"weight": torch.zeros(1 << 17)}
         for write in (lambda: torch.save(tensors, disk / "a.pt"), lambda: save_file(tensors, disk / "a.safetensors"),
                       lambda: (disk / "a.json").write_text("x" * (1 << 20))):  # fmt: skip
@@ -183,14 +173,11 @@ def test_writers_that_do_not_say_enospc_are_known_on_a_full_disk(tmp_path):
                 write()
             assert is_disk_full(error.value, disk), error.value
         assert not is_disk_full(RuntimeError("[enforce fail at inline_container.cc:1] . unexpected pos"), tmp_path)
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
 
 
 def test_a_disk_that_fills_during_a_checkpoint_save_is_named_with_the_last_whole_checkpoint(tmp_path, capsys):
-    disk = tmp_path / "disk"
-    _tmpfs(disk, "700k")  # the tokenizer and one checkpoint (~480 kB) fit, a second one does not
-    try:
+    # the tokenizer and one checkpoint (~480 kB) fit, a second one does not
+    with small_tmpfs(tmp_path / "disk", "700k") as disk:
         out = disk / "run"
         line = error_line(["train", "--output_dir", str(out), *TINY, "--max_steps", "4"], capsys)
         assert line == (f"attn train: error: No space left on device while saving checkpoint-4 into {out}; the last "
@@ -198,5 +185,3 @@ def test_a_disk_that_fills_during_a_checkpoint_save_is_named_with_the_last_whole
                         f"--resume_from_checkpoint {out}/checkpoint-2")  # fmt: skip
         assert sorted(path.name for path in out.glob("*checkpoint*")) == ["checkpoint-2"]  # no partial one
         assert damaged_file(out / "checkpoint-2") is None
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)
