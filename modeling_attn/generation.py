@@ -11,12 +11,22 @@ generation config, takes precedence over it.
 A model with a position table (`config.max_position_embeddings`, the Transformer) caps the limit at the table's
 size: the decoder has no position for a longer translation.
 
+`generate()` of our models also refuses, with a ValueError naming the argument before any decoding step
+(`check_generate_arguments`), what transformers' `generate()` takes and then fails on deep inside or decodes wrongly
+with (issue 34): `num_beams` or `num_return_sequences` not a positive integer (transformers: ZeroDivisionError or a
+negative tensor size), a `length_penalty` that is not finite (transformers: NaN scores, an arbitrary beam), and an
+empty batch (0 rows of `input_ids`, `inputs_embeds` or `encoder_outputs`; transformers' own models fail in a reshape
+of 0 elements). A negative `length_penalty` is taken, as transformers documents it (it favours shorter translations);
+a temperature of 0, below or NaN with `do_sample=True` is refused by transformers' own `TemperatureLogitsWarper`,
+naming `temperature`, as are `top_k` and `top_p` out of range.
+
 The beam search that drops finished sentences from the batch is in `beam_search.py`.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
@@ -61,6 +71,31 @@ def source_lengths(input_ids=None, attention_mask=None, inputs_embeds=None, enco
     return torch.full((source.shape[0],), source.shape[1], dtype=torch.long, device=source.device)
 
 
+def check_generate_arguments(inputs: torch.Tensor | None, config: GenerationConfig, kwargs: dict) -> None:
+    """ValueError naming the argument (see the module docstring) for `generate(inputs, config, **kwargs)`; a
+    setting given in `kwargs` overrides the config's, as in `generate()`."""
+    for name in ("num_beams", "num_return_sequences"):
+        value = kwargs.get(name, getattr(config, name, None))
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise ValueError(f"generate(): {name} must be a positive integer, got {value!r}")
+    penalty = kwargs.get("length_penalty", config.length_penalty)
+    if penalty is not None and (isinstance(penalty, bool) or not isinstance(penalty, int | float)
+                                or not math.isfinite(penalty)):  # fmt: skip
+        raise ValueError(f"generate(): length_penalty must be a finite number, got {penalty!r}")
+    encoder_outputs = kwargs.get("encoder_outputs")
+    sources = {
+        "input_ids": kwargs.get("input_ids", inputs),
+        "inputs_embeds": kwargs.get("inputs_embeds"),
+        "encoder_outputs": None if encoder_outputs is None else encoder_outputs[0],
+    }
+    for name, source in sources.items():
+        if isinstance(source, torch.Tensor) and source.dim() > 0 and source.shape[0] == 0:
+            raise ValueError(
+                f"generate(): the batch is empty ({name} has shape {tuple(source.shape)}); give at least one "
+                "sentence (modeling_attn.api.translation.translate_batch([]) returns [])"
+            )
+
+
 class SourceRelativeLengthMixin:
     """`generate()` with the paper's per-sentence maximum output length (see the module docstring)."""
 
@@ -72,6 +107,7 @@ class SourceRelativeLengthMixin:
         **kwargs,
     ):
         config = generation_config if generation_config is not None else self.generation_config
+        check_generate_arguments(inputs, config, kwargs)
         offset = kwargs.pop(SOURCE_LIMIT_FIELD, getattr(config, SOURCE_LIMIT_FIELD, None))
         explicit = "max_length" in kwargs or "max_new_tokens" in kwargs or config.max_new_tokens is not None
         if offset is None or explicit:
@@ -107,5 +143,6 @@ __all__ = [
     "SOURCE_LIMIT_FIELD",
     "SourceLengthLimit",
     "SourceRelativeLengthMixin",
+    "check_generate_arguments",
     "source_lengths",
 ]

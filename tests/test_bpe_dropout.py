@@ -116,7 +116,6 @@ def test_attn_train_segments_anew_each_epoch_and_saves_the_ordinary_tokenizer(tm
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        (["--bpe_dropout", "1.5"], r"--bpe_dropout is a probability in \[0, 1\] \(0: off\), got 1.5"),
         (["--bpe_dropout", "0.1", "--max_tokens_per_batch", "0"], "--bpe_dropout needs token batches"),
         (["--bpe_dropout", "0.1", "--dataloader_num_workers", "1"], "needs one training process and "
                                                                    "--dataloader_num_workers 0"),
@@ -129,6 +128,14 @@ def test_attn_train_segments_anew_each_epoch_and_saves_the_ordinary_tokenizer(tm
 def test_bad_bpe_dropout_use_names_the_flag(tmp_path: Path, flags, message):
     with pytest.raises(ValueError, match=message):
         main(["--output_dir", str(tmp_path / "out"), *TINY, *QUIET, "--max_steps", "2", *flags])
+
+
+def test_a_bpe_dropout_outside_0_1_is_refused_by_the_parser_naming_the_flag(tmp_path: Path, capsys):
+    """Its range is declared with the flag (training/arguments.py), checked while parsing: one line, exit status 2."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--output_dir", str(tmp_path / "out"), *TINY, *QUIET, "--max_steps", "2", "--bpe_dropout", "1.5"])
+    assert exit_info.value.code == 2
+    assert "argument --bpe_dropout: must be a probability in [0, 1], got 1.5" in capsys.readouterr().err
 
 
 @pytest.mark.slow  # two real processes (torchrun, gloo)

@@ -1,5 +1,5 @@
 """The `attn` command-line convention (modeling_attn/cli/parser.py): both spellings of a flag, flags files, and user
-errors as one line with exit status 2, while parsing (`CommandParser`, `require_positive`) or running
+errors as one line with exit status 2, while parsing (`CommandParser`, with the declared ranges of number flags) or running
 (`run_command`, with Ctrl-C as 130 and a reader that went away as 141)."""
 
 from __future__ import annotations
@@ -11,19 +11,21 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from modeling_attn.cli.parser import CommandParser, require_positive, run_command
+from modeling_attn.api.values import COUNT, PROBABILITY
+from modeling_attn.cli.parser import CommandParser, run_command
 
 
 @dataclass
 class Flags:
     model: str = field(metadata={"help": "a required flag"})
-    batch_size: int = field(default=32, metadata={"help": "sentences per batch"})
+    batch_size: int = field(default=32, metadata={"help": "sentences per batch", "range": COUNT})
+    dropout: float = field(default=0.1, metadata={"help": "a probability", "range": PROBABILITY})
+    penalty: float | None = field(default=None, metadata={"help": "any finite float: no declaration"})
+    sizes: list[int] = field(default_factory=list, metadata={"help": "several counts", "range": COUNT})
+    seed: int = field(default=0, metadata={"help": "any integer: no declaration"})
     attention_png: str | None = field(default=None, metadata={"help": "a picture"})
     lowercase: bool = field(default=False, metadata={"help": "a switch"})
     splits: list[str] = field(default_factory=lambda: ["test"], metadata={"help": "several values"})
-
-    def __post_init__(self):
-        require_positive(self, ("batch_size",))
 
 
 def parser() -> CommandParser:
@@ -70,11 +72,46 @@ def test_a_flags_file_gives_the_flags_and_later_flags_override_it(tmp_path, suff
         (["--model", "m", "--batch_size", "many"], "argument --batch_size/--batch-size: invalid int value: 'many'"),
         (["--model", "m", "--batch_size", "0"], "argument --batch_size: must be a positive integer, got 0"),
         (["--model", "m", "--batch_size", "-3"], "argument --batch_size: must be a positive integer, got -3"),
+        (["--model", "m", "--dropout", "1.5"], "argument --dropout: must be a probability in [0, 1], got 1.5"),
+        (["--model", "m", "--dropout", "nan"], "argument --dropout: must be a probability in [0, 1], got nan"),
+        (["--model", "m", "--penalty", "nan"], "argument --penalty: must be a finite number, got nan"),
+        (["--model", "m", "--penalty=-inf"], "argument --penalty: must be a finite number, got -inf"),
+        (["--model", "m", "--sizes", "2", "0"], "argument --sizes: must be a positive integer, got 0"),
         (["recipe.yaml"], "recipe.yaml: no such flags file"),
     ],
 )
 def test_a_user_error_is_one_line_with_exit_status_2(argv, expected, capsys):
     assert expected in error_of(argv, capsys)
+
+
+def test_values_in_their_declared_ranges_pass_and_a_flags_file_is_checked_alike(tmp_path, capsys):
+    (flags,) = parser().parse(["--model", "m", "--batch_size", "1", "--dropout", "0", "--penalty", "-2.5",
+                               "--sizes", "1", "7", "--seed", "-9"])  # fmt: skip
+    assert flags == Flags(model="m", batch_size=1, dropout=0.0, penalty=-2.5, sizes=[1, 7], seed=-9)
+    path = tmp_path / "flags.yaml"
+    path.write_text("model: m\ndropout: 2\n")
+    assert "argument --dropout: must be a probability in [0, 1], got 2.0" in error_of([str(path)], capsys)
+
+
+def test_declare_ranges_covers_flags_of_a_dataclass_that_is_not_ours(capsys):
+    from modeling_attn.training.arguments import TRAINER_RANGES
+    from transformers import Seq2SeqTrainingArguments
+
+    trainer_parser = CommandParser(Seq2SeqTrainingArguments, prog="attn demo")
+    trainer_parser.declare_ranges(TRAINER_RANGES)
+    for argv, expected in [
+        (["--max_steps", "0"], "argument --max_steps: must be a positive integer or -1 (-1: train for "
+                               "--num_train_epochs), got 0"),
+        (["--label_smoothing_factor", "1.5"], "argument --label_smoothing_factor: must be a probability in [0, 1], "
+                                              "got 1.5"),
+        (["--adam_beta2", "1"], "argument --adam_beta2: must be a number in [0, 1), got 1.0"),
+        (["--seed", "1", "--max_grad_norm", "inf"], "argument --max_grad_norm: must be a finite number of 0 or more"),
+    ]:  # fmt: skip
+        with pytest.raises(SystemExit):
+            trainer_parser.parse(["--output_dir", "x", *argv])
+        assert expected in capsys.readouterr().err
+    (args,) = trainer_parser.parse(["--output_dir", "x", "--max_steps", "-1", "--seed", "-3"])
+    assert (args.max_steps, args.seed) == (-1, -3)
 
 
 def test_a_bad_flags_file_names_the_file_and_the_key(tmp_path, capsys):

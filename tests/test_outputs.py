@@ -9,9 +9,9 @@ import os
 import subprocess
 import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+from full_disk import small_tmpfs
 
 from modeling_attn.api.outputs import (
     LOCK,
@@ -147,17 +147,8 @@ def test_a_second_process_is_refused_with_the_first_ones_pid(tmp_path):
     assert not (folder / LOCK).exists()
 
 
-def _tmpfs(path: Path, size: str) -> None:
-    path.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to fill (needs root): {result.stderr.decode().strip()}")
-
-
 def test_a_full_disk_is_named_and_the_target_is_left_as_it_was(tmp_path):
-    disk = tmp_path / "disk"
-    _tmpfs(disk, "256k")
-    try:
+    with small_tmpfs(tmp_path / "disk", "256k") as disk:
         model = disk / "model"
         with output_folder(model, "attn average") as staging:
             (staging / "model.safetensors").write_bytes(b"old weights")
@@ -173,5 +164,3 @@ def test_a_full_disk_is_named_and_the_target_is_left_as_it_was(tmp_path):
         ):
             handle.write("x" * (1 << 20))
         assert not (disk / "translations.txt").exists()
-    finally:
-        subprocess.run(["umount", str(disk)], check=True)

@@ -293,10 +293,10 @@ TRAIN_CASES = [
     (["--streaming", "--max_steps", "-1"], r"--streaming needs --max_steps: .*"),
     (["--model_name_or_path", "/no/such/model"], r".*/no/such/model.*"),
     (["--resume_from_checkpoint", "last"], r"--resume_from_checkpoint: no checkpoint in .*out"),
-    (["--max_train_samples", "0"], r"--max_train_samples must be a positive integer, got 0"),
-    (["--max_predict_samples", "-2"], r"--max_predict_samples must be a positive integer, got -2"),
+    (["--max_train_samples", "0"], r"argument --max_train_samples: must be a positive integer, got 0 \(see attn train --help\)"),
+    (["--max_predict_samples", "-2"], r"argument --max_predict_samples: must be a positive integer, got -2.*"),
     (["--streaming", "--max_steps", "2", "--streaming_buffer_pairs", "0"],
-     r"--streaming_buffer_pairs must be a positive integer, got 0"),
+     r"argument --streaming_buffer_pairs: must be a positive integer, got 0.*"),
     # the recipe sets these from the tokenizer (was a TypeError traceback: load_preset got vocab_size twice)
     (["--config_overrides", "vocab_size=300"], r"--config_overrides: \['vocab_size'\] are set from the tokenizer .*"),
 ]  # fmt: skip
@@ -345,7 +345,11 @@ def test_fine_tuning_applies_config_overrides_to_the_loaded_model(world, tmp_pat
 def test_train_command(extra, pattern, tmp_path, capsys):
     (tmp_path / "out").mkdir()
     argv = ["train", "--data", str(tsv_folder(tmp_path)), "--output_dir", str(tmp_path / "out"), *TRAIN, *extra]
-    assert cli_main(argv) == 2
+    try:  # a value out of its declared range ends in the parser (SystemExit 2), a later error in run_command
+        status = cli_main(argv)
+    except SystemExit as exit_info:
+        status = exit_info.code
+    assert status == 2
     err = capsys.readouterr().err.strip()
     # one error line, the last (progress bars of the data preparation may come before it), no traceback
     errors = [line for line in err.splitlines() if "error" in line.lower()]

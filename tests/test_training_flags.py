@@ -59,6 +59,50 @@ def test_unknown_and_abbreviated_flags_are_one_line_naming_the_closest(capsys):
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
+        # issue 34: these trained anyway, decoded with NaN scores or ended in a traceback / an empty message
+        (["--max_steps", "0"], "argument --max_steps: must be a positive integer or -1 (-1: train for "
+                               "--num_train_epochs), got 0"),
+        (["--max_steps=-5"], "argument --max_steps: must be a positive integer or -1 (-1: train for "
+                             "--num_train_epochs), got -5"),
+        (["--vocab_size", "0"], "argument --vocab_size: must be a positive integer, got 0"),
+        (["--vocab_size=-7"], "argument --vocab_size: must be a positive integer, got -7"),
+        (["--generation_num_beams", "0"], "argument --generation_num_beams: must be a positive integer, got 0"),
+        (["--label_smoothing_factor", "1.5"], "argument --label_smoothing_factor: must be a probability in [0, 1], "
+                                              "got 1.5"),
+        (["--length_penalty", "nan"], "argument --length_penalty: must be a finite number, got nan"),
+        (["--learning_rate", "inf"], "argument --learning_rate: must be a finite number above 0, got inf"),
+        (["--bpe_dropout", "1.5"], "argument --bpe_dropout: must be a probability in [0, 1], got 1.5"),
+        (["--max_tokens_per_batch=-1"], "argument --max_tokens_per_batch: must be an integer of 0 or more, got -1"),
+        (["--early_stopping_patience", "0", "--metric_for_best_model", "bleu"],
+         "argument --early_stopping_patience: must be a positive integer, got 0"),
+        (["--per_device_eval_batch_size", "0"],
+         "argument --per_device_eval_batch_size: must be a positive integer, got 0"),
+    ],
+)  # fmt: skip
+def test_a_value_out_of_its_declared_range_is_one_line_naming_the_flag(tmp_path, capsys, flags, message):
+    """The ranges declared with the flags (training/arguments.py) are checked by the parser, before any work."""
+    argv = ["--output_dir", str(tmp_path / "out"), "--report_to", "none", *flags]
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(argv)
+    assert exit_info.value.code == 2
+    assert one_line_error(capsys) == f"attn train: error: {message} (see attn train --help)"
+    assert not (tmp_path / "out").exists()
+
+
+def test_every_declared_default_is_in_its_range():
+    """The paper's defaults, the embedded task's and the dataclasses' own pass the declared checks."""
+    for embedded in (False, True):
+        parser = build_parser(embedded_task=embedded)
+        parser.check_ranges(parser.parse_known_args(["--output_dir", "x"])[0])  # would exit 2 on a bad default
+        declared = [action.dest for action in parser._actions if getattr(action, "range", None)]
+        assert {"max_steps", "vocab_size", "bpe_dropout", "generation_num_beams", "label_smoothing_factor"} <= set(
+            declared
+        )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
         (["--per_device_train_batch_size", "64"], r"--per_device_train_batch_size: .* give --max_tokens_per_batch 0"),
         (["--train_sampling_strategy", "sequential"], r"--train_sampling_strategy: these shape batches of sentences"),
         (["--sortish_sampler"], r"--sortish_sampler does nothing in transformers 5"),
@@ -70,7 +114,6 @@ def test_unknown_and_abbreviated_flags_are_one_line_naming_the_closest(capsys):
         (["--early_stopping_patience", "2", "--eval_strategy", "no"], r"--early_stopping_patience watches the valid"),
         (["--early_stopping_patience", "2"], r"--early_stopping_patience: name the validation metric .* "
                                              r"--metric_for_best_model"),
-        (["--early_stopping_patience", "0", "--metric_for_best_model", "bleu"], r"must be a positive integer, got 0"),
         (["--overwrite_output_dir", "--resume_from_checkpoint", "somewhere"], r"give one of them"),
         # a preset's config with the overrides is built here, before any work: its own checks run
         (["--config_overrides", "d_model=30"],

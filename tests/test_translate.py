@@ -266,7 +266,12 @@ def error_line(main, argv, capsys) -> str:
         (["--batch-sise", "2", "x"], "unrecognized flag --batch-sise; did you mean --batch_size?"),
         (["--num_beams", "0", "x"], "argument --num_beams: must be a positive integer, got 0"),
         (["--top_k", "3", "x"], "--top_k: a sampling setting, with no --do_sample; add --do_sample"),
-        (["--do_sample", "--top_p", "1.5", "x"], "--top_p must be in (0, 1], got 1.5"),
+        (["--do_sample", "--top_p", "1.5", "x"], "argument --top_p: must be a probability in (0, 1], got 1.5"),
+        (
+            ["--do_sample", "--temperature", "nan", "x"],
+            "argument --temperature: must be a finite number above 0, got nan",
+        ),
+        (["--length_penalty", "inf", "x"], "argument --length_penalty: must be a finite number, got inf"),
         (["--num_return_sequences", "3", "--num_beams", "2", "x"], "num_return_sequences=3 is more than num_beams=2"),
         (["--num_return_sequences", "2", "--attention-png", "a.png", "x"], "drop --num_return_sequences"),
         (["--device", "gpu", "x"], "device 'gpu': not a device name"),

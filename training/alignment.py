@@ -51,8 +51,6 @@ def check_alignment_flags(recipe: Any, training_args: Any, given: set[str]) -> N
         return
     if not Path(recipe.alignment_file).is_file():
         raise ValueError(f"--alignment_file {recipe.alignment_file}: no such file")
-    if not recipe.guided_alignment_weight > 0:
-        raise ValueError(f"--guided_alignment_weight must be positive, got {recipe.guided_alignment_weight}")
     if recipe.alignment_words not in WORD_PATTERNS:
         raise ValueError(f"--alignment_words must be one of {list(WORD_PATTERNS)}, got {recipe.alignment_words!r}")
     if not training_args.do_train:

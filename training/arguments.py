@@ -11,7 +11,9 @@ The paper's recipe as defaults:
 Deviations: gradients are clipped at norm 1 (Trainer's default `--max_grad_norm`; the paper does not say), and
 Trainer's scheduler applies the rate of step n-1 at update n (the logged rate at step n is the paper's).
 
-The checks of these flags are `modeling_attn.training.validate.validate`.
+The values of the number flags are declared here (`"range"` in a field's metadata, `TRAINER_RANGES` for Trainer's
+flags) and checked when the command line is parsed (`modeling_attn.cli.parser.CommandParser`); the checks of their
+combinations are `modeling_attn.training.validate.validate`.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from transformers import Seq2SeqTrainingArguments
 from transformers.integrations import is_tensorboard_available
 
 from modeling_attn.api.alignment import WORD_PATTERNS
+from modeling_attn.api.values import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, PROBABILITY, Range
 from modeling_attn.loss import GUIDED_ALIGNMENT_WEIGHT
 from modeling_attn.registry import MODEL_TYPES
 
@@ -52,6 +55,36 @@ PAPER_DEFAULTS = {
     "report_to": "tensorboard" if is_tensorboard_available() else "none",
 }
 
+# The values of the Seq2SeqTrainingArguments flags that count or weigh something (`CommandParser.declare_ranges`; any
+# other float flag must be finite). Checked once, when the command line is parsed, naming the flag.
+TRAINER_RANGES = {
+    "max_steps": Range(low=1, integer=True, also=(-1,), meaning="-1: train for --num_train_epochs"),
+    "num_train_epochs": POSITIVE,
+    "per_device_train_batch_size": COUNT,
+    "per_device_eval_batch_size": COUNT,
+    "gradient_accumulation_steps": COUNT,
+    "eval_accumulation_steps": COUNT,
+    "learning_rate": POSITIVE,
+    "warmup_steps": NON_NEGATIVE,  # below 1: a ratio of the training steps
+    "weight_decay": NON_NEGATIVE,
+    "adam_beta1": Range(low=0, high=1, high_open=True),
+    "adam_beta2": Range(low=0, high=1, high_open=True),
+    "adam_epsilon": NON_NEGATIVE,
+    "max_grad_norm": NON_NEGATIVE,  # 0: no clipping
+    "label_smoothing_factor": PROBABILITY,
+    "logging_steps": POSITIVE,  # below 1: a ratio of the training steps (so are the two below)
+    "eval_steps": POSITIVE,
+    "save_steps": POSITIVE,
+    "eval_delay": NON_NEGATIVE,
+    "save_total_limit": NATURAL,  # 0 or none: keep every checkpoint
+    "dataloader_num_workers": NATURAL,
+    "dataloader_prefetch_factor": COUNT,
+    "generation_max_length": COUNT,
+    "generation_num_beams": COUNT,
+    "neftune_noise_alpha": NON_NEGATIVE,
+    "torch_empty_cache_steps": COUNT,
+}
+
 
 @dataclass
 class RecipeArguments:
@@ -72,7 +105,8 @@ class RecipeArguments:
     preprocessing_num_workers: int | None = field(
         default=None,
         metadata={"help": "Processes that tokenize the data (datasets' map num_proc). Data read from files is cached: a "
-                  "second run on the same files and tokenizer reuses it (training/prepare.py says where)."},
+                  "second run on the same files and tokenizer reuses it (training/prepare.py says where).",
+                  "range": COUNT},
     )  # fmt: skip
     streaming: bool = field(
         default=False,
@@ -83,11 +117,20 @@ class RecipeArguments:
     )  # fmt: skip
     streaming_buffer_pairs: int = field(
         default=100_000,
-        metadata={"help": "--streaming: pairs held at a time to sort by length and cut into token batches."},
+        metadata={
+            "help": "--streaming: pairs held at a time to sort by length and cut into token batches.",
+            "range": COUNT,
+        },
     )
-    max_train_samples: int | None = field(default=None, metadata={"help": "Use only the first N training pairs."})
-    max_eval_samples: int | None = field(default=None, metadata={"help": "Use only the first N validation pairs."})
-    max_predict_samples: int | None = field(default=None, metadata={"help": "Use only the first N test pairs."})
+    max_train_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N training pairs.", "range": COUNT}
+    )
+    max_eval_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N validation pairs.", "range": COUNT}
+    )
+    max_predict_samples: int | None = field(
+        default=None, metadata={"help": "Use only the first N test pairs.", "range": COUNT}
+    )
     model_type: str | None = field(
         default=None,
         metadata={"help": "Model type. Default: the type of --preset or --model_name_or_path, else attn_transformer.",
@@ -106,7 +149,7 @@ class RecipeArguments:
                                                                         "training a BPE vocabulary.",
                                                                         "aliases": ["--tokenizer_name", "--tokenizer-name"]})  # fmt: skip
     vocab_size: int = field(
-        default=37000, metadata={"help": "Size of the joint BPE vocabulary to train (paper: 37000)."}
+        default=37000, metadata={"help": "Size of the joint BPE vocabulary to train (paper: 37000).", "range": COUNT}
     )
     lowercase: bool = field(
         default=False,
@@ -116,38 +159,52 @@ class RecipeArguments:
         default=False,
         metadata={"help": "New BPE vocabulary: punctuation marks are tokens of their own, never merged."},
     )
-    max_source_length: int = field(default=256, metadata={"help": "Longer source sentences are truncated (counted)."})
-    max_target_length: int = field(default=256, metadata={"help": "Longer target sentences are truncated (counted)."})
+    max_source_length: int = field(
+        default=256, metadata={"help": "Longer source sentences are truncated (counted).", "range": COUNT}
+    )
+    max_target_length: int = field(
+        default=256, metadata={"help": "Longer target sentences are truncated (counted).", "range": COUNT}
+    )
     bpe_dropout: float = field(
         default=0.0,
         metadata={"help": "BPE-dropout (Provilkov et al., 2020): while training, skip each BPE merge with this "
-                  "probability, so the training sentences are segmented anew each epoch (e.g. 0.1). 0: off."},
+                  "probability, so the training sentences are segmented anew each epoch (e.g. 0.1). 0: off.",
+                  "range": PROBABILITY},
     )  # fmt: skip
     max_tokens_per_batch: int = field(
         default=4096,
         metadata={"help": "Padded source (and target) tokens per batch and process; 0 batches by "
-                  "--per_device_train_batch_size sentences. The paper: ~25000 per step over all processes."},
+                  "--per_device_train_batch_size sentences. The paper: ~25000 per step over all processes.",
+                  "range": NATURAL},
     )  # fmt: skip
     length_penalty: float = field(default=0.6, metadata={"help": "Beam search length penalty alpha (paper: 0.6)."})
     average_last_n: int = field(
         default=5,
         metadata={"help": "Average the last N checkpoints at the end (paper: 5); 1 (no averaging) with "
-                  "--load_best_model_at_end, whose best checkpoint is the final model."},
+                  "--load_best_model_at_end, whose best checkpoint is the final model.", "range": COUNT},
     )  # fmt: skip
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={"help": "Delete the checkpoints an earlier run left in --output_dir before training (transformers' "
-                  "flag of that name; without it such a folder is refused unless --resume_from_checkpoint continues it)."},
+        metadata={"help": "Delete the checkpoints an earlier run left in --output_dir before training, and write into "
+                  "a folder holding files attn train did not write, replacing only its own (transformers' flag of that "
+                  "name; without it such a folder is refused unless --resume_from_checkpoint continues the run)."},
     )  # fmt: skip
     early_stopping_patience: int | None = field(
         default=None,
         metadata={"help": "Stop when --metric_for_best_model has not improved for N evaluations (transformers' "
-                  "EarlyStoppingCallback; needs validation: --eval_strategy steps or epoch)."},
+                  "EarlyStoppingCallback; needs validation: --eval_strategy steps or epoch).",
+                  "range": COUNT},
     )  # fmt: skip
     early_stopping_threshold: float = field(
-        default=0.0, metadata={"help": "With --early_stopping_patience: the least change that counts as improvement."}
+        default=0.0,
+        metadata={
+            "help": "With --early_stopping_patience: the least change that counts as improvement.",
+            "range": NON_NEGATIVE,
+        },
     )
-    num_samples_to_print: int = field(default=5, metadata={"help": "Test translations printed at the end."})
+    num_samples_to_print: int = field(
+        default=5, metadata={"help": "Test translations printed at the end.", "range": NATURAL}
+    )
     # Guided alignment training (training/alignment.py)
     alignment_file: str | None = field(
         default=None,
@@ -158,7 +215,7 @@ class RecipeArguments:
     guided_alignment_weight: float = field(
         default=GUIDED_ALIGNMENT_WEIGHT,
         metadata={"help": "--alignment_file: weight of the alignment loss added to the translation loss (Marian's "
-                  "default; Garg et al. use 0.05)."},
+                  "default; Garg et al. use 0.05).", "range": POSITIVE},
     )  # fmt: skip
     alignment_words: str = field(
         default="whitespace",
@@ -185,4 +242,4 @@ def paper_warmup_steps(training_args: Seq2SeqTrainingArguments) -> int:
     return int(warmup)
 
 
-__all__ = ["PAPER_DEFAULTS", "RecipeArguments", "paper_learning_rate", "paper_warmup_steps"]
+__all__ = ["PAPER_DEFAULTS", "TRAINER_RANGES", "RecipeArguments", "paper_learning_rate", "paper_warmup_steps"]

@@ -24,6 +24,7 @@ averaging); `--early_stopping_patience` stops on the validation metric.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -45,6 +46,7 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
     Seq2SeqTrainingArguments,
+    TrainerCallback,
     set_seed,
 )
 
@@ -57,6 +59,7 @@ from modeling_attn.api.hub import (
     record_origin,
 )
 from modeling_attn.api.metrics import translation_scores, writes_lowercase
+from modeling_attn.api.outputs import LOCK, is_disk_full, record_written
 from modeling_attn.api.presets import load_preset
 from modeling_attn.generation import SOURCE_LIMIT_FIELD
 from modeling_attn.registry import MODEL_TYPES
@@ -79,7 +82,37 @@ logger = logging.getLogger("modeling_attn.training")
 
 
 def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int:
-    """Train (and evaluate) with the flags `parse_args` returned (`validate` has checked them): the recipe's steps."""
+    """Train (and evaluate) with the flags `parse_args` returned (`validate` has checked them): the recipe's steps.
+
+    What the run writes into --output_dir is recorded there (at each checkpoint and at the end, also after an
+    error), so that a later run tells it from files it did not write (`validate.check_output_dir`)."""
+    output_dir, started = Path(training_args.output_dir), _run_start(training_args)
+    try:
+        return _run_steps(recipe, training_args, RecordWrites(output_dir, started))
+    finally:
+        if training_args.process_index == 0:
+            record_written(output_dir, started)
+
+
+def _run_start(training_args: Seq2SeqTrainingArguments) -> int:
+    """When this run began, as a file-system time: the mtime of the folder lock `attn train` holds, else now."""
+    with contextlib.suppress(OSError):
+        return (Path(training_args.output_dir) / LOCK).stat().st_mtime_ns
+    return time.time_ns()
+
+
+class RecordWrites(TrainerCallback):
+    """After each checkpoint save: record what the run has written into --output_dir (`record_written`)."""
+
+    def __init__(self, output_dir: Path, started: int):
+        self.output_dir, self.started = output_dir, started
+
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            record_written(self.output_dir, self.started)
+
+
+def _run_steps(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, record: RecordWrites) -> int:
     repo_id = setup(recipe, training_args)
     parallel = load_data(recipe, training_args)
     tokenizer = build_tokenizer(recipe, training_args, parallel)
@@ -90,6 +123,7 @@ def run(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> int
     train_dataset, collator = collate(parallel, model, tokenizer, train_dataset, recipe, training_args)
     trainer = build_trainer(model, tokenizer, train_dataset, tokenized.get("validation"), collator, recipe,
                             training_args, repo_id)  # fmt: skip
+    trainer.add_callback(record)
     if training_args.do_train:
         train(trainer, recipe, training_args)
         average(trainer, recipe, training_args)
@@ -423,7 +457,12 @@ def train(trainer: TranslationTrainer, recipe: RecipeArguments, training_args: S
     """Train (resuming --resume_from_checkpoint), save the model, its metrics and state, and the training curves."""
     output_dir = Path(training_args.output_dir)
     result = trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    trainer.save_model()
+    try:
+        trainer.save_model()
+    except Exception as error:
+        if not is_disk_full(error, output_dir):
+            raise
+        raise trainer.disk_full("the final model", output_dir) from error
     if recipe.model_name_or_path and trainer.is_world_process_zero():  # the card's base_model (`attn push`)
         record_origin(output_dir, recipe.model_name_or_path, "fine-tuned from")
     trainer.log_metrics("train", result.metrics)

@@ -9,7 +9,8 @@ checkpoint is written into a staging folder (`.checkpoint-staging/`) and renamed
 complete. Trainer 5.23 writes weights, optimizer, scheduler, RNG and trainer state straight into `checkpoint-<step>`
 and deletes old checkpoints with `shutil.rmtree`, so a job killed during a save or a rotation leaves a folder that
 `get_last_checkpoint` (and `--resume_from_checkpoint last`) would pick and fail on. Here a `checkpoint-*` folder
-appears whole (one `os.replace`) and disappears whole (renamed away before it is deleted). The guarantee is against
+appears whole (one `os.replace`) and disappears whole (renamed away before it is deleted); a disk that fills
+during a save leaves no partial checkpoint and is named, with the last whole checkpoint (`disk_full`). The guarantee is against
 killed processes; the files are not fsync'ed, so a power cut can still lose what the OS had not yet written.
 A run resumed from the checkpoint of its final step trains no further step (Trainer 5.23 would train one). Last, the
 end-of-training throughput (`train_samples_per_second`, and `train_target_tokens_per_second`) counts the sentences
@@ -52,6 +53,9 @@ from transformers import Seq2SeqTrainer
 from transformers.trainer_pt_utils import LabelSmoother
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker, sort_checkpoints
 
+from modeling_attn.api.outputs import OutputError, is_disk_full
+
+from .averaging import find_checkpoints
 from .batching import StreamingTokenBatches, TokenBatchSampler, column_lengths
 from .bpe_dropout import BPEDropoutBatchSampler, BPEDropoutPairs
 from .metrics import TranslationMetrics
@@ -271,6 +275,11 @@ class TranslationTrainer(Seq2SeqTrainer):
         self._staging_root = staging_root
         try:
             super()._save_checkpoint(model, trial)
+        except Exception as error:
+            if not is_disk_full(error, run_dir):
+                raise
+            shutil.rmtree(staging_root, ignore_errors=True)  # the partial checkpoint: no half folder, its space back
+            raise self.disk_full(name, run_dir) from error
         finally:
             self._staging_root = None
         self.accelerator.wait_for_everyone()  # every process has written its part (RNG states, shards)
@@ -285,6 +294,18 @@ class TranslationTrainer(Seq2SeqTrainer):
             self._rotate_checkpoints_atomically(run_dir, staging_root)
             shutil.rmtree(staging_root, ignore_errors=True)
         self.accelerator.wait_for_everyone()
+
+    def disk_full(self, what: str, folder: Path) -> OutputError:
+        """The error of a full disk while saving `what` into `folder`: the folder, and the last whole checkpoint (a
+        `checkpoint-*` folder is whole by construction) with the flag that resumes from it."""
+        checkpoints = find_checkpoints(folder)
+        way_out = (
+            f"the last whole checkpoint is {checkpoints[-1]}: free some space and resume from it with "
+            f"--resume_from_checkpoint {checkpoints[-1]}"
+            if checkpoints
+            else "no checkpoint of this run was saved yet"
+        )
+        return OutputError(f"No space left on device while saving {what} into {folder}; {way_out}")
 
     def _rotate_checkpoints_atomically(self, run_dir: Path, staging_root: Path) -> None:
         """Trainer's `rotate_checkpoints` (keep `save_total_limit`, the newest and the best), but each deleted folder

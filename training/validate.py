@@ -1,6 +1,8 @@
 """`validate`: every check of `attn train`'s flags, in one step, run once before any work (`parse_args` of
 `modeling_attn.cli.train` calls it; OpenNMT-py's `validate_train_opts` is the model). The recipe's steps
-(`modeling_attn.training.train`) and `TranslationTrainer` check no flags.
+(`modeling_attn.training.train`) and `TranslationTrainer` check no flags. The value of each number flag on its own
+(counts positive, probabilities in [0, 1], floats finite) is declared with the flag (`training.arguments`) and
+checked by the parser, before this step.
 
 A value or a combination that cannot work, or that would be silently ignored, raises ValueError naming the flags.
 """
@@ -11,25 +13,26 @@ import dataclasses
 import difflib
 import json
 import re
+import zipfile
 from pathlib import Path
 
 from huggingface_hub.errors import StrictDataclassError
+from safetensors import SafetensorError, safe_open
 from transformers import Seq2SeqTrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
+from modeling_attn.api.outputs import describe_files, foreign_files
 from modeling_attn.api.presets import available_presets, load_preset
 from modeling_attn.registry import MODEL_TYPES
 
 from .alignment import check_alignment_flags
 from .arguments import RecipeArguments
 from .averaging import find_checkpoints
+from .trainer import STAGING_DIR
 
 # Trainer flags that shape sentence batches: token batches (--max_tokens_per_batch > 0) decide the batches instead.
 SENTENCE_BATCH_FLAGS = ("per_device_train_batch_size", "auto_find_batch_size", "train_sampling_strategy",
                         "dataloader_drop_last")  # fmt: skip
-# Our flags that count something: None (where allowed) or a positive integer.
-POSITIVE_FLAGS = ("max_train_samples", "max_eval_samples", "max_predict_samples", "early_stopping_patience",
-                  "streaming_buffer_pairs")  # fmt: skip
 # Config fields the recipe sets from the tokenizer when it builds a new model: not for --config_overrides.
 TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
@@ -46,7 +49,6 @@ def validate(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, g
     --model_type and --config_overrides (`train.pretrained_model`), and the Hub repository of --push_to_hub (created
     by `train.setup`, before the data is read).
     """
-    _check_values(recipe)
     _check_one_process_flags(recipe, training_args)
     _check_model_flags(recipe)
     _check_batching_flags(recipe, training_args, given)
@@ -59,14 +61,7 @@ def validate(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, g
         )
     _resolve_resumed_checkpoint(training_args)
     check_output_dir(recipe, training_args)
-
-
-def _check_values(recipe: RecipeArguments) -> None:
-    if not 0 <= recipe.bpe_dropout <= 1:
-        raise ValueError(f"--bpe_dropout is a probability in [0, 1] (0: off), got {recipe.bpe_dropout}")
-    for name in POSITIVE_FLAGS:
-        if (value := getattr(recipe, name)) is not None and value < 1:
-            raise ValueError(f"--{name} must be a positive integer, got {value}")
+    check_resumed_checkpoint(training_args)
 
 
 def _check_one_process_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
@@ -205,10 +200,73 @@ def _resolve_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None
             raise ValueError(f"--resume_from_checkpoint: no checkpoint in {training_args.output_dir}")
 
 
-def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
-    """Refuse an --output_dir that holds checkpoints of another run: they would be averaged with this run's.
+def damaged_file(checkpoint: Path) -> tuple[Path, str] | None:
+    """The first file of `checkpoint` that its reader could not take whole, with the reason; None if none.
 
-    The way out: --resume_from_checkpoint (continue that run), --overwrite_output_dir (delete them), another folder.
+    What is read: a safetensors file's header and that it covers the file (`safe_open`: a cut-short file fails), a
+    `torch.save` file (`.pt`, `.pth`, `.bin`: a zip archive) its central directory and every member's CRC (a cut or
+    altered file fails), a JSON file parsed. Tensors are not loaded."""
+    for path in sorted(checkpoint.iterdir()):
+        try:
+            if path.suffix == ".safetensors":
+                with safe_open(path, "pt"):
+                    pass
+            elif path.suffix in (".pt", ".pth", ".bin"):
+                with zipfile.ZipFile(path) as archive:
+                    if (member := archive.testzip()) is not None:
+                        return path, f"not a whole torch.save archive: {member} fails its CRC check"
+            elif path.suffix == ".json":
+                json.loads(path.read_text(encoding="utf-8"))
+        except (SafetensorError, zipfile.BadZipFile, json.JSONDecodeError, UnicodeDecodeError, OSError) as error:
+            kind = {".safetensors": "safetensors file", ".json": "JSON file"}.get(path.suffix, "torch.save archive")
+            return path, f"not a whole {kind}: {error}"
+    return None
+
+
+def check_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None:
+    """--resume_from_checkpoint: a folder whose files are whole (`damaged_file`), else ValueError naming the damaged
+    file and the way out, the previous whole checkpoint (Trainer would fail inside the file's reader, or load it in
+    part)."""
+    resumed = training_args.resume_from_checkpoint
+    if not resumed or not training_args.do_train:
+        return
+    checkpoint = Path(resumed)
+    if not checkpoint.is_dir():
+        raise ValueError(f"--resume_from_checkpoint {checkpoint}: no such folder")
+    if (damage := damaged_file(checkpoint)) is None:
+        return
+    file, reason = damage
+    step = re.fullmatch(r"checkpoint-(\d+)", checkpoint.name)
+    earlier = [path for path in find_checkpoints(checkpoint.parent) if step and int(path.name[11:]) < int(step[1])]
+    whole = next((path for path in reversed(earlier) if damaged_file(path) is None), None)
+    way_out = (
+        f"the previous whole checkpoint is {whole}: move {checkpoint} out of {checkpoint.parent} and resume with "
+        f"--resume_from_checkpoint {whole}"
+        if whole is not None
+        else f"no earlier checkpoint of {checkpoint.parent} is whole: start again (--overwrite_output_dir)"
+    )
+    raise ValueError(f"--resume_from_checkpoint {checkpoint}: {file} is damaged ({reason}); {way_out}")
+
+
+def _check_foreign_files(output_dir: Path) -> None:
+    """Refuse an --output_dir holding files `attn train` did not write (a README of the user's, another model...):
+    what it wrote is recorded in the folder (`modeling_attn.api.outputs.record_written`). Checkpoint folders are the
+    checkpoint rule's (`check_output_dir`)."""
+    staged = re.compile(rf"(checkpoint-\d+|{re.escape(STAGING_DIR)})/")
+    if foreign := [name for name in foreign_files(output_dir) if not staged.match(name)]:
+        raise ValueError(
+            f"--output_dir {output_dir} holds files that attn train did not write ({describe_files(foreign)}); "
+            "choose an empty or new folder, or give --overwrite_output_dir to write into it anyway (only the files "
+            "attn train writes are replaced; the others stay)"
+        )
+
+
+def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:
+    """Refuse an --output_dir that holds checkpoints of another run: they would be averaged with this run's; or,
+    holding none, files `attn train` did not write (`_check_foreign_files`).
+
+    The way out: --resume_from_checkpoint (continue that run, in its folder), --overwrite_output_dir (delete the
+    checkpoints; replace only the files attn train writes), another folder.
     """
     output_dir = Path(training_args.output_dir)
     resumed = training_args.resume_from_checkpoint
@@ -216,6 +274,8 @@ def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgu
         raise ValueError("--overwrite_output_dir deletes the checkpoints of --output_dir, --resume_from_checkpoint "
                          "continues from one: give one of them")  # fmt: skip
     existing = find_checkpoints(output_dir) if output_dir.is_dir() else []
+    if not existing and not resumed and not recipe.overwrite_output_dir and training_args.do_train:
+        _check_foreign_files(output_dir)
     if not existing or recipe.overwrite_output_dir or not training_args.do_train:
         return
     names = ", ".join(path.name for path in existing)
@@ -240,4 +300,12 @@ def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgu
         )
 
 
-__all__ = ["SENTENCE_BATCH_FLAGS", "check_output_dir", "config_overrides", "new_model_preset", "validate"]
+__all__ = [
+    "SENTENCE_BATCH_FLAGS",
+    "check_output_dir",
+    "check_resumed_checkpoint",
+    "config_overrides",
+    "damaged_file",
+    "new_model_preset",
+    "validate",
+]

@@ -18,7 +18,11 @@ What it promises (docs/reliability.md lists the tests behind each):
    time of the write; a second writer is refused with the first one's pid; a lock whose process is gone is taken
    over.
 5. **A full disk is named.** ENOSPC while writing becomes "No space left on device", naming the folder, with the
-   target left as it was.
+   target left as it was (`is_disk_full` also knows the writers that do not raise ENOSPC: safetensors' words,
+   torch.save's `inline_container.cc` on a full file system).
+
+A writer that writes into its folder itself (Trainer, for `attn train --output_dir`) records what it wrote with
+`record_written` (every file changed since its start), so that `foreign_files` tells its files from the user's.
 
 Every refusal is an `OutputError` (a `ValueError`: the commands print it as their one-line error).
 """
@@ -132,10 +136,40 @@ def folder_lock(folder: PathLike, command: str) -> Iterator[None]:
         path.unlink(missing_ok=True)
 
 
+def is_disk_full(error: BaseException, folder: PathLike) -> bool:
+    """Whether `error`, raised while writing under `folder`, is a full disk: ENOSPC, a writer that says it in words
+    (safetensors: "No space left on device (os error 28)"), or torch.save's writer failing without a cause (its
+    `[enforce fail at inline_container.cc]`) on a file system with less than 1 MiB left."""
+    if (isinstance(error, OSError) and error.errno == errno.ENOSPC) or "No space left on device" in str(error):
+        return True
+    if isinstance(error, RuntimeError) and "inline_container" in str(error):
+        with contextlib.suppress(OSError):
+            return shutil.disk_usage(folder).free < 1 << 20
+    return False
+
+
 def _disk_full(error: OSError, where: Path) -> OutputError | None:
-    if error.errno == errno.ENOSPC:
+    if is_disk_full(error, where.parent if not where.exists() else where):
         return OutputError(f"No space left on device while writing {where}; it was left as it was")
     return None
+
+
+def describe_files(names: list[str]) -> str:
+    """Relative file names as a short list for a message: their top-level entries (a folder once, not each of its
+    files), code files last, three shown and the count of the others."""
+    entries = sorted({name.split("/")[0] + ("/" if "/" in name else "") for name in names},
+                     key=lambda entry: (entry.endswith(".py"), entry))  # fmt: skip
+    return ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
+
+
+def record_written(folder: PathLike, since_ns: int) -> None:
+    """Record as written by this package every file under `folder` changed at or after `since_ns` (a file-system
+    time, e.g. the mtime of the writer's lock), for a writer that writes into `folder` itself."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    names = [str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()]
+    _record(folder, [name for name in names if name not in (MANIFEST, LOCK) and _stamp(folder / name)[1] >= since_ns])
 
 
 def _record(folder: Path, names: list[str]) -> None:
@@ -165,13 +199,9 @@ def output_folder(
     if target.exists() and not target.is_dir():
         raise OutputError(f"{output_name} {path} is a file; give a folder")
     if not force and (foreign := foreign_files(target)):
-        # named by their top-level entries (a checkpoint folder once, not each of its files), code files last
-        entries = sorted({name.split("/")[0] + ("/" if "/" in name else "") for name in foreign},
-                         key=lambda entry: (entry.endswith(".py"), entry))  # fmt: skip
-        shown = ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
         raise OutputError(
-            f"{output_name} {path} holds files that {command} did not write ({shown}); choose an empty or new "
-            "folder, or pass --force to replace only the files it writes"
+            f"{output_name} {path} holds files that {command} did not write ({describe_files(foreign)}); choose an "
+            "empty or new folder, or pass --force to replace only the files it writes"
         )
     created = not target.exists()
     try:
@@ -277,9 +307,12 @@ __all__ = [
     "check_apart",
     "check_output_file",
     "command_line",
+    "describe_files",
     "folder_lock",
     "foreign_files",
+    "is_disk_full",
     "output_file",
     "output_folder",
+    "record_written",
     "written_by_us",
 ]

@@ -36,6 +36,7 @@ from transformers import (
 from ..registry import MODEL_TYPES
 from .heatmaps import TranslationAttention, attention_from_generate
 from .model_folder import check_config, load_checked
+from .values import COUNT
 
 
 class TranslateError(ValueError):
@@ -127,7 +128,13 @@ def load_model(
 
 
 def batches(items: Iterable[str], batch_size: int) -> Iterator[list[str]]:
-    iterator = iter(items)
+    """`items` in lists of `batch_size` (the last one shorter); ValueError for a `batch_size` that is not a positive
+    integer (0 would end at once: every sentence silently dropped)."""
+    COUNT.check("batch_size", batch_size)
+    return _batches(iter(items), batch_size)
+
+
+def _batches(iterator: Iterator[str], batch_size: int) -> Iterator[list[str]]:
     while batch := list(islice(iterator, batch_size)):
         yield batch
 
@@ -321,9 +328,11 @@ def translate(
     batch_size: int = 32,
     **generate_kwargs: Any,
 ) -> Iterator[str]:
-    """Translations of `sentences`, in order, computed `batch_size` at a time as the input arrives."""
-    for batch in batches(sentences, batch_size):
-        yield from translate_batch(model, tokenizer, batch, **generate_kwargs)[0]
+    """Translations of `sentences`, in order, computed `batch_size` at a time as the input arrives (no sentences: no
+    translations). A bad `batch_size` raises ValueError at the call; bad generate() settings (`num_beams=0`, a NaN
+    `length_penalty`...) at the first batch, naming the setting (`modeling_attn.generation`)."""
+    return (translation for batch in batches(sentences, batch_size)
+            for translation in translate_batch(model, tokenizer, batch, **generate_kwargs)[0])  # fmt: skip
 
 
 __all__ = [

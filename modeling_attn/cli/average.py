@@ -7,8 +7,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..api.outputs import output_folder
+from ..api.values import COUNT
 from ..training.averaging import average_checkpoints, find_checkpoints
-from .parser import parse_command, require_positive
+from .parser import parse_command
 
 
 @dataclass
@@ -19,16 +20,16 @@ class AverageArguments:
     inputs: list[str] = field(
         default_factory=list, metadata={"help": "checkpoint folders, or a training output folder (its checkpoint-*)"}
     )
-    last: int = field(default=5, metadata={"help": "from a training output folder, average its last N checkpoints"})
+    last: int = field(
+        default=5,
+        metadata={"help": "from a training output folder, average its last N checkpoints", "range": COUNT},
+    )
     force: bool = field(
         default=False,
         metadata={
             "help": "write into a folder that holds files this command did not write, replacing only the files it writes (nothing is deleted)"
         },
     )
-
-    def __post_init__(self):
-        require_positive(self, ("last",))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -30,13 +30,14 @@ from typing import Any, Literal
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from modeling_attn.cli.parser import CommandParser, require_positive, run_command
+from modeling_attn.cli.parser import CommandParser, run_command
 
 from ..api.corpus import SPLIT_STEMS, DataError, find_split_file, jsonl_rows, text_pair_rows, tsv_rows
 from ..api.hub import EMBEDDED_TASK, decoding_settings, local_or_hub
 from ..api.outputs import OutputError, check_output_file, output_file
 from ..api.quantize import quantize, quantize_device
 from ..api.translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
+from ..api.values import COUNT
 from .translate import DecodingArguments, generation_overrides, parse_flags, shown_defaults
 
 _TEXT_FORMATS = ("tsv", "jsonl")
@@ -65,7 +66,7 @@ class EvaluateArguments:
     source_lang: str | None = field(default=None, metadata={"help": "Source language code (file suffix / JSON key)."})
     target_lang: str | None = field(default=None, metadata={"help": "Target language code."})
     split: Literal["train", "validation", "test"] = field(default="test", metadata={"help": "The split to score."})
-    max_samples: int | None = field(default=None, metadata={"help": "Score only the first N pairs."})
+    max_samples: int | None = field(default=None, metadata={"help": "Score only the first N pairs.", "range": COUNT})
     sources_file: str | None = field(
         default=None, metadata={"help": "Translate this file (one sentence per line) instead of --data."}
     )
@@ -89,7 +90,6 @@ class EvaluateArguments:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
-        require_positive(self, ("max_samples",))
         data_flags = [f"--{name}" for name in ("data", "data_config") if getattr(self, name) is not None]
         if self.hypotheses_file is not None:
             if self.references_file is None:

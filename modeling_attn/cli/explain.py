@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 from ..api.explain import ATTENTION_KINDS, ExplainError, write_explainer
 from ..api.translation import TranslateError
-from .parser import CommandParser, require_positive
+from ..api.values import COUNT
+from .parser import CommandParser
 from .translate import parse_flags, shown_defaults
 
 PROG = "attn explain"
@@ -39,25 +40,24 @@ class ExplainArguments:
     output: str | None = field(default=None, metadata={"help": "The HTML file to write.", "metavar": "FILE"})
     force: bool = field(default=False, metadata={"help": "Replace --output even if it is not an explainer page."})
     num_beams: int | None = field(
-        default=None, metadata={"help": "Beam size (default: the model's generation_config; 1: greedy)."}
+        default=None,
+        metadata={"help": "Beam size (default: the model's generation_config; 1: greedy).", "range": COUNT},
     )
     length_penalty: float | None = field(
         default=None, metadata={"help": "Beam search length penalty (default: the model's generation_config)."}
     )
     max_new_tokens: int | None = field(
-        default=None, metadata={"help": "Longest translation in tokens (default: the model's generation_config)."}
+        default=None,
+        metadata={"help": "Longest translation in tokens (default: the model's generation_config).", "range": COUNT},
     )
     walkthrough: str = field(
         default="cross",
         metadata={"help": "The Transformer attention computed step by step on the page.", "choices": ATTENTION_KINDS},
     )
     walkthrough_layer: int | None = field(
-        default=None, metadata={"help": "Its layer, 1 = the first (default: the last layer)."}
+        default=None, metadata={"help": "Its layer, 1 = the first (default: the last layer).", "range": COUNT}
     )
     device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1... (default: cuda if available)."})
-
-    def __post_init__(self) -> None:
-        require_positive(self, ("num_beams", "max_new_tokens", "walkthrough_layer"))
 
 
 def explain_parser() -> CommandParser:

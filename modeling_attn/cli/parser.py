@@ -5,8 +5,11 @@ them with `CommandParser.parse`:
 - `--a_b` and `--a-b` are the same flag (HfArgumentParser registers both spellings);
 - `attn COMMAND flags.yaml` (or `.json`) reads the flags from a file: its keys are flag names, and flags given after
   the file override it (`attn train recipe.yaml --max_steps 10`);
-- a user error (an unknown flag, a bad value, a missing required flag, a value a dataclass refuses in its
-  `__post_init__`, e.g. with `require_positive`) ends with one line on stderr, `attn COMMAND: error: ...`, naming the
+- a number flag declares its values (`"range": COUNT` in its field's metadata, `modeling_attn.api.values`; transformers'
+  own flags through `declare_ranges`), checked once right after parsing, before any dataclass is built; a float flag
+  with no declaration must be finite;
+- a user error (an unknown flag, a bad value, a value out of its declared range, a missing required flag, a value or
+  a combination a dataclass refuses in its `__post_init__`) ends with one line on stderr, `attn COMMAND: error: ...`, naming the
   closest valid flag for an unknown one, and exit status 2 (argparse's usage block and Python's traceback are left
   out); so does a user error found later, while the command runs (`run_command`: bad data, a file that cannot be
   read), while Ctrl-C ends with exit status 130 and a closed stdout (`attn translate ... | head`) quietly with 141.
@@ -18,16 +21,21 @@ convention; the model package, the Python API and the recipe do not parse comman
 from __future__ import annotations
 
 import argparse
+import copy
+import dataclasses
 import difflib
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Sequence
+import types
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
 from transformers import HfArgumentParser
+
+from ..api.values import FINITE, Range
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -49,6 +57,34 @@ class CommandParser(HfArgumentParser):
         kwargs.setdefault("allow_abbrev", False)
         kwargs.setdefault("formatter_class", _HelpFormatter)
         super().__init__(dataclass_types, **kwargs)
+
+    @staticmethod
+    def _parse_dataclass_field(parser: argparse._ActionsContainer, field: dataclasses.Field) -> None:
+        """HfArgumentParser's, with the field's declared `range` taken out of the metadata (argparse would refuse it
+        as an argument) and kept on the flag's action, for `check_ranges`."""
+        declared = field.metadata.get("range")
+        if declared is not None:
+            field = copy.copy(field)
+            field.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k != "range"})
+        HfArgumentParser._parse_dataclass_field(parser, field)
+        if declared is not None:
+            parser._option_string_actions[f"--{field.name}"].range = declared
+
+    def declare_ranges(self, ranges: Mapping[str, Range]) -> None:
+        """Declare the values of flags whose dataclass is not ours (transformers' `Seq2SeqTrainingArguments`)."""
+        for name, declared in ranges.items():
+            self._option_string_actions[f"--{name}"].range = declared
+
+    def check_ranges(self, namespace: argparse.Namespace) -> None:
+        """Every number flag in its declared range (a float flag with none: finite), else one line naming it."""
+        for action in self._actions:
+            declared = getattr(action, "range", None) or (FINITE if action.type is float else None)
+            value = getattr(namespace, action.dest, None)
+            if declared is None or value is None:
+                continue
+            for item in value if isinstance(value, list) else [value]:
+                if problem := declared.problem(item):
+                    self.error(f"argument {action.option_strings[0]}: {problem}")
 
     def error(self, message: str) -> NoReturn:
         """One line on stderr and exit status 2, as argparse's own errors, without the usage block."""
@@ -106,9 +142,10 @@ class CommandParser(HfArgumentParser):
         for argument in argv[: argv.index("--")] if "--" in argv else argv:
             if argument.startswith("--") and argument.split("=", 1)[0] not in flags:
                 self._unknown([argument])
-        _, unknown = self.parse_known_args(argv)  # argparse's own errors (bad values, missing flags) end here
+        namespace, unknown = self.parse_known_args(argv)  # argparse's own errors (bad values, missing flags) end here
         if unknown:
             self._unknown(unknown)
+        self.check_ranges(namespace)
         try:
             return tuple(self.parse_args_into_dataclasses(args=argv))
         except ValueError as error:  # a dataclass's __post_init__ refused a value or a combination
@@ -126,14 +163,6 @@ def _as_arguments(name: str, value: Any) -> list[str]:
     if isinstance(value, dict):
         return [f"--{name}", json.dumps(value)]
     return [f"--{name}", str(value)]
-
-
-def require_positive(values: Any, names: Iterable[str]) -> None:
-    """Each field `names` of the dataclass `values` is None or a positive integer; for a `__post_init__`, whose
-    ValueError `CommandParser` reports as one line."""
-    for name in names:
-        if (value := getattr(values, name)) is not None and value < 1:
-            raise ValueError(f"argument --{name}: must be a positive integer, got {value}")
 
 
 def run_command(prog: str, command: Callable[[], int], user_errors: tuple[type[BaseException], ...]) -> int:
@@ -193,4 +222,4 @@ def parse_command(
     return args, parser
 
 
-__all__ = ["CONFIG_SUFFIXES", "CommandParser", "command_error", "parse_command", "require_positive", "run_command"]
+__all__ = ["CONFIG_SUFFIXES", "CommandParser", "command_error", "parse_command", "run_command"]

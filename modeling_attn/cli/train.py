@@ -22,7 +22,7 @@ from transformers import Seq2SeqTrainingArguments
 
 from ..api.corpus import DataError
 from ..api.outputs import folder_lock
-from ..training.arguments import PAPER_DEFAULTS, RecipeArguments
+from ..training.arguments import PAPER_DEFAULTS, TRAINER_RANGES, RecipeArguments
 from ..training.hub_push import HubSetupError
 from ..training.train import run
 from ..training.validate import validate
@@ -48,6 +48,7 @@ def build_parser(embedded_task: bool = False) -> CommandParser:
     )
     # None: computed from the model's d_model and the warmup (paper_learning_rate) unless a rate is given.
     parser.set_defaults(**PAPER_DEFAULTS, learning_rate=None)
+    parser.declare_ranges(TRAINER_RANGES)
     parser._option_string_actions["--learning_rate"].help = (
         "Peak learning rate. Default: the paper's d_model^-0.5 * warmup^-0.5 (Eq. 3), computed from the model's "
         "d_model and --warmup_steps."

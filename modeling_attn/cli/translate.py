@@ -41,7 +41,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from modeling_attn.cli.parser import CommandParser, require_positive, run_command
+from modeling_attn.cli.parser import CommandParser, run_command
 
 from ..api.alignment import ALIGN_FORMATS, WORD_PATTERNS, aligned_line, translate_aligned
 from ..api.corpus import DataError, decode_lines
@@ -58,9 +58,11 @@ from ..api.translation import (
     translate_batch,
     translate_nbest,
 )
+from ..api.values import COUNT, POSITIVE, Range
 from ..registry import MODEL_TYPES
 
 SAMPLING_FLAGS = ("top_k", "top_p", "temperature", "seed")
+TOP_P = Range(low=0, high=1, low_open=True)  # nucleus mass: (0, 1]
 
 
 @dataclass
@@ -69,19 +71,24 @@ class DecodingArguments:
 
     _argument_group_name = "decoding"
 
-    batch_size: int = field(default=32, metadata={"help": "Sentences per generate() call."})
+    batch_size: int = field(default=32, metadata={"help": "Sentences per generate() call.", "range": COUNT})
     num_beams: int | None = field(
-        default=None, metadata={"help": "Beam size (default: the model's generation_config)."}
+        default=None, metadata={"help": "Beam size (default: the model's generation_config).", "range": COUNT}
     )
     length_penalty: float | None = field(
         default=None, metadata={"help": "Beam search length penalty (default: the model's generation_config)."}
     )
     max_new_tokens: int | None = field(
-        default=None, metadata={"help": "Longest translation in tokens (default: the model's generation_config)."}
+        default=None,
+        metadata={"help": "Longest translation in tokens (default: the model's generation_config).", "range": COUNT},
     )
     device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1... (default: cuda if available)."})
     threads: int | None = field(
-        default=None, metadata={"help": "CPU threads for torch (torch.set_num_threads; default: torch's own choice)."}
+        default=None,
+        metadata={
+            "help": "CPU threads for torch (torch.set_num_threads; default: torch's own choice).",
+            "range": COUNT,
+        },
     )
     progress: bool = field(default=True, metadata={"help": "A progress bar on stderr (--no_progress: none)."})
     quantize: str | None = field(
@@ -91,7 +98,6 @@ class DecodingArguments:
     )  # fmt: skip
 
     def __post_init__(self) -> None:
-        require_positive(self, ("batch_size", "num_beams", "max_new_tokens", "threads"))
         quantize_device(self.device, self.quantize)  # a GPU with --quantize: one line, before any loading
 
 
@@ -118,11 +124,11 @@ class TranslateArguments:
     )  # fmt: skip
     num_return_sequences: int | None = field(
         default=None,
-        metadata={"help": "Write an n-best list: N lines `i ||| hypothesis ||| score` per input line, best first."},
+        metadata={
+            "help": "Write an n-best list: N lines `i ||| hypothesis ||| score` per input line, best first.",
+            "range": COUNT,
+        },
     )
-
-    def __post_init__(self) -> None:
-        require_positive(self, ("num_return_sequences",))
 
 
 @dataclass
@@ -132,17 +138,16 @@ class SamplingArguments:
     do_sample: bool = field(
         default=False, metadata={"help": "Sample instead of searching (with one beam unless --num_beams is given)."}
     )
-    top_k: int | None = field(default=None, metadata={"help": "Sample from the k most likely tokens."})
-    top_p: float | None = field(default=None, metadata={"help": "Nucleus sampling: the smallest set with mass p."})
-    temperature: float | None = field(default=None, metadata={"help": "Divide the logits by this before sampling."})
+    top_k: int | None = field(default=None, metadata={"help": "Sample from the k most likely tokens.", "range": COUNT})
+    top_p: float | None = field(
+        default=None, metadata={"help": "Nucleus sampling: the smallest set with mass p.", "range": TOP_P}
+    )
+    temperature: float | None = field(
+        default=None, metadata={"help": "Divide the logits by this before sampling.", "range": POSITIVE}
+    )
     seed: int | None = field(default=None, metadata={"help": "Random seed: the same seed gives the same samples."})
 
     def __post_init__(self) -> None:
-        require_positive(self, ("top_k",))
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            raise ValueError(f"--top_p must be in (0, 1], got {self.top_p}")
-        if self.temperature is not None and self.temperature <= 0:
-            raise ValueError(f"--temperature must be positive, got {self.temperature}")
         given = [f"--{name}" for name in SAMPLING_FLAGS if getattr(self, name) is not None]
         if given and not self.do_sample:
             raise ValueError(f"{', '.join(given)}: a sampling setting, with no --do_sample; add --do_sample")
