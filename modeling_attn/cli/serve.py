@@ -18,7 +18,10 @@ from dataclasses import dataclass, field
 
 from ..api.quantize import QUANTIZE_CHOICES, quantize, quantize_device
 from ..api.translation import TranslateError, load_model
+from ..api.values import COUNT, NON_NEGATIVE, Range
 from .parser import CommandParser
+
+PORT = Range(low=0, high=65535, integer=True)
 
 
 @dataclass
@@ -29,10 +32,14 @@ class ServeArguments:
         metadata={"help": "Model folder or Hub repo (with its tokenizer).", "aliases": ["--model_name_or_path"]}
     )
     host: str = field(default="127.0.0.1", metadata={"help": "Address to bind (0.0.0.0: every interface)."})
-    port: int = field(default=8000, metadata={"help": "TCP port."})
+    port: int = field(default=8000, metadata={"help": "TCP port (0: any free port).", "range": PORT})
     device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1... (default: cuda if available)."})
     threads: int | None = field(
-        default=None, metadata={"help": "CPU threads for torch (torch.set_num_threads; default: torch's own choice)."}
+        default=None,
+        metadata={
+            "help": "CPU threads for torch (torch.set_num_threads; default: torch's own choice).",
+            "range": COUNT,
+        },
     )
     quantize: str | None = field(
         default=None,
@@ -41,28 +48,25 @@ class ServeArguments:
     )  # fmt: skip
     max_batch_tokens: int = field(
         default=8192,
-        metadata={"help": "Rows decoded per generate() call: sentences x longest (tokens) x beams."},
+        metadata={"help": "Rows decoded per generate() call: sentences x longest (tokens) x beams.", "range": COUNT},
     )
     max_wait_ms: float = field(
-        default=10.0, metadata={"help": "Longest time a sentence waits for others to share its batch."}
+        default=10.0,
+        metadata={"help": "Longest time a sentence waits for others to share its batch.", "range": NON_NEGATIVE},
     )
     max_queue: int = field(
-        default=1024, metadata={"help": "Sentences that may wait; a request that does not fit answers 503."}
+        default=1024,
+        metadata={"help": "Sentences that may wait; a request that does not fit answers 503.", "range": COUNT},
     )
-    max_body_bytes: int = field(default=1 << 20, metadata={"help": "Largest request body; a larger one answers 413."})
+    max_body_bytes: int = field(
+        default=1 << 20, metadata={"help": "Largest request body; a larger one answers 413.", "range": COUNT}
+    )
     log_level: str = field(
         default="info",
         metadata={"help": "uvicorn's log level.", "choices": ["critical", "error", "warning", "info", "debug"]},
     )
 
     def __post_init__(self) -> None:
-        for name in ("max_batch_tokens", "max_queue", "max_body_bytes", "threads"):
-            if (value := getattr(self, name)) is not None and value < 1:
-                raise ValueError(f"argument --{name}: must be a positive integer, got {value}")
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"argument --port: must be 0..65535, got {self.port}")
-        if self.max_wait_ms < 0:
-            raise ValueError(f"argument --max_wait_ms: must be 0 or more, got {self.max_wait_ms}")
         quantize_device(self.device, self.quantize)  # a GPU with --quantize: one line, before any loading
 
 
