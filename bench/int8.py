@@ -54,6 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, nargs="+", help="thread counts to time (default: 1 and all)")
     parser.add_argument("--engines", nargs="*", default=[e for e in ("onednn",) if e in ENGINES and e != ENGINE],
                         help="quantized engines timed besides torch's own (default: onednn where this torch has it)")  # fmt: skip
+    parser.add_argument("--parts", nargs="+", default=["speed", "quality"], choices=["speed", "quality"],
+                        help="what to measure (both; quality needs --model)")  # fmt: skip
     parser.add_argument("--model", help="a trained model folder for the quality part (skipped without one)")
     parser.add_argument("--data", help="test data as attn evaluate reads it (default: the embedded dates task)")
     parser.add_argument("--source_lang")
@@ -167,7 +169,11 @@ def quality(args: argparse.Namespace) -> dict:
     results = {"model": args.model, **split.details, "sentences": len(split.sources), "threads": args.quality_threads,
                "generation": model.generation_config.to_diff_dict(), "runs": {}}  # fmt: skip
     hypotheses = {}
-    for name, candidate in (("float32", model), ("int8 (quantize_int8)", quantize_int8(model))):
+    candidates = [("float32", model), ("int8 (quantize_int8)", quantize_int8(model))]
+    candidates += [
+        (f"int8 (quantize_int8, engine={engine})", quantize_int8(model, engine=engine)) for engine in args.engines
+    ]
+    for name, candidate in candidates:
         log(f"quality: translating {len(split.sources)} sentences with {name}")
         start = time.perf_counter()
         scores, hypotheses[name] = evaluate(candidate, tokenizer, split.sources, split.references, batch_size=32)
@@ -201,12 +207,19 @@ def markdown(results: dict) -> str:
     lines = [f"# int8 on the CPU: {results['machine']}", "", f"`{results['command']}`",
              f"torch {results['versions']['torch']}, transformers {results['versions']['transformers']}, "
              f"ctranslate2 {results['versions']['ctranslate2']}", ""]  # fmt: skip
-    speed_part = results["speed"]
-    lines += [f"## Speed: `{speed_part['preset']}` preset ({speed_part['parameters'] / 1e6:.1f}M parameters, random "
-              f"weights), beam {speed_part['beams']}, {speed_part['sentences']} sentences, forced lengths", "",
-              "Target tokens / second (median; wall clock and this process's CPU time).", "",
-              "| threads | model | wall tok/s | CPU tok/s | x float32 (wall) | x float32 (CPU) |",
-              "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    if results.get("speed"):
+        lines += _speed_lines(results["speed"])
+    if results.get("quality"):
+        lines += _quality_lines(results["quality"])
+    return "\n".join(lines) + "\n"
+
+
+def _speed_lines(speed_part: dict) -> list[str]:
+    lines = [f"## Speed: `{speed_part['preset']}` preset ({speed_part['parameters'] / 1e6:.1f}M parameters, random "
+             f"weights), beam {speed_part['beams']}, {speed_part['sentences']} sentences, forced lengths", "",
+             "Target tokens / second (median; wall clock and this process's CPU time).", "",
+             "| threads | model | wall tok/s | CPU tok/s | x float32 (wall) | x float32 (CPU) |",
+             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for threads, runs in speed_part["threads"].items():
         base = runs["float32"]
         for name, run in runs.items():
@@ -217,15 +230,17 @@ def markdown(results: dict) -> str:
             ours, ct2 = runs["int8 (quantize_int8)"], runs["CTranslate2 int8"]
             wall, cpu = (ours[f"{clock}_tokens_per_s"] / ct2[f"{clock}_tokens_per_s"] for clock in ("wall", "cpu"))
             lines.append(f"| {threads} | ours int8 / CTranslate2 int8 | {wall:.2f} | {cpu:.2f} | | |")
-    if results.get("quality"):
-        part = results["quality"]
-        lines += ["", f"## Quality: {part.get('data')} ({part.get('split')}, {part['sentences']} sentences), "
-                  f"model {part['model']}", "", "| run | BLEU | chrF | translations changed vs float32 | seconds |",
-                  "| --- | --- | --- | --- | --- |"]  # fmt: skip
-        for name, run in part["runs"].items():
-            lines.append(f"| {name} | {run['bleu']} | {run.get('chrf')} | {run['changed_vs_float32']} | "
-                         f"{run['seconds']} |")  # fmt: skip
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _quality_lines(part: dict) -> list[str]:
+    lines = ["", f"## Quality: {part.get('data')} ({part.get('split')}, {part['sentences']} sentences), "
+             f"model {part['model']}", "", "| run | BLEU | chrF | translations changed vs float32 | seconds |",
+             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    for name, run in part["runs"].items():
+        lines.append(f"| {name} | {run['bleu']} | {run.get('chrf')} | {run['changed_vs_float32']} | "
+                     f"{run['seconds']} |")  # fmt: skip
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
             "transformers": transformers.__version__,
             "ctranslate2": ct2_version,
         },  # fmt: skip
-        "speed": speed(args),
-        "quality": quality(args) if args.model else None,
+        "speed": speed(args) if "speed" in args.parts else None,
+        "quality": quality(args) if args.model and "quality" in args.parts else None,
     }
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -18,6 +18,7 @@ from modeling_attn.api.outputs import (
     MANIFEST,
     OutputError,
     check_apart,
+    check_not_in_use,
     folder_lock,
     foreign_files,
     output_file,
@@ -124,10 +125,13 @@ def test_a_failed_first_write_leaves_no_folder(tmp_path):
 def test_a_second_process_is_refused_with_the_first_ones_pid(tmp_path):
     folder = tmp_path / "out"
     folder.mkdir()
+    (folder / "README.md").write_text("the user's")  # before the holder's run
     holder = textwrap.dedent(f"""
         import sys, time
+        from pathlib import Path
         from modeling_attn.api.outputs import folder_lock
         with folder_lock({str(folder)!r}, "attn train"):
+            Path({str(folder)!r}, "tokenizer.json").write_text("{{}}")
             print("locked", flush=True)
             time.sleep(60)
     """)
@@ -139,9 +143,14 @@ def test_a_second_process_is_refused_with_the_first_ones_pid(tmp_path):
             folder_lock(folder, "attn average"),
         ):
             pass
+        with pytest.raises(OutputError, match=rf"in use by process {process.pid} \(attn train\)"):
+            check_not_in_use(folder)  # the same answer before any work
     finally:
-        process.kill()
+        process.kill()  # SIGKILL: its lock stays, and what it wrote is not recorded
         process.wait()
+    assert sorted(foreign_files(folder)) == ["README.md", "tokenizer.json"]
+    check_not_in_use(folder)  # a dead holder: what it wrote since taking the lock is its command's, not the user's
+    assert list(foreign_files(folder)) == ["README.md"]
     with folder_lock(folder, "attn average"):  # the holder is gone: its lock is taken over
         assert json.loads((folder / LOCK).read_text())["pid"] == os.getpid()
     assert not (folder / LOCK).exists()

@@ -21,7 +21,7 @@ from safetensors import SafetensorError, safe_open
 from transformers import Seq2SeqTrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from modeling_attn.api.outputs import describe_files, foreign_files
+from modeling_attn.api.outputs import check_not_in_use, describe_files, foreign_files
 from modeling_attn.api.presets import available_presets, load_preset
 from modeling_attn.registry import MODEL_TYPES
 
@@ -270,6 +270,8 @@ def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgu
     """
     output_dir = Path(training_args.output_dir)
     resumed = training_args.resume_from_checkpoint
+    if training_args.process_index == 0 and output_dir.is_dir():  # the other processes share process 0's lock
+        check_not_in_use(output_dir)
     if recipe.overwrite_output_dir and resumed:
         raise ValueError("--overwrite_output_dir deletes the checkpoints of --output_dir, --resume_from_checkpoint "
                          "continues from one: give one of them")  # fmt: skip

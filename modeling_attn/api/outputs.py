@@ -119,10 +119,7 @@ def folder_lock(folder: PathLike, command: str) -> Iterator[None]:
                 raise OutputError(f"{folder} is locked by {path}, which cannot be read; delete it if no command "
                                   "is writing there") from None  # fmt: skip
             if pid != os.getpid() and _pid_alive(pid):
-                raise OutputError(
-                    f"{folder} is in use by process {pid} ({holder.get('command', 'another command')}); wait for it "
-                    "to end, or write somewhere else"
-                ) from None
+                raise _in_use(folder, pid, holder) from None
             path.unlink(missing_ok=True)  # its process is gone
             continue
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
@@ -134,6 +131,29 @@ def folder_lock(folder: PathLike, command: str) -> Iterator[None]:
         yield
     finally:
         path.unlink(missing_ok=True)
+
+
+def _in_use(folder: PathLike, pid: int, holder: dict) -> OutputError:
+    return OutputError(
+        f"{folder} is in use by process {pid} ({holder.get('command', 'another command')}); wait for it to end, or "
+        "write somewhere else"
+    )
+
+
+def check_not_in_use(folder: PathLike) -> None:
+    """Before any work, what `folder_lock` would refuse: OutputError naming the pid of a live process that holds
+    `folder`'s lock. A lock left behind by a process that no longer runs (a command of this package killed with
+    SIGKILL, before it could record what it wrote) makes the files changed since that lock was taken count as
+    written by this package (`record_written`)."""
+    path = Path(folder) / LOCK
+    try:
+        holder = json.loads(path.read_text(encoding="utf-8"))
+        pid, taken = int(holder["pid"]), path.stat().st_mtime_ns
+    except (OSError, ValueError, KeyError, TypeError):  # no lock; or one folder_lock names as unreadable
+        return
+    if pid != os.getpid() and _pid_alive(pid):
+        raise _in_use(folder, pid, holder)
+    record_written(folder, taken)
 
 
 def is_disk_full(error: BaseException, folder: PathLike) -> bool:
@@ -305,6 +325,7 @@ __all__ = [
     "MANIFEST",
     "OutputError",
     "check_apart",
+    "check_not_in_use",
     "check_output_file",
     "command_line",
     "describe_files",
