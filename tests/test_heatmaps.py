@@ -26,6 +26,7 @@ from modeling_attn.api.heatmaps import (
     plot_self_attention,
     save_bertviz_json,
 )
+from modeling_attn.api.outputs import MANIFEST
 from modeling_attn.cli.translate import main as translate_main
 
 needs_matplotlib = pytest.mark.skipif(
@@ -193,7 +194,13 @@ def test_cli_writes_the_pictures_of_the_reverser(reverser, tmp_path, capsys):
     capsys.readouterr()
     assert translate_main(argv) == 0
     assert capsys.readouterr().out.splitlines() == ["f e d c b a", "j k l m"]
-    assert {path.name for path in tmp_path.iterdir()} == {"model", "align-0.png", "align-1.png", "first.json"}
+    assert {path.name for path in tmp_path.iterdir()} == {
+        "model",
+        "align-0.png",
+        "align-1.png",
+        "first.json",
+        MANIFEST,
+    }
     assert json.loads((tmp_path / "first.json").read_text())["encoder_tokens"] == list("abcdef")
 
 
@@ -209,7 +216,7 @@ def test_cli_pictures_the_first_non_empty_sentence(reverser, tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.out.splitlines() == ["", "c b a"]
     assert "attn translate: sentence 0 is empty: no attention picture for it" in captured.err
-    assert {path.name for path in tmp_path.iterdir()} == {"model", "align-1.png", "first.json"}
+    assert {path.name for path in tmp_path.iterdir()} == {"model", "align-1.png", "first.json", MANIFEST}
     assert json.loads((tmp_path / "first.json").read_text())["encoder_tokens"] == ["a", "b", "c"]
 
     argv = ["--model", str(tmp_path / "model"), "", "--attention-png", str(tmp_path / "none.png")]
@@ -224,6 +231,40 @@ def test_cli_pictures_the_first_non_empty_sentence(reverser, tmp_path, capsys):
         message == f"attn translate: error: --self-attention-png: {tmp_path / 'model'} is an RNN model, with no "
         "self-attention to picture"
     )
+
+
+@needs_matplotlib
+def test_cli_pictures_never_replace_an_input_or_a_users_file_and_name_a_bad_format(reverser, tmp_path, capsys):
+    """The picture flags write through api/outputs.py as --output does: checked before any work, written whole, a
+    file attn wrote replaced on the next run, anything else only with --overwrite."""
+    model = tmp_path / "model"
+    reverser.save_pretrained(model)
+    letter_tokenizer().save_pretrained(model)
+    source, users = tmp_path / "in.txt", tmp_path / "mine.png"
+    source.write_text("a b c\n")
+    users.write_bytes(b"the user's picture")
+    before = {path: path.read_bytes() for path in [source, users, *model.iterdir()]}
+    for flags, expected in [
+        (["--input", str(source), "--attention-json", str(source)],
+         f"--attention_json {source} is --input {source}: writing it would destroy the input"),
+        (["--attention-png", str(model / "attention.png"), "a"],
+         f"--attention_png {model / 'attention.png'} is inside --model {model}: write it somewhere else"),
+        (["--attention-png", str(users), "a"], f"--attention_png {users} already exists; pass --overwrite to replace it"),
+        (["--self-attention-png", str(tmp_path / "self.json"), "a"],
+         f"--self_attention_png {tmp_path / 'self.json'}: json is not a picture format; end the name with one of "),
+        (["--attention-json", str(tmp_path / "missing" / "a.json"), "a"],
+         f"--attention_json {tmp_path / 'missing' / 'a.json'}: the folder {tmp_path / 'missing'} does not exist"),
+    ]:  # fmt: skip
+        capsys.readouterr()
+        assert translate_main(["--model", str(model), *flags]) == 2
+        assert f"attn translate: error: {expected}" in capsys.readouterr().err.splitlines()[-1]
+    assert {path: path.read_bytes() for path in before} == before
+    picture = tmp_path / "cross.png"
+    for _ in range(2):  # the second run replaces the picture the first wrote, without --overwrite
+        assert translate_main(["--model", str(model), "--attention-png", str(picture), "a b"]) == 0
+        assert picture.read_bytes().startswith(b"\x89PNG")
+    assert translate_main(["--model", str(model), "--attention-png", str(users), "--overwrite", "true", "a b"]) == 0
+    assert users.read_bytes().startswith(b"\x89PNG")
 
 
 def test_cli_nbest_scores_of_translations_that_end(reverser, tmp_path, capsys):
@@ -255,7 +296,8 @@ def test_cli_writes_transformer_self_attention_grids(tmp_path, capsys):
     argv = ["--model", str(folder), "a b c", "--max_new_tokens", "3", "--self-attention-png", str(tmp_path / "self.png"),
             "--attention-png", str(tmp_path / "cross.png"), "--attention-mode", "layers"]  # fmt: skip
     assert translate_main(argv) == 0
-    assert {path.name for path in tmp_path.iterdir()} == {"model", "self.encoder.png", "self.decoder.png", "cross.png"}
+    written = {"model", "self.encoder.png", "self.decoder.png", "cross.png", MANIFEST}
+    assert {path.name for path in tmp_path.iterdir()} == written
 
 
 @pytest.mark.slow

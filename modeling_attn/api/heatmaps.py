@@ -23,7 +23,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -184,8 +184,19 @@ def _draw(axes, weights: torch.Tensor, x_labels: list[str] | None, y_labels: lis
 
 def _save(figure: Figure, path: str | Path | None) -> Figure:
     if path is not None:
-        figure.savefig(path, dpi=150, bbox_inches="tight")
+        save_figure(figure, path)
     return figure
+
+
+def save_figure(figure: Figure, target: str | Path | IO[bytes], image_format: str | None = None) -> None:
+    """Write `figure` to a path (its format from the suffix) or an open binary file (`image_format`: "png", "svg"...),
+    as the plot functions here write their pictures."""
+    figure.savefig(target, format=image_format, dpi=150, bbox_inches="tight")
+
+
+def picture_formats() -> set[str]:
+    """The file suffixes (without the dot) matplotlib can write a picture as: png, pdf, svg, jpg..."""
+    return set(figure_class()().canvas.get_supported_filetypes())
 
 
 def plot_alignment(
@@ -286,7 +297,9 @@ __all__ = [
     "TranslationAttention",
     "attention_from_generate",
     "bertviz_data",
+    "picture_formats",
     "plot_alignment",
     "plot_self_attention",
     "save_bertviz_json",
+    "save_figure",
 ]

@@ -33,6 +33,7 @@ refused, never cut silently).
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import sys
 from collections.abc import Iterable, Iterator
@@ -45,8 +46,18 @@ from modeling_attn.cli.parser import CommandParser, run_command
 
 from ..api.alignment import ALIGN_FORMATS, WORD_PATTERNS, aligned_line, translate_aligned
 from ..api.corpus import DataError, decode_lines
-from ..api.heatmaps import ALIGNMENT_MODES, TranslationAttention, figure_class
-from ..api.outputs import OutputError, output_file
+from ..api.heatmaps import (
+    ALIGNMENT_MODES,
+    STACKS,
+    TranslationAttention,
+    bertviz_data,
+    figure_class,
+    picture_formats,
+    plot_alignment,
+    plot_self_attention,
+    save_figure,
+)
+from ..api.outputs import OutputError, check_output_file, output_file
 from ..api.quantize import QUANTIZE_CHOICES, quantize, quantize_device
 from ..api.translation import (
     SentenceTooLong,
@@ -62,6 +73,7 @@ from ..api.values import COUNT, POSITIVE, Range
 from ..registry import MODEL_TYPES
 
 SAMPLING_FLAGS = ("top_k", "top_p", "temperature", "seed")
+PICTURE_FLAGS = ("attention_png", "self_attention_png", "attention_json")
 TOP_P = Range(low=0, high=1, low_open=True)  # nucleus mass: (0, 1]
 
 
@@ -119,8 +131,8 @@ class TranslateArguments:
     )
     overwrite: bool = field(
         default=False,
-        metadata={"help": "Replace an existing --output file that attn did not write (its own earlier outputs are "
-                  "replaced without it)."},
+        metadata={"help": "Replace an existing --output or attention picture file that attn did not write (its own "
+                  "earlier outputs are replaced without it)."},
     )  # fmt: skip
     num_return_sequences: int | None = field(
         default=None,
@@ -288,22 +300,45 @@ class Pictures:
             return Path(template.replace("{n}", str(number)))
         return Path(template) if first else None
 
-    def write(self, number: int, attention: TranslationAttention | None) -> None:
-        from ..api.heatmaps import plot_alignment, plot_self_attention, save_bertviz_json
+    def files(self, number: int, first: bool) -> list[tuple[str, Path, str | None]]:
+        """The (flag, file, self-attention stack) of each file written for sentence `number` (`first`: the first
+        non-empty sentence)."""
+        found = []
+        for flag in PICTURE_FLAGS:
+            if not (path := self._path(getattr(self.args, flag), number, first)):
+                continue
+            if flag != "self_attention_png":
+                found.append((flag, path, None))
+                continue
+            found += [(flag, path.with_name(f"{path.stem}.{stack}{path.suffix}"), stack) for stack in STACKS]
+        return found
 
+    def check(self, inputs: dict[str, str | None]) -> None:
+        """Before any work: a picture flag's format, and each file it would write as `output_file` checks it (never
+        an input or inside one, never over a file attn did not write unless --overwrite; its folder exists)."""
+        for flag in ("attention_png", "self_attention_png"):
+            if template := getattr(self.args, flag):
+                suffix = Path(template).suffix.lstrip(".").lower()
+                if suffix not in (formats := picture_formats()):
+                    raise TranslateError(f"--{flag} {template}: {suffix or 'no suffix'} is not a picture format; "
+                                         f"end the name with one of .{', .'.join(sorted(formats))}")  # fmt: skip
+        for flag, path, _ in self.files(0, first=True):
+            check_output_file(path, inputs, self.args.overwrite, f"--{flag}")
+
+    def write(self, number: int, attention: TranslationAttention | None, inputs: dict[str, str | None]) -> None:
         if attention is None:
             if any("{n}" in template for template in self.templates):
                 print(f"attn translate: sentence {number} is empty: no attention picture for it", file=sys.stderr)
             return
         first, self.first_pending = self.first_pending, False
-        args = self.args
-        if path := self._path(args.attention_png, number, first):
-            plot_alignment(attention, mode=args.attention_mode, path=path)
-        if path := self._path(args.self_attention_png, number, first):
-            for stack in ("encoder", "decoder"):
-                plot_self_attention(attention, stack, path=path.with_name(f"{path.stem}.{stack}{path.suffix}"))
-        if path := self._path(args.attention_json, number, first):
-            save_bertviz_json(attention, path)
+        for flag, path, stack in self.files(number, first):
+            with output_file(path, inputs, self.args.overwrite, f"--{flag}", binary=True) as handle:
+                if flag == "attention_json":
+                    handle.write((json.dumps(bertviz_data(attention)) + "\n").encode("utf-8"))
+                    continue
+                figure = (plot_alignment(attention, mode=self.args.attention_mode) if stack is None
+                          else plot_self_attention(attention, stack))  # fmt: skip
+                save_figure(figure, handle, path.suffix.lstrip(".").lower())
 
     def finish(self) -> None:
         if self.first_pending:
@@ -339,6 +374,8 @@ def _translate(args: SimpleNamespace) -> int:
     pictures = Pictures(args)
     if args.attention_png or args.self_attention_png:
         figure_class()  # fail before translating when matplotlib is missing
+    inputs = {"--input": None if args.input in (None, "-") else args.input, "--model": args.model}
+    pictures.check({**inputs, "--output": args.output})
     if args.threads:
         import torch
 
@@ -361,7 +398,6 @@ def _translate(args: SimpleNamespace) -> int:
     batch_size = 1 if interactive else args.batch_size
     with contextlib.ExitStack() as files:
         lines, total = _input_lines(args, files)
-        inputs = {"--input": None if args.input in (None, "-") else args.input, "--model": args.model}
         out = files.enter_context(output_file(args.output, inputs, args.overwrite)) if args.output else sys.stdout
         progress = None
         if args.progress and (total is not None or not interactive):
@@ -404,7 +440,7 @@ def _translate(args: SimpleNamespace) -> int:
                 if out is sys.stdout:
                     out.flush()
             for offset, attention in enumerate(attentions or []):
-                pictures.write(number + offset, attention)
+                pictures.write(number + offset, attention, {**inputs, "--output": args.output})
             number += len(batch)
             if progress is not None:
                 progress.update(len(batch))
