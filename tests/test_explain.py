@@ -30,6 +30,7 @@ from explain_models import letter_tokenizer, page_data, tiny_rnn, tiny_transform
 
 from modeling_attn.api.explain import ExplainError, explain, write_explainer
 from modeling_attn.api.heatmaps import attention_from_generate
+from modeling_attn.api.outputs import MANIFEST
 from modeling_attn.api.translation import sequence_scores
 from modeling_attn.cli.main import main as attn
 
@@ -262,9 +263,15 @@ def test_a_file_it_did_not_write_is_kept_unless_forced(tmp_path):
     assert page_data(target)["sentence"] == SENTENCE
     write_explainer((model, tokenizer), "b d f", target, max_new_tokens=3)  # its own page: replaced
     assert page_data(target)["sentence"] == "b d f"
-    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.html"]  # no temporary file left
+    assert sorted(path.name for path in tmp_path.iterdir()) == [MANIFEST, "notes.html"]  # no temporary file left
     with pytest.raises(ExplainError, match="does not exist"):
         write_explainer((model, tokenizer), SENTENCE, tmp_path / "missing" / "page.html")
+    model.save_pretrained(tmp_path / "model")
+    tokenizer.save_pretrained(tmp_path / "model")
+    inside = tmp_path / "model" / "page.html"
+    with pytest.raises(ExplainError, match=rf"--output {inside} is inside --model {tmp_path / 'model'}: write it "):
+        write_explainer(str(tmp_path / "model"), SENTENCE, inside, max_new_tokens=3)
+    assert not inside.exists()
 
 
 def test_bad_input_is_refused_with_its_reason(tmp_path):

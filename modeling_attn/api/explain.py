@@ -32,7 +32,6 @@ import contextlib
 import functools
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
@@ -44,6 +43,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .. import __version__
 from ..beam_search import NEG
+from .outputs import OutputError, check_apart, output_file
 from .translation import load_model
 
 PAGE_TEMPLATE = "explain_page.html"
@@ -95,12 +95,16 @@ def _probability(value: float) -> float | int:
 # -- models and inputs -----------------------------------------------------------------------------------------
 
 
+def _specs(models: ModelSpec | Sequence[ModelSpec]) -> list[ModelSpec]:
+    return [models] if isinstance(models, (str, os.PathLike, tuple)) else list(models)
+
+
 def load_models(
     models: ModelSpec | Sequence[ModelSpec], device: str | None = None
 ) -> list[tuple[str, PreTrainedModel, PreTrainedTokenizerBase]]:
     """(name, model, tokenizer) for one model or two: folders / Hub ids (loaded with `translation.load_model`) or
     (model, tokenizer) pairs."""
-    specs = [models] if isinstance(models, (str, os.PathLike, tuple)) else list(models)
+    specs = _specs(models)
     if not 1 <= len(specs) <= 2:
         raise ExplainError(f"the explainer shows one model, or two side by side; got {len(specs)}")
     loaded = []
@@ -550,19 +554,15 @@ def write_explainer(
         raise ExplainError(f"{path}: the folder {path.parent} does not exist")
     if path.exists() and not force and not written_by_explainer(path):
         raise ExplainError(f"{path}: exists and is not an explainer page; pass force=True (--force) to replace it")
+    for spec in _specs(model_dirs_or_models):  # a model folder given by path: the page is never written into it
+        if isinstance(spec, str | os.PathLike) and Path(spec).exists():
+            try:
+                check_apart(path, {"--model": spec})
+            except OutputError as error:
+                raise ExplainError(str(error)) from None
     page = render_page(explain(model_dirs_or_models, sentence, device, walkthrough, **generate_kwargs))
-    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed before the rename)
-        "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", suffix=".partial", delete=False
-    )
-    try:
-        with handle:
-            handle.write(page)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(handle.name, 0o666 & ~umask)  # as a file opened for writing would be
-        os.replace(handle.name, path)
-    finally:
-        Path(handle.name).unlink(missing_ok=True)
+    with output_file(path, overwrite=True) as handle:  # whole or not at all (outputs.py), the checks done above
+        handle.write(page)
     return path
 
 
