@@ -101,3 +101,12 @@ def test_translate_of_no_sentences_is_no_translations_and_a_bad_batch_size_is_re
         list(translate(model, tokenizer, ["the cat", "a dog"], num_beams=0, max_new_tokens=3))
     translations = list(translate(model, tokenizer, ["the cat", "", "a dog"], batch_size=2, max_new_tokens=3))
     assert len(translations) == 3 and translations[1] == ""
+
+
+def test_translate_refuses_one_string_and_an_item_that_is_not_a_string(tokenizer):
+    """One string would be translated character by character; None would fail inside `str.strip`."""
+    model = tiny_model("sdpa", vocab_size=len(tokenizer), **SPECIAL)
+    with pytest.raises(TypeError, match=r"^sentences: give a list of sentences, not one str: 'May 2, 2030'$"):
+        translate(model, tokenizer, "May 2, 2030")  # at the call
+    with pytest.raises(TypeError, match=r"^sentence 2 is a NoneType, not a str: None$"):
+        list(translate(model, tokenizer, ["the cat", "a dog", None], max_new_tokens=3))

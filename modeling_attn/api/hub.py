@@ -34,12 +34,12 @@ from typing import Any
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig, PreTrainedConfig, PreTrainedModel
+from transformers import GenerationConfig, PreTrainedConfig, PreTrainedModel
 
 from ..generation import SOURCE_LIMIT_FIELD
 from ..pipeline_translation import TranslationPipeline
 from ..registry import MODEL_TYPES
-from .translation import check_tokenizer_fits
+from .translation import load_model
 
 logger = logging.getLogger(__name__)
 
@@ -195,7 +195,17 @@ def read_results(path: str | Path) -> dict[str, Any]:
     """Scores of an evaluation JSON of `attn evaluate` (`bleu`, ...), `attn train` (`test_bleu`, ...) or the
     Multi30k recipe (`multi30k_results.json` of bench/multi30k/recipe.py: sacreBLEU, chrF and the lowercased
     tokenized BLEU of the published Multi30k numbers)."""
-    raw = json.loads(Path(path).read_text())
+    expected = "expected the JSON of `attn evaluate --output`"
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(f"{path}: not a UTF-8 text file; {expected}") from None
+    except json.JSONDecodeError as error:
+        raise ValueError(
+            f"{path}: not JSON ({error.msg}, line {error.lineno} column {error.colno}); {expected}"
+        ) from None
+    if not isinstance(raw, dict):
+        raise ValueError(f"{path}: a JSON {type(raw).__name__}, not an object of scores; {expected}")
     if "bleu_lc_tok" in raw:
         source_lang, _, target_lang = raw["direction"].partition("-")
         return {
@@ -214,7 +224,7 @@ def read_results(path: str | Path) -> dict[str, Any]:
         }
     prefix = "test_" if "test_bleu" in raw else ""
     if f"{prefix}bleu" not in raw:
-        raise ValueError(f"{path}: no 'bleu' or 'test_bleu' score; expected the JSON of `attn evaluate --output`")
+        raise ValueError(f"{path}: no 'bleu' or 'test_bleu' score; {expected}")
     return {
         "bleu": float(raw[f"{prefix}bleu"]),
         "chrf": float(raw[f"{prefix}chrf"]) if f"{prefix}chrf" in raw else None,
@@ -409,9 +419,7 @@ def save_for_hub(
     model_dir, folder = Path(model_dir), Path(folder)
     import modeling_attn  # noqa: F401  (registers the model types and the pipeline)
 
-    model = AutoModelForSeq2SeqLM.from_pretrained(model_dir)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    check_tokenizer_fits(model, tokenizer, str(model_dir))
+    model, tokenizer = load_model(str(model_dir), "cpu")  # a folder that cannot be used: named, with the reason
     results_file = results_file or (model_dir / RESULTS_FILE if (model_dir / RESULTS_FILE).is_file() else None)
     results = read_results(results_file) if results_file else None
     model.generation_config = paper_generation_config(model, (results or {}).get("generation"))

@@ -139,6 +139,14 @@ def _batches(iterator: Iterator[str], batch_size: int) -> Iterator[list[str]]:
         yield batch
 
 
+def _strings(sentences: Iterable[str]) -> Iterator[str]:
+    """`sentences`, each checked to be a string (TypeError naming its index) as it arrives."""
+    for number, sentence in enumerate(sentences):
+        if not isinstance(sentence, str):
+            raise TypeError(f"sentence {number} is a {type(sentence).__name__}, not a str: {sentence!r:.40}")
+        yield sentence
+
+
 def _encode(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sentences: list[str], rows: list[int],
             generate_kwargs: dict[str, Any]) -> BatchEncoding:  # fmt: skip
     """The tokenized `sentences[row] for row in rows`, padded, on the model's device; SentenceTooLong (naming its
@@ -329,9 +337,12 @@ def translate(
     **generate_kwargs: Any,
 ) -> Iterator[str]:
     """Translations of `sentences`, in order, computed `batch_size` at a time as the input arrives (no sentences: no
-    translations). A bad `batch_size` raises ValueError at the call; bad generate() settings (`num_beams=0`, a NaN
-    `length_penalty`...) at the first batch, naming the setting (`modeling_attn.generation`)."""
-    return (translation for batch in batches(sentences, batch_size)
+    translations). A bad `batch_size` raises ValueError at the call, one string instead of a list of them TypeError;
+    a sentence that is not a string raises TypeError naming its index when it is reached; bad generate() settings
+    (`num_beams=0`, a NaN `length_penalty`...) at the first batch, naming the setting (`modeling_attn.generation`)."""
+    if isinstance(sentences, str | bytes):  # it would be translated character by character
+        raise TypeError(f"sentences: give a list of sentences, not one {type(sentences).__name__}: {sentences!r:.40}")
+    return (translation for batch in batches(_strings(sentences), batch_size)
             for translation in translate_batch(model, tokenizer, batch, **generate_kwargs)[0])  # fmt: skip
 
 

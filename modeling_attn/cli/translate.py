@@ -157,7 +157,13 @@ class SamplingArguments:
     temperature: float | None = field(
         default=None, metadata={"help": "Divide the logits by this before sampling.", "range": POSITIVE}
     )
-    seed: int | None = field(default=None, metadata={"help": "Random seed: the same seed gives the same samples."})
+    seed: int | None = field(
+        default=None,
+        metadata={
+            "help": "Random seed: the same seed gives the same samples.",
+            "range": Range(0, 2**32 - 1, integer=True),
+        },
+    )
 
     def __post_init__(self) -> None:
         given = [f"--{name}" for name in SAMPLING_FLAGS if getattr(self, name) is not None]
