@@ -118,7 +118,7 @@ CASES = [
     (lambda w: ["push", "--model", str(w / "model"), "--repo-id", "me/m", "--results", str(w / "none.json")],
      "--results {w}/none.json: no such file"),
     (lambda w: ["push", "--model", str(w / "config_only"), "--repo-id", "me/m", "--save-to", str(w / "p")],
-     "--model {w}/config_only: cannot load it ({w}/config_only"),
+     "{w}/config_only: no tokenizer (tokenizer.json / tokenizer_config.json)"),
     (lambda w: ["push", "--model", str(w / "model"), "--repo-id", "me/m", "--private", "maybe"],
      "argument --private: Truthy value expected: got maybe"),
     (lambda w: ["convert", "--from-marian", str(w / "model"), "--to", str(w / "c"), "--zzz"],

@@ -42,13 +42,13 @@ class Range:
         else:
             left = "(" if self.low_open or self.low is None else "["
             right = ")" if self.high_open or self.high is None else "]"
-            low = "-inf" if self.low is None else f"{self.low:g}"
-            high = "inf" if self.high is None else f"{self.high:g}"
+            low = "-inf" if self.low is None else _number(self.low)
+            high = "inf" if self.high is None else _number(self.high)
             probability = (self.low, self.high) == (0, 1) and not self.high_open
             noun = "an integer" if self.integer else "a probability" if probability else "a number"
             text = f"{noun} in {left}{low}, {high}{right}"
         if self.also:
-            text += " or " + " or ".join(f"{value:g}" for value in self.also)
+            text += " or " + " or ".join(_number(value) for value in self.also)
             text += f" ({self.meaning})" if self.meaning else ""
         return text
 
@@ -72,6 +72,11 @@ class Range:
         """Raise ValueError naming `name` unless `value` is None or in the range (for Python functions' arguments)."""
         if value is not None and (problem := self.problem(value)):
             raise ValueError(f"{name} {problem}")
+
+
+def _number(value: float) -> str:
+    """A bound as written: 4294967295, not 4.29497e+09; 0.5 as 0.5."""
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 COUNT = Range(low=1, integer=True)
