@@ -226,7 +226,7 @@ CLI_CASES = [
     (lambda w, t: ["translate", "--model", str(t / "absent"), "x"], r"absent: no such model folder"),
     (lambda w, t: ["translate", "--model", str(w.root / "no_config"), "x"], r"no_config: no config\.json"),
     (lambda w, t: ["translate", "--model", str(w.model), "--input", str(t / "none.txt")],
-     r"No such file or directory: '.*none\.txt'"),
+     r"--input .*none\.txt: no such file; give a file of sentences"),
     (lambda w, t: ["translate", "--model", str(w.model), "--input", str(w.root / "latin1.txt")],
      r"latin1\.txt:2: not valid UTF-8 \(byte 0xe9 at column 8\)"),
     (lambda w, t: ["translate", "--model", str(w.model), "--input", str(w.root / "long.txt")],

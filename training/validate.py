@@ -21,6 +21,7 @@ from safetensors import SafetensorError, safe_open
 from transformers import Seq2SeqTrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
+from modeling_attn.api.model_folder import ModelFolderError, check_config
 from modeling_attn.api.outputs import check_not_in_use, describe_files, foreign_files
 from modeling_attn.api.presets import available_presets, load_preset
 from modeling_attn.registry import MODEL_TYPES
@@ -121,6 +122,11 @@ def _check_model_flags(recipe: RecipeArguments) -> None:
                 f"{recipe.model_name_or_path} with its own config: give one of them (--config_overrides changes the "
                 "fine-tuned model's config)"
             )
+        if Path(recipe.model_name_or_path).expanduser().exists():  # a local folder: named with what is wrong in it
+            try:
+                check_config(recipe.model_name_or_path)
+            except ModelFolderError as error:
+                raise ValueError(f"--model_name_or_path {error}") from None
         return
     preset, overrides = new_model_preset(recipe), config_overrides(recipe.config_overrides)
     fields = {field.name for field in dataclasses.fields(MODEL_TYPES[load_preset(preset).model_type].config_class)}
@@ -270,6 +276,8 @@ def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgu
     """
     output_dir = Path(training_args.output_dir)
     resumed = training_args.resume_from_checkpoint
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ValueError(f"--output_dir {output_dir}: a file, not a folder; give a new or empty folder")
     if training_args.process_index == 0 and output_dir.is_dir():  # the other processes share process 0's lock
         check_not_in_use(output_dir)
     if recipe.overwrite_output_dir and resumed:

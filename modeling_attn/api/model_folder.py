@@ -51,6 +51,8 @@ def check_config(name_or_path: str | Path) -> PretrainedConfig:
     folder = Path(name).expanduser()
     if not folder.exists() and looks_local(name):
         raise ModelFolderError(f"{name}: no such model folder")
+    if folder.is_file():
+        raise ModelFolderError(f"{name}: a file, not a model folder (the folder save_pretrained or attn train wrote)")
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             raise ModelFolderError(f"{name}: no config.json (a folder written by save_pretrained or attn train)")

@@ -48,6 +48,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             parser.error(f"{path}: no such folder")
         found = find_checkpoints(path)
         checkpoints += found[-args.last :] if found else [Path(path)]  # a training folder: its last N checkpoints
+    seen: dict[Path, Path] = {}
+    for checkpoint in checkpoints:  # twice the same checkpoint would weigh it double
+        if (resolved := Path(checkpoint).resolve()) in seen:
+            parser.error(f"{checkpoint}: given twice (also as {seen[resolved]}); each checkpoint counts once")
+        seen[resolved] = Path(checkpoint)
     print(f"averaging {len(checkpoints)} checkpoints: {', '.join(map(str, checkpoints))}")
     inputs = {f"input checkpoint {number}": path for number, path in enumerate(checkpoints, 1)}
     try:

@@ -368,6 +368,9 @@ def main(argv: list[str] | None = None) -> int:
 def _check_combinations(args: SimpleNamespace) -> None:
     if args.text and args.input is not None:
         raise TranslateError("give the sentences as arguments or with --input, not both")
+    if args.input not in (None, "-") and not Path(args.input).is_file():
+        state = "a folder" if Path(args.input).is_dir() else "no such file"
+        raise TranslateError(f"--input {args.input}: {state}; give a file of sentences, one per line ('-': stdin)")
     pictures = [flag for flag in ("attention_png", "self_attention_png", "attention_json") if getattr(args, flag)]
     if pictures and args.num_return_sequences is not None:
         raise TranslateError(f"--{pictures[0]} pictures one translation per sentence; drop --num_return_sequences")
