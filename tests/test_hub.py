@@ -492,3 +492,17 @@ def test_push_to_the_real_hub(hub, tmp_path):
         assert {"model.safetensors", "README.md", "pipeline_translation.py"} <= set(api.list_repo_files(repo_id))
     finally:
         api.delete_repo(repo_id, missing_ok=True)
+
+
+def test_a_results_file_that_is_not_a_json_object_of_scores_is_named(tmp_path):
+    """`attn push --results FILE`: a file that is not UTF-8, not JSON or not an object is named, with what it should be."""
+    cases = {
+        "binary.json": (b"\x92\xff\x00", r"binary\.json: the evaluation results .* is not UTF-8 text"),
+        "table.tsv": (b"a\tb\n", r"table\.tsv: the evaluation results .* is not valid JSON \(Expecting value at line 1, column 1\)"),
+        "list.json": (b"[1, 2]", r"list\.json: a JSON list, not an object of scores; expected the JSON of `attn evaluate"),
+        "empty.json": (b"{}", r"empty\.json: no 'bleu' or 'test_bleu' score"),
+    }  # fmt: skip
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match=message):
+            read_results(tmp_path / name)

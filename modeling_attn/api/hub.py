@@ -39,6 +39,7 @@ from transformers import GenerationConfig, PreTrainedConfig, PreTrainedModel
 from ..generation import SOURCE_LIMIT_FIELD
 from ..pipeline_translation import TranslationPipeline
 from ..registry import MODEL_TYPES
+from .model_folder import read_json
 from .translation import load_model
 
 logger = logging.getLogger(__name__)
@@ -196,14 +197,7 @@ def read_results(path: str | Path) -> dict[str, Any]:
     Multi30k recipe (`multi30k_results.json` of bench/multi30k/recipe.py: sacreBLEU, chrF and the lowercased
     tokenized BLEU of the published Multi30k numbers)."""
     expected = "expected the JSON of `attn evaluate --output`"
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except UnicodeDecodeError:
-        raise ValueError(f"{path}: not a UTF-8 text file; {expected}") from None
-    except json.JSONDecodeError as error:
-        raise ValueError(
-            f"{path}: not JSON ({error.msg}, line {error.lineno} column {error.colno}); {expected}"
-        ) from None
+    raw = read_json(path, "evaluation results (the JSON of `attn evaluate --output`)", ValueError)
     if not isinstance(raw, dict):
         raise ValueError(f"{path}: a JSON {type(raw).__name__}, not an object of scores; {expected}")
     if "bleu_lc_tok" in raw:

@@ -34,13 +34,15 @@ def looks_local(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).is_absolute()
 
 
-def _read_json(path: Path, what: str) -> Any:
+def read_json(path: str | Path, what: str, error_class: type[Exception] = ModelFolderError) -> Any:
+    """The JSON value in `path`; `error_class` naming the file and `what` it should be when it is not UTF-8 text or
+    not valid JSON (line and column)."""
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        return json.loads(Path(path).read_text(encoding="utf-8"))
     except UnicodeDecodeError:
-        raise ModelFolderError(f"{path}: the {what} is not UTF-8 text") from None
+        raise error_class(f"{path}: the {what} is not UTF-8 text") from None
     except json.JSONDecodeError as error:
-        raise ModelFolderError(
+        raise error_class(
             f"{path}: the {what} is not valid JSON ({error.msg} at line {error.lineno}, column {error.colno})"
         ) from None
 
@@ -56,11 +58,11 @@ def check_config(name_or_path: str | Path) -> PretrainedConfig:
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             raise ModelFolderError(f"{name}: no config.json (a folder written by save_pretrained or attn train)")
-        fields = _read_json(folder / "config.json", "config")
+        fields = read_json(folder / "config.json", "config")
         if not isinstance(fields, dict):
             raise ModelFolderError(f"{folder / 'config.json'}: a config is a JSON object, not {type(fields).__name__}")
         if (folder / "generation_config.json").is_file():
-            _read_json(folder / "generation_config.json", "generation config")  # else silently the defaults
+            read_json(folder / "generation_config.json", "generation config")  # else silently the defaults
     try:
         config = AutoConfig.from_pretrained(name)
     except StrictDataclassError as error:  # "Class validation error for validator ...:\n    ValueError: <what>"
@@ -112,4 +114,4 @@ def _tied(model: PreTrainedModel) -> set[str]:
     return tied
 
 
-__all__ = ["ModelFolderError", "check_config", "load_checked", "looks_local"]
+__all__ = ["ModelFolderError", "check_config", "load_checked", "looks_local", "read_json"]
