@@ -4,7 +4,8 @@ against CTranslate2 int8 of the same weights, on the CPU.
 Two parts, written to `--output` (default bench/results/int8-cpu.{json,md}):
 
 1. Speed, `--preset` (default `base`) with random weights, beam `--beams` (4): one untrained model, its int8 copy
-   (`quantize_int8`, with torch's quantized engine, and one more copy per `--engines`: onednn by default), and
+   (`quantize_int8`, one copy per quantized engine of `--engines`: x86 and onednn by default; the one `--quantize
+   int8` picks on this CPU, `int8_engine()`, is marked "default"), and
    CTranslate2 exports of the same weights (`export_ctranslate2(quantization="int8")`, and "float32" for scale). Token ids are random, lengths follow Multi30k pairs (bench/common.py) and every model is
    forced to produce the batch's longest target length (`min_new_tokens = max_new_tokens`; CTranslate2
    `min/max_decoding_length`), as bench/speed.py does: with untrained weights where a model stops is noise. Timed
@@ -39,9 +40,10 @@ import transformers
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import PAD, REPO, hf_generate, log, machine, make_batches, reference_model  # noqa: E402
 
-from modeling_attn.api.quantize import quantize_int8  # noqa: E402
+from modeling_attn.api.quantize import int8_engine, quantize_int8  # noqa: E402
 
-ENGINE, ENGINES = torch.backends.quantized.engine, list(torch.backends.quantized.supported_engines)
+ENGINES = list(torch.backends.quantized.supported_engines)
+DEFAULT = int8_engine()  # the engine of `--quantize int8` on this CPU
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -52,8 +54,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, default=2, help="batches per timed run (2)")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions of each model (3)")
     parser.add_argument("--threads", type=int, nargs="+", help="thread counts to time (default: 1 and all)")
-    parser.add_argument("--engines", nargs="*", default=[e for e in ("onednn",) if e in ENGINES and e != ENGINE],
-                        help="quantized engines timed besides torch's own (default: onednn where this torch has it)")  # fmt: skip
+    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=[e for e in ("x86", "onednn") if e in ENGINES],
+                        help="quantized engines to measure (default: x86 and onednn, those this torch has)")  # fmt: skip
     parser.add_argument("--parts", nargs="+", default=["speed", "quality"], choices=["speed", "quality"],
                         help="what to measure (both; quality needs --model)")  # fmt: skip
     parser.add_argument("--model", help="a trained model folder for the quality part (skipped without one)")
@@ -88,19 +90,14 @@ def speed(args: argparse.Namespace) -> dict:
     model = reference_model(args.preset, 512, seed=0).eval()
     batches = make_batches(args.batches, args.batch_size, model.config.vocab_size, seed=1, max_length=100)
     tokens = sum(batch.input_ids.shape[0] * max(batch.target_lengths) for batch in batches)
-    int8 = quantize_int8(model)
-    for engine in args.engines:
-        if engine not in ENGINES:
-            raise SystemExit(f"--engines {engine}: this torch build has {', '.join(ENGINES)}")
-    engines = {engine: quantize_int8(model, engine=engine) for engine in args.engines}
+    engines = {int8_name(engine): quantize_int8(model, engine=engine) for engine in args.engines}
     results = {"preset": args.preset, "parameters": model.num_parameters(), "beams": args.beams,
                "sentences": args.batch_size * args.batches, "target_tokens_per_run": tokens, "threads": {}}  # fmt: skip
     for threads in args.threads:
         torch.set_num_threads(threads)
-        runs = {"float32": lambda m=model: _generate_ours(m, batches, args.beams),
-                "int8 (quantize_int8)": lambda m=int8: _generate_ours(m, batches, args.beams)}  # fmt: skip
-        for engine, quantized in engines.items():
-            runs[f"int8 (quantize_int8, engine={engine})"] = lambda m=quantized: _generate_ours(m, batches, args.beams)
+        runs = {"float32": lambda m=model: _generate_ours(m, batches, args.beams)}
+        for name, quantized in engines.items():
+            runs[name] = lambda m=quantized: _generate_ours(m, batches, args.beams)
         for quantization in ("int8", "float32"):
             try:
                 translator = ct2_translator(model, quantization, threads)
@@ -120,6 +117,11 @@ def speed(args: argparse.Namespace) -> dict:
             for name, s in seconds.items()
         }
     return results
+
+
+def int8_name(engine: str) -> str:
+    """The row name of `quantize_int8(model, engine=engine)`, "default" marking `--quantize int8`'s engine here."""
+    return f"int8 ({engine}{', default' if engine == DEFAULT else ''})"
 
 
 def _generate_ours(model: torch.nn.Module, batches: list, beams: int) -> None:
@@ -169,10 +171,8 @@ def quality(args: argparse.Namespace) -> dict:
     results = {"model": args.model, **split.details, "sentences": len(split.sources), "threads": args.quality_threads,
                "generation": model.generation_config.to_diff_dict(), "runs": {}}  # fmt: skip
     hypotheses = {}
-    candidates = [("float32", model), ("int8 (quantize_int8)", quantize_int8(model))]
-    candidates += [
-        (f"int8 (quantize_int8, engine={engine})", quantize_int8(model, engine=engine)) for engine in args.engines
-    ]
+    candidates = [("float32", model)]
+    candidates += [(int8_name(engine), quantize_int8(model, engine=engine)) for engine in args.engines]
     for name, candidate in candidates:
         log(f"quality: translating {len(split.sources)} sentences with {name}")
         start = time.perf_counter()
@@ -226,10 +226,10 @@ def _speed_lines(speed_part: dict) -> list[str]:
             lines.append(f"| {threads} | {name} | {run['wall_tokens_per_s']} | {run['cpu_tokens_per_s']} | "
                          f"{run['wall_tokens_per_s'] / base['wall_tokens_per_s']:.2f} | "
                          f"{run['cpu_tokens_per_s'] / base['cpu_tokens_per_s']:.2f} |")  # fmt: skip
-        if "CTranslate2 int8" in runs:
-            ours, ct2 = runs["int8 (quantize_int8)"], runs["CTranslate2 int8"]
+        for name in [name for name in runs if name.startswith("int8 (")] if "CTranslate2 int8" in runs else []:
+            ours, ct2 = runs[name], runs["CTranslate2 int8"]
             wall, cpu = (ours[f"{clock}_tokens_per_s"] / ct2[f"{clock}_tokens_per_s"] for clock in ("wall", "cpu"))
-            lines.append(f"| {threads} | ours int8 / CTranslate2 int8 | {wall:.2f} | {cpu:.2f} | | |")
+            lines.append(f"| {threads} | {name} / CTranslate2 int8 | {wall:.2f} | {cpu:.2f} | | |")
     return lines
 
 

@@ -1,8 +1,9 @@
 """`--quantize int8` (modeling_attn/api/quantize.py: `quantize_int8`, used by attn translate, evaluate and serve).
 
 Reference checks: each quantized Linear of a model equals int8 arithmetic written out by hand (weights symmetric
-per tensor, inputs quantized per tensor to 7 bits with a zero point, as fbgemm's dynamic linear does), on the inputs
-the layer gets inside the model; the commands' `--quantize int8` output equals `quantize_int8` + `translate_batch`.
+per tensor, inputs quantized per tensor to 7 bits with a zero point, as the dynamic linear layers of fbgemm (`x86`)
+and oneDNN do), on the inputs the layer gets inside the model; the default engine is the one `int8_engine` picks for
+the CPU; the commands' `--quantize int8` output equals `quantize_int8` + `translate_batch`.
 On a trained model (the reverser of test_learning.py) the int8 model's probabilities stay close to float32's and it
 translates the same (thresholds below, with their reasons). A model on another device than the CPU is refused.
 """
@@ -20,12 +21,12 @@ from test_learning import train_reverser
 from tiny import padded_batch, spread_tiny_rnn, tiny_model
 from torch import nn
 
-from modeling_attn.api.quantize import QuantizeError, quantize_device, quantize_int8
+from modeling_attn.api.quantize import QuantizeError, int8_engine, quantize_device, quantize_int8
 from modeling_attn.api.translation import load_model, translate_batch
 from modeling_attn.cli.evaluate import main as evaluate_main
 from modeling_attn.cli.translate import main as translate_main
 
-X86 = torch.backends.quantized.engine in ("x86", "fbgemm")
+SEVEN_BIT_ENGINES = sorted({"x86", "onednn"} & set(torch.backends.quantized.supported_engines))
 
 
 def linears(model: nn.Module) -> dict[str, nn.Module]:
@@ -69,6 +70,22 @@ def test_an_engine_packs_the_weights_for_its_kernels_and_torch_keeps_its_own(eng
     torch.testing.assert_close(found, exact, rtol=0, atol=0.05 * exact.abs().max().item())
 
 
+def test_the_default_engine_is_onednn_on_a_cpu_with_amx_int8_and_torch_s_own_elsewhere(monkeypatch):
+    engines = torch.backends.quantized.supported_engines
+    own = torch.backends.quantized.engine
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"amx_int8": True, "avx512_vnni": True})
+    assert int8_engine() == int8_engine("auto") == ("onednn" if "onednn" in engines else own)
+    monkeypatch.setattr(torch.cpu, "get_capabilities", lambda: {"avx512_vnni": True, "avx2": True})
+    assert int8_engine() == int8_engine("auto") == own
+    assert int8_engine("qnnpack") == "qnnpack"  # a named engine is taken as it is
+    monkeypatch.undo()
+    model = tiny_model("sdpa")
+    input_ids, attention_mask, decoder_input_ids = padded_batch()
+    inputs = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
+    with torch.no_grad():  # the default packs for the engine int8_engine() names on this machine
+        assert torch.equal(quantize_int8(model)(**inputs).logits, quantize_int8(model, int8_engine())(**inputs).logits)
+
+
 def test_an_engine_this_torch_lacks_is_refused_naming_the_ones_it_has():
     engines = ", ".join(torch.backends.quantized.supported_engines)
     with pytest.raises(QuantizeError, match=re.escape(f"int8 engine 'tpu8': this torch build has {engines}")):
@@ -98,11 +115,11 @@ def int8_linear(linear: nn.Linear, stored: torch.Tensor, inputs: torch.Tensor) -
     return (output + linear.bias.double() if linear.bias is not None else output).float(), near_tie
 
 
-@pytest.mark.skipif(not X86, reason="the hand-written arithmetic is fbgemm's (x86); qnnpack rounds differently")
+@pytest.mark.parametrize("engine", SEVEN_BIT_ENGINES)  # qnnpack quantizes inputs to 8 bits and rounds differently
 @pytest.mark.parametrize("make", [lambda: tiny_model("sdpa"), spread_tiny_rnn], ids=["transformer", "rnn"])
-def test_each_int8_layer_equals_int8_arithmetic_written_out(make):
+def test_each_int8_layer_equals_int8_arithmetic_written_out(make, engine):
     model = make()
-    quantized = quantize_int8(model)
+    quantized = quantize_int8(model, engine=engine)
     seen: dict[str, torch.Tensor] = {}
     hooks = [
         module.register_forward_pre_hook(lambda module, args, name=name: seen.__setitem__(name, args[0]))
@@ -197,6 +214,23 @@ def test_the_commands_quantize_with_quantize_int8(model_dir, tmp_path, capsys):
     assert (tmp_path / "hypotheses.txt").read_text().splitlines() == expected
     bleu = sacrebleu.corpus_bleu(expected, [list(reversed(lines))]).score
     assert f'"bleu": {bleu}' in capsys.readouterr().out
+    for engine in SEVEN_BIT_ENGINES:  # --int8_engine packs for the engine named
+        expected = translate_batch(quantize_int8(model, engine=engine), tokenizer, lines)[0]
+        argv = ["--model", str(model_dir), "--input", str(source), "--quantize", "int8", "--int8_engine", engine]
+        assert translate_main([*argv, "--no_progress"]) == 0
+        assert capsys.readouterr().out.splitlines() == expected
+
+
+def test_an_int8_engine_without_quantize_int8_is_refused_in_one_line(model_dir, capsys):
+    for main, name in ((translate_main, "translate"), (evaluate_main, "evaluate")):
+        capsys.readouterr()
+        with pytest.raises(SystemExit) as stopped:
+            main(["--model", str(model_dir), "--int8_engine", "x86"] + (["the cat"] if name == "translate" else []))
+        assert stopped.value.code == 2
+        assert capsys.readouterr().err == (
+            f"attn {name}: error: --int8_engine x86: picks the kernels of --quantize int8, which is not given; add "
+            f"--quantize int8 or drop --int8_engine (see attn {name} --help)\n"
+        )
 
 
 def test_a_model_or_device_other_than_the_cpu_is_refused_in_one_line(model_dir, capsys):

@@ -660,8 +660,10 @@ def test_sigterm_answers_the_requests_in_flight_then_exits(model_dir, tmp_path, 
 
 
 @pytest.mark.slow
-def test_serve_refuses_quantize_on_a_gpu_and_a_bad_flag_in_one_line(model_dir):
+def test_serve_refuses_quantize_on_a_gpu_a_bad_flag_and_an_address_it_cannot_listen_on_in_one_line(model_dir):
+    """Each refused before the model is loaded (the address: by binding it first), in one line, exit status 2."""
     environment = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    taken = socket.create_server(("127.0.0.1", 0))  # a port another program listens on
     for flags, message in [
         (["--device", "cuda", "--quantize", "int8"], "attn serve: error: --quantize int8 runs on the CPU only"),
         (
@@ -669,11 +671,22 @@ def test_serve_refuses_quantize_on_a_gpu_and_a_bad_flag_in_one_line(model_dir):
             "attn serve: error: argument --max_wait_ms: must be a finite number of 0 or more, got -1.0",
         ),
         (["--port", "70000"], "attn serve: error: argument --port: must be an integer in [0, 65535], got 70000"),
+        (["--host", "999.1.1.1"], "attn serve: error: --host 999.1.1.1: not an address this machine can resolve ("),
+        (
+            ["--host", "192.0.2.1", "--port", "0"],  # TEST-NET-1: never an address of this machine
+            "attn serve: error: --host 192.0.2.1 --port 0: cannot listen there (",
+        ),
+        (
+            ["--port", str(taken.getsockname()[1])],
+            f"attn serve: error: --host 127.0.0.1 --port {taken.getsockname()[1]}: cannot listen there (",
+        ),
+        (["--int8_engine", "onednn"], "attn serve: error: --int8_engine onednn: picks the kernels of --quantize int8"),
     ]:
         result = subprocess.run([sys.executable, "-m", "modeling_attn.cli.main", "serve", "--model", str(model_dir),
                                  *flags], capture_output=True, text=True, env=environment)  # fmt: skip
         assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
         assert result.stderr.startswith(message), result.stderr
+    taken.close()
 
 
 @pytest.mark.slow

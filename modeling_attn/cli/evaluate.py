@@ -38,7 +38,7 @@ from ..api.outputs import OutputError, check_output_file, output_file
 from ..api.quantize import quantize, quantize_device
 from ..api.translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
 from ..api.values import COUNT
-from .translate import DecodingArguments, generation_overrides, parse_flags, shown_defaults
+from .translate import DecodingArguments, RuntimeArguments, generation_overrides, parse_flags, shown_defaults
 
 _TEXT_FORMATS = ("tsv", "jsonl")
 
@@ -111,7 +111,7 @@ class EvaluateArguments:
 def evaluate_parser() -> CommandParser:
     return shown_defaults(
         CommandParser(
-            (EvaluateArguments, DecodingArguments),
+            (EvaluateArguments, DecodingArguments, RuntimeArguments),
             prog="attn evaluate",
             description="BLEU, chrF and TER (sacreBLEU, with signatures) of a model's translations of a test set, or "
             "of a file of translations, as JSON.",
@@ -315,7 +315,7 @@ def _evaluate(args: SimpleNamespace) -> int:
         result = {**tests.details, "sentences": len(hypotheses), **scores}
     else:
         model, tokenizer = load_model(args.model, quantize_device(args.device, args.quantize))
-        model = quantize(model, args.quantize)
+        model = quantize(model, args.quantize, args.int8_engine)
         overrides = generation_overrides(args)
         try:
             scores, hypotheses = evaluate(model, tokenizer, tests.sources, tests.references, args.batch_size,

@@ -13,13 +13,16 @@ is refused and how, and the shutdown on SIGTERM (requests in flight are answered
 
 from __future__ import annotations
 
+import logging
+import socket
 import sys
 from dataclasses import dataclass, field
 
-from ..api.quantize import QUANTIZE_CHOICES, quantize, quantize_device
+from ..api.quantize import int8_engine, quantize, quantize_device
 from ..api.translation import TranslateError, load_model
 from ..api.values import COUNT, NON_NEGATIVE, Range
 from .parser import CommandParser
+from .translate import RuntimeArguments, parse_flags
 
 PORT = Range(low=0, high=65535, integer=True)
 
@@ -33,19 +36,6 @@ class ServeArguments:
     )
     host: str = field(default="127.0.0.1", metadata={"help": "Address to bind (0.0.0.0: every interface)."})
     port: int = field(default=8000, metadata={"help": "TCP port (0: any free port).", "range": PORT})
-    device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1... (default: cuda if available)."})
-    threads: int | None = field(
-        default=None,
-        metadata={
-            "help": "CPU threads for torch (torch.set_num_threads; default: torch's own choice).",
-            "range": COUNT,
-        },
-    )
-    quantize: str | None = field(
-        default=None,
-        metadata={"help": "int8: dynamic int8 Linear layers, on the CPU (modeling_attn.api.quantize).",
-                  "choices": list(QUANTIZE_CHOICES)},
-    )  # fmt: skip
     max_batch_tokens: int = field(
         default=8192,
         metadata={"help": "Rows decoded per generate() call: sentences x longest (tokens) x beams.", "range": COUNT},
@@ -66,21 +56,52 @@ class ServeArguments:
         metadata={"help": "uvicorn's log level.", "choices": ["critical", "error", "warning", "info", "debug"]},
     )
 
-    def __post_init__(self) -> None:
-        quantize_device(self.device, self.quantize)  # a GPU with --quantize: one line, before any loading
-
 
 def serve_parser() -> CommandParser:
     return CommandParser(
-        ServeArguments,
+        (ServeArguments, RuntimeArguments),
         prog="attn serve",
         description="Serve a translation model over HTTP: POST /translate, GET /health, GET /model, /docs.",
     )
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to `host`:`port` for uvicorn to serve on, made before the slow model load so that an address
+    this machine cannot listen on is named at once; OSError naming the flags otherwise."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except socket.gaierror as error:
+        raise OSError(f"--host {host}: not an address this machine can resolve ({error.strerror})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's own binding does
+        sock.bind(address)
+    except OSError as error:
+        sock.close()
+        raise OSError(f"--host {host} --port {port}: cannot listen there ({error.strerror})") from None
+    return sock
+
+
+def _uvicorn_server(config):
+    """uvicorn's Server, saying where it listens once started (uvicorn says so only for the sockets it binds)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+            await super().startup(sockets=sockets)
+            if self.started and sockets:
+                host, port = sockets[0].getsockname()[:2]
+                url = f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+                logging.getLogger("uvicorn.error").info("Uvicorn running on %s (Press CTRL+C to quit)", url)
+
+    return Server(config)
+
+
 def main(argv: list[str] | None = None) -> int:
     """`attn serve`: see the module docstring and `attn serve --help`."""
-    (args,) = serve_parser().parse(argv)
+    args = parse_flags(serve_parser(), argv)
     try:
         import uvicorn
 
@@ -93,9 +114,11 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     try:
+        listening = listening_socket(args.host, args.port)
         model, tokenizer = load_model(args.model, quantize_device(args.device, args.quantize))
-        info = describe_model(model, args.model, args.quantize)  # before quantizing: the float model's size
-        model = quantize(model, args.quantize)
+        quantization = args.quantize and f"{args.quantize} ({int8_engine(args.int8_engine)} kernels)"
+        info = describe_model(model, args.model, quantization)  # before quantizing: the float model's size
+        model = quantize(model, args.quantize, args.int8_engine)
     except (OSError, TranslateError) as error:
         print(f"attn serve: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2
@@ -104,8 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     # uvicorn stops accepting connections on SIGTERM / Ctrl-C and waits for the requests in flight; a second
     # signal ends at once.
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
-    server = uvicorn.Server(config)
-    server.run()
+    server = _uvicorn_server(config)
+    with listening:
+        server.run(sockets=[listening])
     return 0 if server.started else 1
 
 

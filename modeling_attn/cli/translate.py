@@ -58,7 +58,7 @@ from ..api.heatmaps import (
     save_figure,
 )
 from ..api.outputs import OutputError, check_output_file, output_file
-from ..api.quantize import QUANTIZE_CHOICES, quantize, quantize_device
+from ..api.quantize import INT8_ENGINES, QUANTIZE_CHOICES, quantize, quantize_device
 from ..api.translation import (
     SentenceTooLong,
     TranslateError,
@@ -94,6 +94,15 @@ class DecodingArguments:
         default=None,
         metadata={"help": "Longest translation in tokens (default: the model's generation_config).", "range": COUNT},
     )
+    progress: bool = field(default=True, metadata={"help": "A progress bar on stderr (--no_progress: none)."})
+
+
+@dataclass
+class RuntimeArguments:
+    """Where and how fast the model runs: flags shared by `attn translate`, `attn evaluate` and `attn serve`."""
+
+    _argument_group_name = "device and speed"
+
     device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1... (default: cuda if available)."})
     threads: int | None = field(
         default=None,
@@ -102,15 +111,24 @@ class DecodingArguments:
             "range": COUNT,
         },
     )
-    progress: bool = field(default=True, metadata={"help": "A progress bar on stderr (--no_progress: none)."})
     quantize: str | None = field(
         default=None,
         metadata={"help": "int8: dynamic int8 Linear layers, on the CPU (modeling_attn.api.quantize).",
                   "choices": list(QUANTIZE_CHOICES)},
     )  # fmt: skip
+    int8_engine: str | None = field(
+        default=None,
+        metadata={"help": "torch's int8 kernels for --quantize int8 (default: auto, onednn on a CPU with AMX, else "
+                  "torch's own).", "choices": list(INT8_ENGINES)},
+    )  # fmt: skip
 
     def __post_init__(self) -> None:
         quantize_device(self.device, self.quantize)  # a GPU with --quantize: one line, before any loading
+        if self.int8_engine is not None and self.quantize != "int8":
+            raise ValueError(
+                f"--int8_engine {self.int8_engine}: picks the kernels of --quantize int8, which is not given; "
+                "add --quantize int8 or drop --int8_engine"
+            )
 
 
 @dataclass
@@ -208,7 +226,14 @@ class AlignmentArguments:
     )  # fmt: skip
 
 
-TRANSLATE_ARGUMENTS = (TranslateArguments, DecodingArguments, SamplingArguments, PictureArguments, AlignmentArguments)
+TRANSLATE_ARGUMENTS = (
+    TranslateArguments,
+    DecodingArguments,
+    SamplingArguments,
+    RuntimeArguments,
+    PictureArguments,
+    AlignmentArguments,
+)
 
 
 def shown_defaults(parser: CommandParser) -> CommandParser:
@@ -392,7 +417,7 @@ def _translate(args: SimpleNamespace) -> int:
     model, tokenizer = load_model(
         args.model, quantize_device(args.device, args.quantize), eager=bool(pictures.templates or args.align)
     )
-    model = quantize(model, args.quantize)
+    model = quantize(model, args.quantize, args.int8_engine)
     if args.self_attention_png and not MODEL_TYPES[model.config.model_type].self_attention:
         raise TranslateError(f"--self-attention-png: {args.model} is an RNN model, with no self-attention to picture")
     overrides = generation_overrides(args)
@@ -462,6 +487,7 @@ __all__ = [
     "AlignmentArguments",
     "DecodingArguments",
     "PictureArguments",
+    "RuntimeArguments",
     "SamplingArguments",
     "TranslateArguments",
     "generation_overrides",
