@@ -247,12 +247,25 @@ def test_a_bad_request_is_refused_with_a_message_naming_the_field(client, body, 
         (b"", "application/json", 422, 'body: a JSON object such as {"text": ["..."]} is required'),
         (b'["a", "b"]', "application/json", 422, 'body: a JSON object such as {"text": ["..."]} is required'),
         (b"text=a", "text/plain", 422, 'body: a JSON object such as {"text": ["..."]} is required'),
+        (
+            '{"text": ["caf\u00e9"]}'.encode("latin-1"),
+            "application/json",
+            400,
+            "body: not UTF-8 (byte 0xe9 at offset 14); send JSON in UTF-8",
+        ),
     ],
 )
 def test_a_body_that_is_not_a_json_object_is_refused(client, content, content_type, status, message):
     response = client.post("/translate", content=content, headers={"content-type": content_type})
     assert response.status_code == status, response.text
     assert response.json()["error"].startswith(message), response.json()
+
+
+def test_the_framework_s_own_errors_come_in_the_same_shape(client):
+    assert (client.get("/nowhere").status_code, client.get("/nowhere").json()) == (404, {"error": "Not Found"})
+    response = client.get("/translate")
+    assert (response.status_code, response.json()) == (405, {"error": "Method Not Allowed"})
+    assert response.headers["allow"] == "POST"
 
 
 def test_health_model_and_openapi(client, model_dir):

@@ -67,6 +67,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
 
 from ..registry import MODEL_TYPES
@@ -443,9 +444,15 @@ async def _validation_error(request: Request, error: RequestValidationError) -> 
     return JSONResponse({"error": "; ".join(messages)}, status_code=422)
 
 
+async def _http_error(request: Request, error: StarletteHTTPException) -> JSONResponse:
+    """The framework's own errors (404, 405, a body it cannot parse) in the shape of ours: {"error": message}."""
+    return JSONResponse({"error": str(error.detail)}, status_code=error.status_code, headers=error.headers)
+
+
 class BodyLimit:
     """ASGI middleware: a request body over `limit` bytes answers 413 before the application reads it (by its
-    Content-Length, or by counting a chunked body)."""
+    Content-Length, or by counting a chunked body); a body that is not UTF-8 (JSON's encoding, RFC 8259) answers 400
+    naming the first byte that is not."""
 
     def __init__(self, app: Callable[..., Awaitable[None]], limit: int):
         self.app, self.limit = app, limit
@@ -472,6 +479,13 @@ class BodyLimit:
                 return await self._refuse(scope, receive, send, f"over {size}")
             if not message.get("more_body", False):
                 break
+
+        body = b"".join(message.get("body", b"") for message in messages)
+        try:
+            body.decode("utf-8")
+        except UnicodeDecodeError as error:
+            message = f"body: not UTF-8 (byte 0x{body[error.start]:02x} at offset {error.start}); send JSON in UTF-8"
+            return await JSONResponse({"error": message}, status_code=400)(scope, receive, send)
 
         async def replay() -> dict:
             return messages.pop(0) if messages else await receive()
@@ -561,6 +575,7 @@ def create_app(
         lifespan=lifespan,
     )
     app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
     app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
     app.state.batcher = batcher
 
