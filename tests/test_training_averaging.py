@@ -81,6 +81,20 @@ def test_checkpoints_of_different_configs_are_refused_naming_the_field(tmp_path,
     assert not (tmp_path / "avg").exists()
 
 
+def test_checkpoints_of_two_model_types_with_one_name_are_refused_naming_the_type_and_the_paths(tmp_path):
+    """A Transformer's and an RNN's checkpoint-20 (two runs): the model type is named first, with whole paths."""
+    transformer, rnn = tmp_path / "transformer" / "checkpoint-20", tmp_path / "rnn" / "checkpoint-20"
+    AutoModelForSeq2SeqLM.from_config(load_preset("tiny")).save_pretrained(transformer)
+    AutoModelForSeq2SeqLM.from_config(load_preset("rnn-tiny")).save_pretrained(rnn)
+    with pytest.raises(ValueError) as refused:
+        average_checkpoints([transformer, rnn], tmp_path / "averaged")
+    assert str(refused.value) == (
+        f"cannot average {transformer} with {rnn}: config.json field 'model_type' is 'attn_transformer' in "
+        f"{transformer}, 'attn_rnn' in {rnn} (checkpoints of different runs or models)"
+    )
+    assert not (tmp_path / "averaged").exists()
+
+
 def test_checkpoints_with_different_tokenizers_are_refused_naming_the_file(tmp_path):
     """Same config, another vocabulary (a tokenizer retrained by a later run): refused, naming the tokenizer file."""
     paths = save_checkpoints(tmp_path, 2)

@@ -45,16 +45,18 @@ def first_difference(checkpoint: str | Path, reference: str | Path) -> str | Non
         if not (folder / "config.json").is_file():
             raise ValueError(f"{folder}: no config.json; not a saved model")
     config, expected = _read_json(checkpoint / "config.json"), _read_json(reference / "config.json")
-    for key in sorted(set(config) | set(expected)):
+    # folder names, or whole paths where two runs both have a checkpoint-20
+    ours, theirs = (checkpoint.name, reference.name) if checkpoint.name != reference.name else (checkpoint, reference)
+    for key in sorted(set(config) | set(expected), key=lambda key: (key != "model_type", key)):  # the type first
         if key not in _VOLATILE_CONFIG_FIELDS and config.get(key, "<absent>") != expected.get(key, "<absent>"):
-            return (f"config.json field {key!r} is {config.get(key, '<absent>')!r} in {checkpoint.name}, "
-                    f"{expected.get(key, '<absent>')!r} in {reference.name}")  # fmt: skip
+            return (f"config.json field {key!r} is {config.get(key, '<absent>')!r} in {ours}, "
+                    f"{expected.get(key, '<absent>')!r} in {theirs}")  # fmt: skip
     for name in _TOKENIZER_FILES:
         here, there = (checkpoint / name).is_file(), (reference / name).is_file()
         if here != there:
-            return f"tokenizer file {name} is only in {(checkpoint if here else reference).name}"
+            return f"tokenizer file {name} is only in {ours if here else theirs}"
         if here and (checkpoint / name).read_bytes() != (reference / name).read_bytes():
-            return f"tokenizer file {name} differs between {checkpoint.name} and {reference.name}"
+            return f"tokenizer file {name} differs between {ours} and {theirs}"
     return None
 
 
