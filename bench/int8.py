@@ -6,9 +6,14 @@ Two parts, written to `--output` (default bench/results/int8-cpu.{json,md}):
 1. Speed, `--preset` (default `base`) with random weights, beam `--beams` (4): one untrained model, its int8 copy
    (`quantize_int8`, one copy per quantized engine of `--engines`: x86 and onednn by default; the one `--quantize
    int8` picks on this CPU, `int8_engine()`, is marked "default"), and
-   CTranslate2 exports of the same weights (`export_ctranslate2(quantization="int8")`, and "float32" for scale). Token ids are random, lengths follow Multi30k pairs (bench/common.py) and every model is
-   forced to produce the batch's longest target length (`min_new_tokens = max_new_tokens`; CTranslate2
-   `min/max_decoding_length`), as bench/speed.py does: with untrained weights where a model stops is noise. Timed
+   CTranslate2 exports of the same weights (`export_ctranslate2(quantization="int8")`, and "float32" for scale).
+   Token ids are random, lengths follow Multi30k pairs (bench/common.py) and every model produces the batch's longest
+   target length (with untrained weights where a model stops is noise), in one or both of two ways (`--lengths`):
+   `min_new_tokens` (= max_new_tokens), as bench/speed.py does, which runs transformers' MinNewTokensLength logits
+   processor: two copies and `where`s over the beams x vocabulary scores at every step, no part of a real translation
+   (20% of an int8 `base` run's CPU time in torch.profiler); and `no_eos`: the end token unset, so every hypothesis
+   runs to max_new_tokens with no processor, the same number of steps. CTranslate2 uses its
+   `min/max_decoding_length` in both (done in C++, negligible). Timed
    with 1 thread and with all threads (`--threads`), repetitions interleaved in rotating order; each number is the
    median over repetitions of target tokens / second, by wall clock and by this process's CPU time (on a machine
    shared with other jobs the CPU time is the steadier of the two; it sums the threads).
@@ -38,7 +43,7 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PAD, REPO, hf_generate, log, machine, make_batches, reference_model  # noqa: E402
+from common import PAD, REPO, generation_settings, log, machine, make_batches, reference_model  # noqa: E402
 
 from modeling_attn.api.quantize import int8_engine, quantize_int8  # noqa: E402
 
@@ -56,6 +61,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, nargs="+", help="thread counts to time (default: 1 and all)")
     parser.add_argument("--engines", nargs="+", choices=ENGINES, default=[e for e in ("x86", "onednn") if e in ENGINES],
                         help="quantized engines to measure (default: x86 and onednn, those this torch has)")  # fmt: skip
+    parser.add_argument("--lengths", nargs="+", default=["min_new_tokens", "no_eos"], choices=["min_new_tokens", "no_eos"],
+                        help="how the speed part forces lengths (both; see the docstring)")  # fmt: skip
     parser.add_argument("--parts", nargs="+", default=["speed", "quality"], choices=["speed", "quality"],
                         help="what to measure (both; quality needs --model)")  # fmt: skip
     parser.add_argument("--model", help="a trained model folder for the quality part (skipped without one)")
@@ -93,11 +100,11 @@ def speed(args: argparse.Namespace) -> dict:
     engines = {int8_name(engine): quantize_int8(model, engine=engine) for engine in args.engines}
     results = {"preset": args.preset, "parameters": model.num_parameters(), "beams": args.beams,
                "sentences": args.batch_size * args.batches, "target_tokens_per_run": tokens, "threads": {}}  # fmt: skip
-    for threads in args.threads:
+    for threads, lengths in [(threads, lengths) for threads in args.threads for lengths in args.lengths]:
         torch.set_num_threads(threads)
-        runs = {"float32": lambda m=model: _generate_ours(m, batches, args.beams)}
+        runs = {"float32": lambda m=model, how=lengths: _generate_ours(m, batches, args.beams, how)}
         for name, quantized in engines.items():
-            runs[name] = lambda m=quantized: _generate_ours(m, batches, args.beams)
+            runs[name] = lambda m=quantized, how=lengths: _generate_ours(m, batches, args.beams, how)
         for quantization in ("int8", "float32"):
             try:
                 translator = ct2_translator(model, quantization, threads)
@@ -105,9 +112,9 @@ def speed(args: argparse.Namespace) -> dict:
                 log(f"CTranslate2 not measured: {error}")
                 break
             runs[f"CTranslate2 {quantization}"] = lambda t=translator: _generate_ct2(t, batches, args.beams)
-        log(f"{threads} thread(s): timing {', '.join(runs)}")
+        log(f"{threads} thread(s), lengths by {lengths}: timing {', '.join(runs)}")
         seconds = _interleaved(runs, args.reps)
-        results["threads"][str(threads)] = {
+        results["threads"].setdefault(str(threads), {})[lengths] = {
             name: {
                 "wall_tokens_per_s": round(tokens / statistics.median(s["wall"]), 1),
                 "cpu_tokens_per_s": round(tokens / statistics.median(s["cpu"]), 1),
@@ -124,10 +131,14 @@ def int8_name(engine: str) -> str:
     return f"int8 ({engine}{', default' if engine == DEFAULT else ''})"
 
 
-def _generate_ours(model: torch.nn.Module, batches: list, beams: int) -> None:
+def _generate_ours(model: torch.nn.Module, batches: list, beams: int, lengths: str) -> None:
     with torch.inference_mode():
         for batch in batches:
-            hf_generate(model, batch, beams, max(batch.target_lengths))
+            settings = generation_settings(beams, max(batch.target_lengths))
+            if lengths == "no_eos":
+                settings.min_new_tokens = settings.eos_token_id = None
+            out = model.generate(batch.input_ids, attention_mask=batch.attention_mask, generation_config=settings)
+            assert out.shape[1] == 1 + max(batch.target_lengths), (out.shape, lengths)  # the start token + forced
 
 
 def _generate_ct2(translator, batches: list, beams: int) -> None:
@@ -217,19 +228,21 @@ def markdown(results: dict) -> str:
 def _speed_lines(speed_part: dict) -> list[str]:
     lines = [f"## Speed: `{speed_part['preset']}` preset ({speed_part['parameters'] / 1e6:.1f}M parameters, random "
              f"weights), beam {speed_part['beams']}, {speed_part['sentences']} sentences, forced lengths", "",
-             "Target tokens / second (median; wall clock and this process's CPU time).", "",
-             "| threads | model | wall tok/s | CPU tok/s | x float32 (wall) | x float32 (CPU) |",
-             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
-    for threads, runs in speed_part["threads"].items():
-        base = runs["float32"]
-        for name, run in runs.items():
-            lines.append(f"| {threads} | {name} | {run['wall_tokens_per_s']} | {run['cpu_tokens_per_s']} | "
-                         f"{run['wall_tokens_per_s'] / base['wall_tokens_per_s']:.2f} | "
-                         f"{run['cpu_tokens_per_s'] / base['cpu_tokens_per_s']:.2f} |")  # fmt: skip
-        for name in [name for name in runs if name.startswith("int8 (")] if "CTranslate2 int8" in runs else []:
-            ours, ct2 = runs[name], runs["CTranslate2 int8"]
-            wall, cpu = (ours[f"{clock}_tokens_per_s"] / ct2[f"{clock}_tokens_per_s"] for clock in ("wall", "cpu"))
-            lines.append(f"| {threads} | {name} / CTranslate2 int8 | {wall:.2f} | {cpu:.2f} | | |")
+             "Target tokens / second (median; wall clock and this process's CPU time). Lengths forced by "
+             "`min_new_tokens` (its logits processor runs at every step) or by `no_eos` (no end token, no processor).",
+             "", "| threads | lengths | model | wall tok/s | CPU tok/s | x float32 (wall) | x float32 (CPU) |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for threads, by_lengths in speed_part["threads"].items():
+        for lengths, runs in by_lengths.items():
+            base = runs["float32"]
+            for name, run in runs.items():
+                lines.append(f"| {threads} | {lengths} | {name} | {run['wall_tokens_per_s']} | "
+                             f"{run['cpu_tokens_per_s']} | {run['wall_tokens_per_s'] / base['wall_tokens_per_s']:.2f} | "
+                             f"{run['cpu_tokens_per_s'] / base['cpu_tokens_per_s']:.2f} |")  # fmt: skip
+            for name in [name for name in runs if name.startswith("int8 (")] if "CTranslate2 int8" in runs else []:
+                ours, ct2 = runs[name], runs["CTranslate2 int8"]
+                wall, cpu = (ours[f"{clock}_tokens_per_s"] / ct2[f"{clock}_tokens_per_s"] for clock in ("wall", "cpu"))
+                lines.append(f"| {threads} | {lengths} | {name} / CTranslate2 int8 | {wall:.2f} | {cpu:.2f} | | |")
     return lines
 
 
