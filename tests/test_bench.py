@@ -366,3 +366,28 @@ def test_export_speed_quick_run(tmp_path):
     assert (
         report["versions"]["onnxruntime"] and "| onnxruntime |" in (tmp_path / "export-speed-cpu-quick.md").read_text()
     )
+
+
+@pytest.mark.slow
+def test_int8_quick_run(tmp_path):
+    """bench/int8.py --quick: float32, each engine's int8 copy and CTranslate2 timed with lengths forced both ways
+    (each run checks that every output has the forced length), and the quality part on a saved model: every run
+    scored, the int8 runs' changes counted against float32."""
+    pytest.importorskip("ctranslate2")
+    from test_serve import save_model
+
+    module = bench_script("int8")
+    model = save_model(tmp_path / "model")
+    module.main(["--quick", "--model", str(model), "--max_samples", "8", "--output", str(tmp_path / "int8")])
+    results = json.loads((tmp_path / "int8.json").read_text())
+    int8_runs = [f"int8 ({engine}{', default' if engine == module.DEFAULT else ''})"
+                 for engine in ("x86", "onednn") if engine in module.ENGINES]  # fmt: skip
+    assert list(results["speed"]["threads"]["1"]) == ["min_new_tokens", "no_eos"]
+    for runs in results["speed"]["threads"]["1"].values():
+        assert list(runs) == ["float32", *int8_runs, "CTranslate2 int8", "CTranslate2 float32"]
+        assert all(run["wall_tokens_per_s"] > 0 and run["cpu_tokens_per_s"] > 0 for run in runs.values())
+    quality = results["quality"]
+    assert quality["sentences"] == 8 and list(quality["runs"]) == ["float32", *int8_runs, "CTranslate2 int8"]
+    assert quality["runs"]["float32"]["changed_vs_float32"] == 0
+    assert all(0 <= run["changed_vs_float32"] <= 8 and "bleu" in run for run in quality["runs"].values())
+    assert "| 1 | no_eos | float32 |" in (tmp_path / "int8.md").read_text()
