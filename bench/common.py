@@ -16,6 +16,7 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -395,6 +396,15 @@ def machine() -> str:
 
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+_SCRATCH: list[tempfile.TemporaryDirectory] = []
+
+
+def scratch_folder(prefix: str) -> Path:
+    """A new temporary folder, removed when the script ends (an export a runtime reads while it is timed)."""
+    _SCRATCH.append(tempfile.TemporaryDirectory(prefix=prefix))
+    return Path(_SCRATCH[-1].name)
 
 
 def step_parser(description: str, preset: str, batch_size: int) -> argparse.ArgumentParser:

@@ -34,7 +34,6 @@ import platform
 import shlex
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -43,7 +42,16 @@ import torch
 import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import PAD, REPO, generation_settings, log, machine, make_batches, reference_model  # noqa: E402
+from common import (  # noqa: E402
+    PAD,
+    REPO,
+    generation_settings,
+    log,
+    machine,
+    make_batches,
+    reference_model,
+    scratch_folder,
+)
 
 from modeling_attn.api.quantize import int8_engine, quantize_int8  # noqa: E402
 
@@ -87,7 +95,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def ct2_translator(model: torch.nn.Module, quantization: str, threads: int):
     from modeling_attn.api.export_ctranslate2 import CTranslate2Translator, export_ctranslate2
 
-    folder = Path(tempfile.mkdtemp(prefix=f"bench-int8-ct2-{quantization}-")) / "model"
+    folder = scratch_folder(f"bench-int8-ct2-{quantization}-") / "model"
     export_ctranslate2(model, folder, quantization=quantization)
     return CTranslate2Translator(folder, device="cpu", compute_type=quantization, inter_threads=1,
                                  intra_threads=threads)  # fmt: skip

@@ -41,7 +41,6 @@ import shlex
 import statistics
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -68,6 +67,7 @@ from common import (  # noqa: E402
     num_parameters,
     peak_flops,
     reference_model,
+    scratch_folder,
     training_flops,
     training_task,
 )
@@ -209,7 +209,7 @@ def register_ctranslate2(device: str) -> str | None:
         return f"not measured: {error}"
 
     def build(reference: nn.Module) -> CTranslate2Translator:
-        folder = Path(tempfile.mkdtemp(prefix="bench-ct2-")) / "model"
+        folder = scratch_folder("bench-ct2-") / "model"
         export_ctranslate2(reference, folder, quantization="float32")
         threads = dict(intra_threads=torch.get_num_threads()) if device == "cpu" else {}
         compute_type = "bfloat16" if device == "cuda" else "float32"  # as the others: bf16 autocast on GPU
