@@ -561,6 +561,21 @@ def test_the_server_binds_loopback_and_answers_as_attn_translate(served, model_d
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("engine", ["x86", "onednn"])
+def test_an_int8_server_answers_as_attn_translate_with_the_same_engine(model_dir, tmp_path, engine):
+    """`attn serve --quantize int8 --int8_engine E` (a real process) answers as `attn translate` with the same flags,
+    and GET /model names the kernels."""
+    if engine not in torch.backends.quantized.supported_engines:
+        pytest.skip(f"this torch build has no {engine} engine")
+    lines = sentences(12, seed=15)
+    flags = ("--quantize", "int8", "--int8_engine", engine)
+    with server(model_dir, *flags) as (url, _, _):
+        answer = post(url, {"text": lines}).json()["translations"]
+        assert httpx.get(f"{url}/model").json()["quantization"] == f"int8 ({engine} kernels)"
+    assert [entry["text"] for entry in answer] == attn_translate_file(model_dir, lines, tmp_path, *flags)
+
+
+@pytest.mark.slow
 def test_32_concurrent_clients_lose_no_answer_and_get_none_wrong(served, model_dir, tmp_path, capsys):
     url, _ = served
     pool = sentences(64, seed=6)
