@@ -5,7 +5,7 @@ Two parts, written to `--output` (default bench/results/int8-cpu.{json,md}):
 
 1. Speed, `--preset` (default `base`) with random weights, beam `--beams` (4): one untrained model, its int8 copy
    (`quantize_int8`, one copy per quantized engine of `--engines`: x86 and onednn by default; the one `--quantize
-   int8` picks on this CPU, `int8_engine()`, is marked "default"), and
+   int8` picks on this CPU, `int8_engine()`, is marked "default"; and `--quantize int8_rowwise`), and
    CTranslate2 exports of the same weights (`export_ctranslate2(quantization="int8")`, and "float32" for scale).
    Token ids are random, lengths follow Multi30k pairs (bench/common.py) and every model produces the batch's longest
    target length (with untrained weights where a model stops is noise), in one or both of two ways (`--lengths`):
@@ -53,10 +53,11 @@ from common import (  # noqa: E402
     scratch_folder,
 )
 
-from modeling_attn.api.quantize import int8_engine, quantize_int8  # noqa: E402
+from modeling_attn.api.quantize import int8_engine, quantize_int8, quantize_int8_rowwise  # noqa: E402
 
 ENGINES = list(torch.backends.quantized.supported_engines)
 DEFAULT = int8_engine()  # the engine of `--quantize int8` on this CPU
+ROWWISE = "int8 (rowwise)"  # `--quantize int8_rowwise`
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -106,6 +107,7 @@ def speed(args: argparse.Namespace) -> dict:
     batches = make_batches(args.batches, args.batch_size, model.config.vocab_size, seed=1, max_length=100)
     tokens = sum(batch.input_ids.shape[0] * max(batch.target_lengths) for batch in batches)
     engines = {int8_name(engine): quantize_int8(model, engine=engine) for engine in args.engines}
+    engines[ROWWISE] = quantize_int8_rowwise(model)
     results = {"preset": args.preset, "parameters": model.num_parameters(), "beams": args.beams,
                "sentences": args.batch_size * args.batches, "target_tokens_per_run": tokens, "threads": {}}  # fmt: skip
     for threads, lengths in [(threads, lengths) for threads in args.threads for lengths in args.lengths]:
@@ -192,6 +194,7 @@ def quality(args: argparse.Namespace) -> dict:
     hypotheses = {}
     candidates = [("float32", model)]
     candidates += [(int8_name(engine), quantize_int8(model, engine=engine)) for engine in args.engines]
+    candidates.append((ROWWISE, quantize_int8_rowwise(model)))
     for name, candidate in candidates:
         log(f"quality: translating {len(split.sources)} sentences with {name}")
         start = time.perf_counter()

@@ -381,7 +381,7 @@ def test_int8_quick_run(tmp_path):
     module.main(["--quick", "--model", str(model), "--max_samples", "8", "--output", str(tmp_path / "int8")])
     results = json.loads((tmp_path / "int8.json").read_text())
     int8_runs = [f"int8 ({engine}{', default' if engine == module.DEFAULT else ''})"
-                 for engine in ("x86", "onednn") if engine in module.ENGINES]  # fmt: skip
+                 for engine in ("x86", "onednn") if engine in module.ENGINES] + ["int8 (rowwise)"]  # fmt: skip
     assert list(results["speed"]["threads"]["1"]) == ["min_new_tokens", "no_eos"]
     for runs in results["speed"]["threads"]["1"].values():
         assert list(runs) == ["float32", *int8_runs, "CTranslate2 int8", "CTranslate2 float32"]

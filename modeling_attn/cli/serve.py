@@ -18,7 +18,7 @@ import socket
 import sys
 from dataclasses import dataclass, field
 
-from ..api.quantize import int8_engine, quantize, quantize_device
+from ..api.quantize import describe_quantization, quantize, quantize_device
 from ..api.translation import TranslateError, load_model
 from ..api.values import COUNT, NON_NEGATIVE, Range
 from .parser import CommandParser
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         listening = listening_socket(args.host, args.port)
         model, tokenizer = load_model(args.model, quantize_device(args.device, args.quantize))
-        quantization = args.quantize and f"{args.quantize} ({int8_engine(args.int8_engine)} kernels)"
+        quantization = describe_quantization(args.quantize, args.int8_engine)
         info = describe_model(model, args.model, quantization)  # before quantizing: the float model's size
         model = quantize(model, args.quantize, args.int8_engine)
     except (OSError, TranslateError) as error:

@@ -113,7 +113,8 @@ class RuntimeArguments:
     )
     quantize: str | None = field(
         default=None,
-        metadata={"help": "int8: dynamic int8 Linear layers, on the CPU (modeling_attn.api.quantize).",
+        metadata={"help": "int8: dynamic int8 Linear layers, on the CPU (modeling_attn.api.quantize); int8_rowwise: "
+                  "one scale per row: slower, translations (nearly) independent of the batch.",
                   "choices": list(QUANTIZE_CHOICES)},
     )  # fmt: skip
     int8_engine: str | None = field(
