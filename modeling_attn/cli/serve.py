@@ -17,12 +17,16 @@ import logging
 import socket
 import sys
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from ..api.quantize import describe_quantization, quantize, quantize_device
 from ..api.translation import TranslateError, load_model
 from ..api.values import COUNT, NON_NEGATIVE, Range
 from .parser import CommandParser
 from .translate import RuntimeArguments, parse_flags
+
+if TYPE_CHECKING:  # the `serve` extra, imported when the command runs
+    import uvicorn
 
 PORT = Range(low=0, high=65535, integer=True)
 
@@ -84,7 +88,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _uvicorn_server(config):
+def _uvicorn_server(config: uvicorn.Config) -> uvicorn.Server:
     """uvicorn's Server, saying where it listens once started (uvicorn says so only for the sockets it binds)."""
     import uvicorn
 
@@ -115,20 +119,24 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     try:
         listening = listening_socket(args.host, args.port)
-        model, tokenizer = load_model(args.model, quantize_device(args.device, args.quantize))
-        quantization = describe_quantization(args.quantize, args.int8_engine)
-        info = describe_model(model, args.model, quantization)  # before quantizing: the float model's size
-        model = quantize(model, args.quantize, args.int8_engine)
-    except (OSError, TranslateError) as error:
-        print(f"attn serve: error: {' '.join(str(error).split())}", file=sys.stderr)
+    except OSError as error:
+        print(f"attn serve: error: {error}", file=sys.stderr)
         return 2
-    limits = ServeLimits(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_body_bytes)
-    app = create_app(model, tokenizer, limits, info)
-    # uvicorn stops accepting connections on SIGTERM / Ctrl-C and waits for the requests in flight; a second
-    # signal ends at once.
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
-    server = _uvicorn_server(config)
     with listening:
+        try:
+            model, tokenizer = load_model(args.model, quantize_device(args.device, args.quantize))
+            quantization = describe_quantization(args.quantize, args.int8_engine)
+            info = describe_model(model, args.model, quantization)  # before quantizing: the float model's size
+            model = quantize(model, args.quantize, args.int8_engine)
+        except (OSError, TranslateError) as error:
+            print(f"attn serve: error: {' '.join(str(error).split())}", file=sys.stderr)
+            return 2
+        limits = ServeLimits(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_body_bytes)
+        app = create_app(model, tokenizer, limits, info)
+        # uvicorn stops accepting connections on SIGTERM / Ctrl-C and waits for the requests in flight; a second
+        # signal ends at once.
+        config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")
+        server = _uvicorn_server(config)
         server.run(sockets=[listening])
     return 0 if server.started else 1
 
