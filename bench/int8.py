@@ -19,7 +19,9 @@ Two parts, written to `--output` (default bench/results/int8-cpu.{json,md}):
    shared with other jobs the CPU time is the steadier of the two; it sums the threads).
 2. Quality, with a trained model (`--model DIR`): the test split of `--data` (default: the embedded dates task, as
    `attn evaluate` reads it) translated with the model's own decoding in float32, int8 and CTranslate2 int8;
-   sacreBLEU and chrF of each, how many translations int8 changes, and the wall time of each run.
+   sacreBLEU and chrF of each, how many translations int8 changes, and the wall time of each run; then the first
+   `--alone` sentences translated one at a time: how many translations differ from the batched ones (a per-tensor
+   input scale spans the batch, docs/serve.md).
 
     python bench/int8.py --model outputs/dates                          # dates task, base preset speed
     python bench/int8.py --model outputs/m30k-en-de --data ../shared/data/multi30k --source_lang en --target_lang de
@@ -75,6 +77,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--parts", nargs="+", default=["speed", "quality"], choices=["speed", "quality"],
                         help="what to measure (both; quality needs --model)")  # fmt: skip
     parser.add_argument("--model", help="a trained model folder for the quality part (skipped without one)")
+    parser.add_argument("--alone", type=int, default=160,
+                        help="quality part: also translate the first N test sentences one at a time, counting the "
+                        "translations that differ from the batched ones (160)")  # fmt: skip
     parser.add_argument("--data", help="test data as attn evaluate reads it (default: the embedded dates task)")
     parser.add_argument("--source_lang")
     parser.add_argument("--target_lang")
@@ -195,11 +200,17 @@ def quality(args: argparse.Namespace) -> dict:
     candidates = [("float32", model)]
     candidates += [(int8_name(engine), quantize_int8(model, engine=engine)) for engine in args.engines]
     candidates.append((ROWWISE, quantize_int8_rowwise(model)))
+    alone = min(args.alone, len(split.sources))
+    results["alone"] = alone
     for name, candidate in candidates:
-        log(f"quality: translating {len(split.sources)} sentences with {name}")
+        log(f"quality: translating {len(split.sources)} sentences with {name}, then the first {alone} one at a time")
         start = time.perf_counter()
         scores, hypotheses[name] = evaluate(candidate, tokenizer, split.sources, split.references, batch_size=32)
         results["runs"][name] = {**_scores(scores), "seconds": round(time.perf_counter() - start, 2)}
+        _, one_by_one = evaluate(candidate, tokenizer, split.sources[:alone], split.references[:alone], batch_size=1)
+        results["runs"][name]["changed_alone"] = sum(
+            a != b for a, b in zip(one_by_one, hypotheses[name], strict=False)
+        )
     if model.config.model_type == "attn_transformer":
         translator = ct2_translator(model, "int8", args.quality_threads)
         translator._tokenizer = tokenizer
@@ -209,7 +220,13 @@ def quality(args: argparse.Namespace) -> dict:
             found += translator.translate(split.sources[first : first + 32])
         seconds = time.perf_counter() - start
         scores = translation_scores(found, split.references, lowercase=writes_lowercase(tokenizer))
-        results["runs"]["CTranslate2 int8"] = {**_scores(scores), "seconds": round(seconds, 2)}
+        one_by_one = [translator.translate([source])[0] for source in split.sources[:alone]]
+        changed_alone = sum(a != b for a, b in zip(one_by_one, found, strict=False))
+        results["runs"]["CTranslate2 int8"] = {
+            **_scores(scores),
+            "seconds": round(seconds, 2),
+            "changed_alone": changed_alone,
+        }
         hypotheses["CTranslate2 int8"] = found
     float_hypotheses = hypotheses["float32"]
     for name, found in hypotheses.items():
@@ -258,12 +275,15 @@ def _speed_lines(speed_part: dict) -> list[str]:
 
 
 def _quality_lines(part: dict) -> list[str]:
+    alone = part.get("alone", 0)
     lines = ["", f"## Quality: {part.get('data')} ({part.get('split')}, {part['sentences']} sentences), "
-             f"model {part['model']}", "", "| run | BLEU | chrF | translations changed vs float32 | seconds |",
-             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+             f"model {part['model']}", "", f"Batches of 32; the last column: of the first {alone} sentences, the "
+             "translations that differ when each is translated alone.", "",
+             "| run | BLEU | chrF | translations changed vs float32 | seconds | changed alone |",
+             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     for name, run in part["runs"].items():
         lines.append(f"| {name} | {run['bleu']} | {run.get('chrf')} | {run['changed_vs_float32']} | "
-                     f"{run['seconds']} |")  # fmt: skip
+                     f"{run['seconds']} | {run.get('changed_alone')} |")  # fmt: skip
     return lines
 
 

@@ -390,4 +390,6 @@ def test_int8_quick_run(tmp_path):
     assert quality["sentences"] == 8 and list(quality["runs"]) == ["float32", *int8_runs, "CTranslate2 int8"]
     assert quality["runs"]["float32"]["changed_vs_float32"] == 0
     assert all(0 <= run["changed_vs_float32"] <= 8 and "bleu" in run for run in quality["runs"].values())
+    assert quality["alone"] == 8 and all(0 <= run["changed_alone"] <= 8 for run in quality["runs"].values())
+    assert quality["runs"]["float32"]["changed_alone"] == 0  # float32 is the same in any batch
     assert "| 1 | no_eos | float32 |" in (tmp_path / "int8.md").read_text()
