@@ -14,8 +14,8 @@ quantized at run time with its own (symmetric, max|x| / 127), then multiplied by
 exact int32 sums). A row's output then depends on that row alone, as in CTranslate2's int8; with per-tensor scales
 (`int8`) the input scale covers every sentence and padded position of the generate() call, so a translation can
 change with its batch. What is left is float32's own batch noise (~1e-8), which a rounding step can enlarge: of 160
-Multi30k sentences translated in batches of 32 and alone, 1 differed with `int8_rowwise`, 26 with `int8` (`x86`), 30
-(`onednn`), 0 in float32 (docs/serve.md). It is slower than `int8` (the `base` preset at beam 4, one thread: 1.56x
+Multi30k sentences translated in batches of 32 and alone, 2 differed with `int8_rowwise`, 30 with `int8` (`x86`), 29
+(`onednn`), 0 in float32 (docs/serve.md). It also changes fewer translations (69 of 1,000 against 169-179). It is slower than `int8` (the `base` preset at beam 4, one thread: 1.56x
 float32 against 1.72x for `x86` and 1.99x for `onednn`).
 
 Which API: torch 2.13 marks `torch.ao.quantization` deprecated (its warning still says "will be removed in 2.10")
