@@ -15,8 +15,8 @@ exact int32 sums). A row's output then depends on that row alone, as in CTransla
 (`int8`) the input scale covers every sentence and padded position of the generate() call, so a translation can
 change with its batch. What is left is float32's own batch noise (~1e-8), which a rounding step can enlarge: of 160
 Multi30k sentences translated in batches of 32 and alone, 2 differed with `int8_rowwise`, 30 with `int8` (`x86`), 29
-(`onednn`), 0 in float32 (docs/serve.md). It also changes fewer translations (69 of 1,000 against 169-179). It is slower than `int8` (the `base` preset at beam 4, one thread: 1.56x
-float32 against 1.72x for `x86` and 1.99x for `onednn`).
+(`onednn`), 0 in float32 (docs/serve.md). It also changes fewer translations (69 of 1,000 against 169-179). It is slower than `int8` (the `base` preset at beam 4, one thread: 1.59x
+float32 against 1.68x for `x86` and 1.99x for `onednn`).
 
 Which API: torch 2.13 marks `torch.ao.quantization` deprecated (its warning still says "will be removed in 2.10")
 and points to torchao's `quantize_`. On the CPU that replacement is slower than float32 without `torch.compile`:
@@ -29,7 +29,7 @@ Kernels: `engine` picks torch's quantized engine whose kernels the int8 weights 
 keep it; torch's process-wide setting is restored afterwards). The default, "auto" (`int8_engine`), is `onednn` on a
 CPU with AMX int8 tiles when this torch has it, and torch's own engine (`x86`: fbgemm kernels) otherwise. Why: on a
 2-core Xeon with AMX and AVX-512 VNNI, oneDNN ran the int8 matrix products on AMX (`ONEDNN_VERBOSE=1`:
-`brg_matmul:avx10_1_512_amx`); int8 was 1.85-2.04x float32 with onednn against 1.63-1.65x with `x86` on the `base`
+`brg_matmul:avx10_1_512_amx`); int8 was 1.80-2.04x float32 with onednn against 1.63-1.71x with `x86` on the `base`
 preset at beam 4 (one thread), within a few percent of it on the d_model 128 models, slower on toy sizes where int8
 does not pay at all (docs/serve.md, bench/results/int8-cpu.md). Without AMX no measurement favours onednn, so
 torch's default stays. Both engines quantize inputs to 7 bits (tests/test_quantize.py writes their arithmetic out).
