@@ -287,9 +287,15 @@ def bertviz_data(attention: TranslationAttention) -> dict[str, Any]:
     return data
 
 
+def bertviz_json(attention: TranslationAttention) -> str:
+    """`bertviz_data(attention)` as one line of JSON (ASCII), as `save_bertviz_json` and `attn translate
+    --attention_json` write it."""
+    return json.dumps(bertviz_data(attention)) + "\n"
+
+
 def save_bertviz_json(attention: TranslationAttention, path: str | Path) -> Path:
-    """Write `bertviz_data(attention)` as JSON to `path`."""
-    Path(path).write_text(json.dumps(bertviz_data(attention)) + "\n")
+    """Write `bertviz_json(attention)` to `path`."""
+    Path(path).write_text(bertviz_json(attention), encoding="utf-8")
     return Path(path)
 
 
@@ -297,6 +303,7 @@ __all__ = [
     "TranslationAttention",
     "attention_from_generate",
     "bertviz_data",
+    "bertviz_json",
     "picture_formats",
     "plot_alignment",
     "plot_self_attention",

@@ -449,7 +449,7 @@ async def _http_error(request: Request, error: StarletteHTTPException) -> JSONRe
     return JSONResponse({"error": str(error.detail)}, status_code=error.status_code, headers=error.headers)
 
 
-class BodyLimit:
+class BodyChecks:
     """ASGI middleware: a request body over `limit` bytes answers 413 before the application reads it (by its
     Content-Length, or by counting a chunked body); a body that is not UTF-8 (JSON's encoding, RFC 8259) answers 400
     naming the first byte that is not."""
@@ -576,7 +576,7 @@ def create_app(
     )
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_middleware(BodyLimit, limit=limits.max_body_bytes)
+    app.add_middleware(BodyChecks, limit=limits.max_body_bytes)
     app.state.batcher = batcher
 
     @app.post("/translate", response_model=TranslateResponse, response_model_exclude_unset=True)

@@ -33,7 +33,6 @@ refused, never cut silently).
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import sys
 from collections.abc import Iterable, Iterator
@@ -50,7 +49,7 @@ from ..api.heatmaps import (
     ALIGNMENT_MODES,
     STACKS,
     TranslationAttention,
-    bertviz_data,
+    bertviz_json,
     figure_class,
     picture_formats,
     plot_alignment,
@@ -366,7 +365,7 @@ class Pictures:
         for flag, path, stack in self.files(number, first):
             with output_file(path, inputs, self.args.overwrite, f"--{flag}", binary=True) as handle:
                 if flag == "attention_json":
-                    handle.write((json.dumps(bertviz_data(attention)) + "\n").encode("utf-8"))
+                    handle.write(bertviz_json(attention).encode("utf-8"))
                     continue
                 figure = (plot_alignment(attention, mode=self.args.attention_mode) if stack is None
                           else plot_self_attention(attention, stack))  # fmt: skip
@@ -397,7 +396,7 @@ def _check_combinations(args: SimpleNamespace) -> None:
     if args.input not in (None, "-") and not Path(args.input).is_file():
         state = "a folder" if Path(args.input).is_dir() else "no such file"
         raise TranslateError(f"--input {args.input}: {state}; give a file of sentences, one per line ('-': stdin)")
-    pictures = [flag for flag in ("attention_png", "self_attention_png", "attention_json") if getattr(args, flag)]
+    pictures = [flag for flag in PICTURE_FLAGS if getattr(args, flag)]
     if pictures and args.num_return_sequences is not None:
         raise TranslateError(f"--{pictures[0]} pictures one translation per sentence; drop --num_return_sequences")
     if args.align and args.num_return_sequences is not None:
