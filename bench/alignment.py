@@ -58,11 +58,41 @@ def parse_args() -> argparse.Namespace:
 
 def train(args: argparse.Namespace, preset: str, alignment_file: Path | None, folder: Path) -> float:
     """One `attn train` run on the embedded task; returns its wall time in seconds."""
-    command = [sys.executable, "-m", "modeling_attn.cli.main", "train", "--preset", preset, "--output_dir", str(folder),
-               "--overwrite_output_dir", "--max_steps", str(args.steps), "--max_train_samples", str(args.train_pairs),
-               "--max_tokens_per_batch", str(args.tokens_per_batch), "--seed", str(args.seed),
-               "--eval_strategy", "no", "--do_eval", "false", "--do_predict", "false", "--save_strategy", "no",
-               "--average_last_n", "1", "--report_to", "none", "--disable_tqdm", "true", "--logging_steps", "50"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "modeling_attn.cli.main",
+        "train",
+        "--preset",
+        preset,
+        "--output_dir",
+        str(folder),
+        "--overwrite_output_dir",
+        "--max_steps",
+        str(args.steps),
+        "--max_train_samples",
+        str(args.train_pairs),
+        "--max_tokens_per_batch",
+        str(args.tokens_per_batch),
+        "--seed",
+        str(args.seed),
+        "--eval_strategy",
+        "no",
+        "--do_eval",
+        "false",
+        "--do_predict",
+        "false",
+        "--save_strategy",
+        "no",
+        "--average_last_n",
+        "1",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+        "--logging_steps",
+        "50",
+    ]
     if alignment_file is not None:
         command += ["--alignment_file", str(alignment_file), "--alignment_words", "alnum"]
         if args.weight is not None:
@@ -81,8 +111,11 @@ def score(folder: Path, test, config_changes: dict | None = None) -> dict:
         setattr(model.config, name, value)
     found = align_pairs(model, tokenizer, test["source"], test["target"], words="alnum", batch_size=64)
     sure = [parse_pharaoh(line) for line in test["alignment"]]
-    return {"aer": alignment_error_rate([alignment.pairs for alignment in found], sure), "model": model,
-            "tokenizer": tokenizer}  # fmt: skip
+    return {
+        "aer": alignment_error_rate([alignment.pairs for alignment in found], sure),
+        "model": model,
+        "tokenizer": tokenizer,
+    }
 
 
 def exact_match(model, tokenizer, test) -> float:
@@ -150,8 +183,13 @@ def markdown(report: dict) -> str:
             f" | {100 * run['aer']:.1f}% | {100 * run['exact_match']:.1f}% | {run['train_seconds']:.0f} |"
         )
     if report.get("transformer_breakdown"):
-        lines += ["", "Plain Transformer, other layers and heads (no supervision):", "", "| attention | AER |",
-                  "| --- | ---: |"]  # fmt: skip
+        lines += [
+            "",
+            "Plain Transformer, other layers and heads (no supervision):",
+            "",
+            "| attention | AER |",
+            "| --- | ---: |",
+        ]
         lines += [f"| {name} | {100 * aer:.1f}% |" for name, aer in report["transformer_breakdown"].items()]
     return "\n".join(lines) + "\n"
 
@@ -164,10 +202,21 @@ def main() -> int:
     alignment_file = args.work / "train.align"
     alignment_file.write_text("\n".join(dataset["train"]["alignment"]) + "\n")
     test = dataset["test"].select(range(min(args.test_pairs, len(dataset["test"]))))
-    report = {"machine": machine(), "torch": torch.__version__, "transformers": transformers.__version__,
-              "python": platform.python_version(), "threads": args.threads, "command": shlex.join(sys.argv),
-              "steps": args.steps, "tokens_per_batch": args.tokens_per_batch, "train_pairs": args.train_pairs,
-              "test_pairs": len(test), "seed": args.seed, "weight": args.weight, "runs": []}  # fmt: skip
+    report = {
+        "machine": machine(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "threads": args.threads,
+        "command": shlex.join(sys.argv),
+        "steps": args.steps,
+        "tokens_per_batch": args.tokens_per_batch,
+        "train_pairs": args.train_pairs,
+        "test_pairs": len(test),
+        "seed": args.seed,
+        "weight": args.weight,
+        "runs": [],
+    }
     from modeling_attn.loss import GUIDED_ALIGNMENT_WEIGHT
 
     report["weight"] = args.weight if args.weight is not None else GUIDED_ALIGNMENT_WEIGHT
@@ -183,9 +232,15 @@ def main() -> int:
                 if hasattr(config, "alignment_layer")
                 else "alignment weights alpha"
             )
-            run = {"model_type": config.model_type, "preset": preset, "guided": guided, "alignment_from": source,
-                   "aer": scored["aer"], "exact_match": exact_match(scored["model"], scored["tokenizer"], test),
-                   "train_seconds": seconds}  # fmt: skip
+            run = {
+                "model_type": config.model_type,
+                "preset": preset,
+                "guided": guided,
+                "alignment_from": source,
+                "aer": scored["aer"],
+                "exact_match": exact_match(scored["model"], scored["tokenizer"], test),
+                "train_seconds": seconds,
+            }
             log(json.dumps(run))
             report["runs"].append(run)
             if not guided and hasattr(config, "alignment_layer"):

@@ -70,16 +70,35 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--batches", type=int, default=2, help="batches per timed run (2)")
     parser.add_argument("--reps", type=int, default=3, help="timed repetitions of each model (3)")
     parser.add_argument("--threads", type=int, nargs="+", help="thread counts to time (default: 1 and all)")
-    parser.add_argument("--engines", nargs="+", choices=ENGINES, default=[e for e in ("x86", "onednn") if e in ENGINES],
-                        help="quantized engines to measure (default: x86 and onednn, those this torch has)")  # fmt: skip
-    parser.add_argument("--lengths", nargs="+", default=["min_new_tokens", "no_eos"], choices=["min_new_tokens", "no_eos"],
-                        help="how the speed part forces lengths (both; see the docstring)")  # fmt: skip
-    parser.add_argument("--parts", nargs="+", default=["speed", "quality"], choices=["speed", "quality"],
-                        help="what to measure (both; quality needs --model)")  # fmt: skip
+    parser.add_argument(
+        "--engines",
+        nargs="+",
+        choices=ENGINES,
+        default=[e for e in ("x86", "onednn") if e in ENGINES],
+        help="quantized engines to measure (default: x86 and onednn, those this torch has)",
+    )
+    parser.add_argument(
+        "--lengths",
+        nargs="+",
+        default=["min_new_tokens", "no_eos"],
+        choices=["min_new_tokens", "no_eos"],
+        help="how the speed part forces lengths (both; see the docstring)",
+    )
+    parser.add_argument(
+        "--parts",
+        nargs="+",
+        default=["speed", "quality"],
+        choices=["speed", "quality"],
+        help="what to measure (both; quality needs --model)",
+    )
     parser.add_argument("--model", help="a trained model folder for the quality part (skipped without one)")
-    parser.add_argument("--alone", type=int, default=160,
-                        help="quality part: also translate the first N test sentences one at a time, counting the "
-                        "translations that differ from the batched ones (160)")  # fmt: skip
+    parser.add_argument(
+        "--alone",
+        type=int,
+        default=160,
+        help="quality part: also translate the first N test sentences one at a time, counting the "
+        "translations that differ from the batched ones (160)",
+    )
     parser.add_argument("--data", help="test data as attn evaluate reads it (default: the embedded dates task)")
     parser.add_argument("--source_lang")
     parser.add_argument("--target_lang")
@@ -103,8 +122,9 @@ def ct2_translator(model: torch.nn.Module, quantization: str, threads: int):
 
     folder = scratch_folder(f"bench-int8-ct2-{quantization}-") / "model"
     export_ctranslate2(model, folder, quantization=quantization)
-    return CTranslate2Translator(folder, device="cpu", compute_type=quantization, inter_threads=1,
-                                 intra_threads=threads)  # fmt: skip
+    return CTranslate2Translator(
+        folder, device="cpu", compute_type=quantization, inter_threads=1, intra_threads=threads
+    )
 
 
 def speed(args: argparse.Namespace) -> dict:
@@ -113,8 +133,14 @@ def speed(args: argparse.Namespace) -> dict:
     tokens = sum(batch.input_ids.shape[0] * max(batch.target_lengths) for batch in batches)
     engines = {int8_name(engine): quantize_int8(model, engine=engine) for engine in args.engines}
     engines[ROWWISE] = quantize_int8_rowwise(model)
-    results = {"preset": args.preset, "parameters": model.num_parameters(), "beams": args.beams,
-               "sentences": args.batch_size * args.batches, "target_tokens_per_run": tokens, "threads": {}}  # fmt: skip
+    results = {
+        "preset": args.preset,
+        "parameters": model.num_parameters(),
+        "beams": args.beams,
+        "sentences": args.batch_size * args.batches,
+        "target_tokens_per_run": tokens,
+        "threads": {},
+    }
     for threads, lengths in [(threads, lengths) for threads in args.threads for lengths in args.lengths]:
         torch.set_num_threads(threads)
         runs = {"float32": lambda m=model, how=lengths: _generate_ours(m, batches, args.beams, how)}
@@ -188,14 +214,29 @@ def quality(args: argparse.Namespace) -> dict:
     from modeling_attn.cli.evaluate import evaluate, load_evaluation_set
 
     torch.set_num_threads(args.quality_threads)
-    split = load_evaluation_set(SimpleNamespace(
-        hypotheses_file=None, sources_file=None, references_file=None, data=args.data, data_config=None,
-        source_lang=args.source_lang, target_lang=args.target_lang, split="test"))  # fmt: skip
+    split = load_evaluation_set(
+        SimpleNamespace(
+            hypotheses_file=None,
+            sources_file=None,
+            references_file=None,
+            data=args.data,
+            data_config=None,
+            source_lang=args.source_lang,
+            target_lang=args.target_lang,
+            split="test",
+        )
+    )
     if args.max_samples:
         split.first(args.max_samples)
     model, tokenizer = load_model(args.model, "cpu")
-    results = {"model": args.model, **split.details, "sentences": len(split.sources), "threads": args.quality_threads,
-               "generation": model.generation_config.to_diff_dict(), "runs": {}}  # fmt: skip
+    results = {
+        "model": args.model,
+        **split.details,
+        "sentences": len(split.sources),
+        "threads": args.quality_threads,
+        "generation": model.generation_config.to_diff_dict(),
+        "runs": {},
+    }
     hypotheses = {}
     candidates = [("float32", model)]
     candidates += [(int8_name(engine), quantize_int8(model, engine=engine)) for engine in args.engines]
@@ -235,17 +276,25 @@ def quality(args: argparse.Namespace) -> dict:
 
 
 def _scores(scores: dict) -> dict:
-    return {key: round(scores[key], 2) if isinstance(scores[key], float) else scores[key]
-            for key in ("bleu", "chrf", "bleu_signature") if key in scores}  # fmt: skip
+    return {
+        key: round(scores[key], 2) if isinstance(scores[key], float) else scores[key]
+        for key in ("bleu", "chrf", "bleu_signature")
+        if key in scores
+    }
 
 
 # -- report --------------------------------------------------------------------------------------------------------
 
 
 def markdown(results: dict) -> str:
-    lines = [f"# int8 on the CPU: {results['machine']}", "", f"`{results['command']}`",
-             f"torch {results['versions']['torch']}, transformers {results['versions']['transformers']}, "
-             f"ctranslate2 {results['versions']['ctranslate2']}", ""]  # fmt: skip
+    lines = [
+        f"# int8 on the CPU: {results['machine']}",
+        "",
+        f"`{results['command']}`",
+        f"torch {results['versions']['torch']}, transformers {results['versions']['transformers']}, "
+        f"ctranslate2 {results['versions']['ctranslate2']}",
+        "",
+    ]
     if results.get("speed"):
         lines += _speed_lines(results["speed"])
     if results.get("quality"):
@@ -254,19 +303,25 @@ def markdown(results: dict) -> str:
 
 
 def _speed_lines(speed_part: dict) -> list[str]:
-    lines = [f"## Speed: `{speed_part['preset']}` preset ({speed_part['parameters'] / 1e6:.1f}M parameters, random "
-             f"weights), beam {speed_part['beams']}, {speed_part['sentences']} sentences, forced lengths", "",
-             "Target tokens / second (median; wall clock and this process's CPU time). Lengths forced by "
-             "`min_new_tokens` (its logits processor runs at every step) or by `no_eos` (no end token, no processor).",
-             "", "| threads | lengths | model | wall tok/s | CPU tok/s | x float32 (wall) | x float32 (CPU) |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        f"## Speed: `{speed_part['preset']}` preset ({speed_part['parameters'] / 1e6:.1f}M parameters, random "
+        f"weights), beam {speed_part['beams']}, {speed_part['sentences']} sentences, forced lengths",
+        "",
+        "Target tokens / second (median; wall clock and this process's CPU time). Lengths forced by "
+        "`min_new_tokens` (its logits processor runs at every step) or by `no_eos` (no end token, no processor).",
+        "",
+        "| threads | lengths | model | wall tok/s | CPU tok/s | x float32 (wall) | x float32 (CPU) |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for threads, by_lengths in speed_part["threads"].items():
         for lengths, runs in by_lengths.items():
             base = runs["float32"]
             for name, run in runs.items():
-                lines.append(f"| {threads} | {lengths} | {name} | {run['wall_tokens_per_s']} | "
-                             f"{run['cpu_tokens_per_s']} | {run['wall_tokens_per_s'] / base['wall_tokens_per_s']:.2f} | "
-                             f"{run['cpu_tokens_per_s'] / base['cpu_tokens_per_s']:.2f} |")  # fmt: skip
+                lines.append(
+                    f"| {threads} | {lengths} | {name} | {run['wall_tokens_per_s']} | "
+                    f"{run['cpu_tokens_per_s']} | {run['wall_tokens_per_s'] / base['wall_tokens_per_s']:.2f} | "
+                    f"{run['cpu_tokens_per_s'] / base['cpu_tokens_per_s']:.2f} |"
+                )
             for name in [name for name in runs if name.startswith("int8 (")] if "CTranslate2 int8" in runs else []:
                 ours, ct2 = runs[name], runs["CTranslate2 int8"]
                 wall, cpu = (ours[f"{clock}_tokens_per_s"] / ct2[f"{clock}_tokens_per_s"] for clock in ("wall", "cpu"))
@@ -276,14 +331,21 @@ def _speed_lines(speed_part: dict) -> list[str]:
 
 def _quality_lines(part: dict) -> list[str]:
     alone = part.get("alone", 0)
-    lines = ["", f"## Quality: {part.get('data')} ({part.get('split')}, {part['sentences']} sentences), "
-             f"model {part['model']}", "", f"Batches of 32; the last column: of the first {alone} sentences, the "
-             "translations that differ when each is translated alone.", "",
-             "| run | BLEU | chrF | translations changed vs float32 | seconds | changed alone |",
-             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    lines = [
+        "",
+        f"## Quality: {part.get('data')} ({part.get('split')}, {part['sentences']} sentences), model {part['model']}",
+        "",
+        f"Batches of 32; the last column: of the first {alone} sentences, the "
+        "translations that differ when each is translated alone.",
+        "",
+        "| run | BLEU | chrF | translations changed vs float32 | seconds | changed alone |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for name, run in part["runs"].items():
-        lines.append(f"| {name} | {run['bleu']} | {run.get('chrf')} | {run['changed_vs_float32']} | "
-                     f"{run['seconds']} | {run.get('changed_alone')} |")  # fmt: skip
+        lines.append(
+            f"| {name} | {run['bleu']} | {run.get('chrf')} | {run['changed_vs_float32']} | "
+            f"{run['seconds']} | {run.get('changed_alone')} |"
+        )
     return lines
 
 
@@ -303,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "ctranslate2": ct2_version,
-        },  # fmt: skip
+        },
         "speed": speed(args) if "speed" in args.parts else None,
         "quality": quality(args) if args.model and "quality" in args.parts else None,
     }

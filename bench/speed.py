@@ -396,8 +396,11 @@ def bench_preset(
 
 def summary(entry: dict, *keys: str) -> str:
     """'train_tokens_per_s=1,234 mfu=0.42' for the log."""
-    return " ".join(f"{key}={entry[key]:,.3g}" if entry[key] < 10 else f"{key}={entry[key]:,.0f}" for key in keys
-                    if entry.get(key) is not None)  # fmt: skip
+    return " ".join(
+        f"{key}={entry[key]:,.3g}" if entry[key] < 10 else f"{key}={entry[key]:,.0f}"
+        for key in keys
+        if entry.get(key) is not None
+    )
 
 
 def length_sweep(reference: nn.Module, peers: list[Peer], args: argparse.Namespace) -> dict:

@@ -79,8 +79,9 @@ def check_generate_arguments(inputs: torch.Tensor | None, config: GenerationConf
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
             raise ValueError(f"generate(): {name} must be a positive integer, got {value!r}")
     penalty = kwargs.get("length_penalty", config.length_penalty)
-    if penalty is not None and (isinstance(penalty, bool) or not isinstance(penalty, int | float)
-                                or not math.isfinite(penalty)):  # fmt: skip
+    if penalty is not None and (
+        isinstance(penalty, bool) or not isinstance(penalty, int | float) or not math.isfinite(penalty)
+    ):
         raise ValueError(f"generate(): length_penalty must be a finite number, got {penalty!r}")
     encoder_outputs = kwargs.get("encoder_outputs")
     sources = {

@@ -86,8 +86,10 @@ class TranslationPipeline(Pipeline):
         if src_lang is None and tgt_lang is None and (match := TASK_WITH_LANGUAGES.fullmatch(self.task or "")):
             src_lang, tgt_lang = match["src_lang"], match["tgt_lang"]
         elif (src_lang is not None or tgt_lang is not None) and not self._takes_languages():
-            logger.warning_once(f"translation pipeline: {type(self.tokenizer).__name__} takes no languages, "
-                                "src_lang / tgt_lang have no effect (a single-pair model)")  # fmt: skip
+            logger.warning_once(
+                f"translation pipeline: {type(self.tokenizer).__name__} takes no languages, "
+                "src_lang / tgt_lang have no effect (a single-pair model)"
+            )
         if self._takes_languages():
             preprocess.update({key: value for key, value in (("src_lang", src_lang), ("tgt_lang", tgt_lang)) if value})
         if stop_sequence is not None:
@@ -179,8 +181,9 @@ def register_translation_pipeline() -> None:
     elif not ours:  # not removed by us: a native translation task again, or the table was reorganised
         raise ImportError(f"{where} expects 'translation' in transformers.pipelines.REMOVED_TASKS; it is not there")
     if registry.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
-        registry.register_pipeline("translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM,
-                                   type="text")  # fmt: skip
+        registry.register_pipeline(
+            "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"
+        )
     if not ours:
         registry.check_task = _check_task_with_pairs(registry.check_task)
     for task in ("translation", "translation_en_to_de"):  # what pipeline() will now find

@@ -43,8 +43,10 @@ def take(models: list[str], sentence: str, output: Path, step: int, prefix: str 
             if rnn:
                 picker.select_by_value(rnn[0])
                 Select(driver.find_element("id", "step-select")).select_by_value(str(step))
-                written += [path.rename(output / f"{prefix}-rnn.png")
-                            for path in screenshot_views(driver, output / f"{prefix}-model", ("rnn",))]  # fmt: skip
+                written += [
+                    path.rename(output / f"{prefix}-rnn.png")
+                    for path in screenshot_views(driver, output / f"{prefix}-model", ("rnn",))
+                ]
             errors, urls = console_errors(driver), requests(driver)
             if errors or urls != [page.as_uri()]:
                 raise RuntimeError(f"the page logged errors {errors} or requested {urls}")

@@ -9,15 +9,33 @@ import torch
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
 MARIAN_TINY = dict(
-    vocab_size=60, d_model=16, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
-    decoder_attention_heads=4, encoder_ffn_dim=32, decoder_ffn_dim=32, max_position_embeddings=64, dropout=0.0,
-    eos_token_id=0, pad_token_id=59, decoder_start_token_id=59, activation_function="swish", scale_embedding=True,
-)  # fmt: skip
+    vocab_size=60,
+    d_model=16,
+    encoder_layers=2,
+    decoder_layers=2,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=32,
+    decoder_ffn_dim=32,
+    max_position_embeddings=64,
+    dropout=0.0,
+    eos_token_id=0,
+    pad_token_id=59,
+    decoder_start_token_id=59,
+    activation_function="swish",
+    scale_embedding=True,
+)
 
 SENTENCES = [
-    "the cat sat on the mat", "a dog ran in the park", "the sun is warm today", "we like to read books",
-    "birds sing in the morning", "she walks to school", "he plays the guitar", "the river flows to the sea",
-]  # fmt: skip
+    "the cat sat on the mat",
+    "a dog ran in the park",
+    "the sun is warm today",
+    "we like to read books",
+    "birds sing in the morning",
+    "she walks to school",
+    "he plays the guitar",
+    "the river flows to the sea",
+]
 
 
 def random_marian(seed: int = 0, weight_std: float = 0.3, **overrides) -> MarianMTModel:
@@ -43,9 +61,16 @@ def marian_tokenizer(folder: Path) -> MarianTokenizer:
 
     folder.mkdir(parents=True, exist_ok=True)
     sentencepiece.SentencePieceTrainer.train(
-        sentence_iterator=iter(SENTENCES), model_prefix=str(folder / "spm"), vocab_size=40, model_type="unigram",
-        hard_vocab_limit=False, bos_id=-1, eos_id=-1, unk_id=0, minloglevel=2,
-    )  # fmt: skip
+        sentence_iterator=iter(SENTENCES),
+        model_prefix=str(folder / "spm"),
+        vocab_size=40,
+        model_type="unigram",
+        hard_vocab_limit=False,
+        bos_id=-1,
+        eos_id=-1,
+        unk_id=0,
+        minloglevel=2,
+    )
     processor = sentencepiece.SentencePieceProcessor(model_file=str(folder / "spm.model"))
     pieces = [processor.id_to_piece(i) for i in range(1, processor.get_piece_size())]  # id 0 is <unk>
     tokens = ["</s>", "<unk>", *pieces, "<pad>"]

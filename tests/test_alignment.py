@@ -98,8 +98,9 @@ def test_encode_with_spans_of_a_date(dates_tokenizer):
 def test_word_weights_by_hand():
     """Columns of a source word summed, rows of a target word averaged, special tokens left out."""
     weights = torch.tensor([[0.1, 0.1, 0.4, 0.4], [0.5, 0.1, 0.2, 0.2], [0.0, 0.6, 0.3, 0.1]])
-    merged = word_weights(weights, target_words=[0, 1, 1], source_words=[0, 0, 1, None], num_target_words=2,
-                          num_source_words=2)  # fmt: skip
+    merged = word_weights(
+        weights, target_words=[0, 1, 1], source_words=[0, 0, 1, None], num_target_words=2, num_source_words=2
+    )
     # target word 0 = row 0: [0.1 + 0.1, 0.4]; target word 1 = mean of rows 1 and 2: [(0.6 + 0.6) / 2, (0.2 + 0.3) / 2]
     torch.testing.assert_close(merged, torch.tensor([[0.2, 0.4], [0.6, 0.25]]))
     assert hard_alignment(merged) == [(1, 0), (0, 1)]
@@ -171,8 +172,14 @@ def test_forward_adds_the_guided_loss(model_type):
     by_hand = -(reference * attention.log().nan_to_num(neginf=0.0)).sum() / 6  # 6 labelled tokens
     guided = model(input_ids, attention_mask=attention_mask, labels=labels, alignment=links, alignment_weight=0.3)
     torch.testing.assert_close(guided.loss, plain.loss + 0.3 * by_hand)
-    skipped = model(input_ids, attention_mask=attention_mask, labels=labels, alignment=links, alignment_weight=0.3,
-                    skip_logits=True)  # fmt: skip
+    skipped = model(
+        input_ids,
+        attention_mask=attention_mask,
+        labels=labels,
+        alignment=links,
+        alignment_weight=0.3,
+        skip_logits=True,
+    )
     torch.testing.assert_close(skipped.loss, guided.loss)
     guided.loss.backward()
     assert all(parameter.grad is not None for parameter in model.parameters() if parameter.requires_grad)
@@ -199,10 +206,12 @@ def test_config_alignment_fields():
     assert AttnTransformerConfig().alignment_layer == 4  # the paper's 6 decoder layers: the penultimate (Garg et al.)
     assert AttnTransformerConfig(decoder_layers=1).alignment_layer == 0
     assert AttnTransformerConfig(decoder_layers=3).alignment_heads == 0
-    for bad, message in [(dict(alignment_layer=6), "alignment_layer must be a decoder layer index"),
-                         (dict(alignment_layer=-7), "alignment_layer must be a decoder layer index"),
-                         (dict(alignment_heads=9), "alignment_heads must be 0"),
-                         (dict(alignment_heads=-1), "alignment_heads must be 0")]:  # fmt: skip
+    for bad, message in [
+        (dict(alignment_layer=6), "alignment_layer must be a decoder layer index"),
+        (dict(alignment_layer=-7), "alignment_layer must be a decoder layer index"),
+        (dict(alignment_heads=9), "alignment_heads must be 0"),
+        (dict(alignment_heads=-1), "alignment_heads must be 0"),
+    ]:
         with pytest.raises(Exception, match=message):
             AttnTransformerConfig(**bad)
 
@@ -236,8 +245,9 @@ def test_collator_builds_the_link_matrix(dates_tokenizer):
     expected[0, 0, 1] = expected[0, 1, 0] = 1
     torch.testing.assert_close(batch["alignment"], expected)
     assert batch["alignment_weight"] == 0.25 and batch["labels"].shape == (2, 3)
-    plain = GuidedAlignmentCollator(DataCollatorForSeq2Seq(dates_tokenizer), 0.25)([{"input_ids": [5, 2],
-                                    "attention_mask": [1, 1], "labels": [7, 2]}])  # fmt: skip
+    plain = GuidedAlignmentCollator(DataCollatorForSeq2Seq(dates_tokenizer), 0.25)(
+        [{"input_ids": [5, 2], "attention_mask": [1, 1], "labels": [7, 2]}]
+    )
     assert "alignment" not in plain and "alignment_weight" not in plain
 
 
@@ -246,11 +256,13 @@ def test_read_alignment_file_names_file_and_line(tmp_path):
     path = tmp_path / "train.align"
     path.write_text("0-2 1-1 2-0\n\n")
     assert read_alignment_file(path, sources, targets, "alnum") == [[(0, 2), (1, 1), (2, 0)], []]
-    cases = {"0-2 1-1 2-0\n0-0\n1-0\n": "train.align:3: more alignment lines than the 2 training pairs",
-             "0-2\n": "1 alignment lines for 2 training pairs",
-             "0-2\n0:0\n": "train.align:2: '0:0' is not a Pharaoh pair",
-             "0-3\n0-0\n": "train.align:1: link 0-3 is outside training pair 1, which has 3 source and 3 target",
-             "0-0\n2-0\n": "train.align:2: link 2-0 is outside training pair 2"}  # fmt: skip
+    cases = {
+        "0-2 1-1 2-0\n0-0\n1-0\n": "train.align:3: more alignment lines than the 2 training pairs",
+        "0-2\n": "1 alignment lines for 2 training pairs",
+        "0-2\n0:0\n": "train.align:2: '0:0' is not a Pharaoh pair",
+        "0-3\n0-0\n": "train.align:1: link 0-3 is outside training pair 1, which has 3 source and 3 target",
+        "0-0\n2-0\n": "train.align:2: link 2-0 is outside training pair 2",
+    }
     for text, message in cases.items():
         path.write_text(text)
         with pytest.raises(DataError, match=re.escape(message)):
@@ -294,8 +306,10 @@ def test_dates_pairs_unchanged_and_true_alignments_join_the_same_field():
 
 def _models(dates_tokenizer):
     vocab = len(dates_tokenizer)
-    return {"attn_transformer": tiny_model(vocab_size=vocab, decoder_layers=3, dropout=0.0),
-            "attn_rnn": spread_tiny_rnn(vocab_size=vocab)}  # fmt: skip
+    return {
+        "attn_transformer": tiny_model(vocab_size=vocab, decoder_layers=3, dropout=0.0),
+        "attn_rnn": spread_tiny_rnn(vocab_size=vocab),
+    }
 
 
 @pytest.mark.parametrize("model_type", ["attn_transformer", "attn_rnn"])
@@ -305,8 +319,9 @@ def test_translation_alignment_equals_teacher_forced(dates_tokenizer, model_type
     recorded step by step, beams followed back, equals one forward pass over the chosen hypothesis)."""
     model = _models(dates_tokenizer)[model_type]
     sentences = ["3 March 1987", "", "Tuesday, March 3rd, 1987", "12/1/2001"]
-    aligned = translate_aligned(model, dates_tokenizer, sentences, words="alnum", num_beams=num_beams,
-                                max_new_tokens=7)  # fmt: skip
+    aligned = translate_aligned(
+        model, dates_tokenizer, sentences, words="alnum", num_beams=num_beams, max_new_tokens=7
+    )
     assert aligned[1].text == "" and aligned[1].alignment.pairs == [] and aligned[1].attention is None
     for sentence, result in zip(sentences, aligned, strict=True):
         if not sentence:
@@ -319,8 +334,12 @@ def test_translation_alignment_equals_teacher_forced(dates_tokenizer, model_type
         weights = alignment_attention(outputs.cross_attentions, model.config)[0]
         from modeling_attn.api.alignment import decoded_spans
 
-        expected = word_alignment(weights, (sentence, source_spans),
-                                  (result.text, decoded_spans(dates_tokenizer, target_ids, result.text)), "alnum")  # fmt: skip
+        expected = word_alignment(
+            weights,
+            (sentence, source_spans),
+            (result.text, decoded_spans(dates_tokenizer, target_ids, result.text)),
+            "alnum",
+        )
         assert result.text == dates_tokenizer.decode(target_ids, skip_special_tokens=True)
         torch.testing.assert_close(result.alignment.weights, expected.weights, rtol=1e-4, atol=1e-5)
         assert result.alignment.pairs == expected.pairs
@@ -349,20 +368,33 @@ def test_cli_align(dates_tokenizer, tmp_path, capsys):
     (tmp_path / "in.txt").write_text("\n".join(sentences) + "\n")
     loaded = type(model).from_pretrained(tmp_path / "model", attn_implementation="eager").eval()
     expected = translate_aligned(loaded, dates_tokenizer, sentences, words="alnum")
-    common = ["translate", "--model", str(tmp_path / "model"), "--input", str(tmp_path / "in.txt"), "--no_progress",
-              "--align_words", "alnum"]  # fmt: skip
+    common = [
+        "translate",
+        "--model",
+        str(tmp_path / "model"),
+        "--input",
+        str(tmp_path / "in.txt"),
+        "--no_progress",
+        "--align_words",
+        "alnum",
+    ]
     assert cli([*common, "--align"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines == [f"{item.text} ||| {item.alignment.pharaoh()}" for item in expected]
-    assert lines[1] == " ||| " and all(re.fullmatch(r"\d+-\d+( \d+-\d+)*", line.split(" ||| ")[1]) for line in
-                                       (lines[0], lines[2]))  # fmt: skip
+    assert lines[1] == " ||| " and all(
+        re.fullmatch(r"\d+-\d+( \d+-\d+)*", line.split(" ||| ")[1]) for line in (lines[0], lines[2])
+    )
     assert cli([*common, "--align", "soft"]) == 0
     soft = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [record["translation"] for record in soft] == [item.text for item in expected]
     for record, item in zip(soft, expected, strict=True):
         assert record["source_words"] == item.alignment.source_words
-        torch.testing.assert_close(torch.tensor(record["weights"]).reshape(item.alignment.weights.shape),
-                                   item.alignment.weights, atol=1e-5, rtol=0)  # fmt: skip
+        torch.testing.assert_close(
+            torch.tensor(record["weights"]).reshape(item.alignment.weights.shape),
+            item.alignment.weights,
+            atol=1e-5,
+            rtol=0,
+        )
         assert json.loads(aligned_line(item, "soft")) == record
     assert cli([*common, "--align", "--num_return_sequences", "2", "--num_beams", "2"]) == 2
     assert "--align aligns one translation per sentence" in capsys.readouterr().err
@@ -383,10 +415,33 @@ def test_guided_training_lowers_aer_on_dates(tmp_path):
     rates = {}
     for guided in (False, True):
         folder = tmp_path / ("guided" if guided else "plain")
-        flags = ["train", "--preset", "small", "--output_dir", str(folder), "--max_steps", "150",
-                 "--max_train_samples", "4000", "--max_tokens_per_batch", "1024", "--eval_strategy", "no",
-                 "--do_eval", "false", "--do_predict", "false", "--save_strategy", "no", "--average_last_n", "1",
-                 "--report_to", "none", "--disable_tqdm", "true"]  # fmt: skip
+        flags = [
+            "train",
+            "--preset",
+            "small",
+            "--output_dir",
+            str(folder),
+            "--max_steps",
+            "150",
+            "--max_train_samples",
+            "4000",
+            "--max_tokens_per_batch",
+            "1024",
+            "--eval_strategy",
+            "no",
+            "--do_eval",
+            "false",
+            "--do_predict",
+            "false",
+            "--save_strategy",
+            "no",
+            "--average_last_n",
+            "1",
+            "--report_to",
+            "none",
+            "--disable_tqdm",
+            "true",
+        ]
         if guided:
             flags += ["--alignment_file", str(tmp_path / "train.align"), "--alignment_words", "alnum"]
         assert cli(flags) == 0
@@ -458,15 +513,21 @@ def test_converted_marian_keeps_marians_alignment_setting(tmp_path):
     model = marian_to_attn(marian).eval()
     assert (model.config.alignment_layer, model.config.alignment_heads) == (-1, 1)
     model.set_attn_implementation("eager")
-    for result, sentence in zip(translate_aligned(model, tokenizer, SENTENCES[:3], num_beams=1, max_new_tokens=6),
-                                SENTENCES[:3], strict=True):  # fmt: skip
+    for result, sentence in zip(
+        translate_aligned(model, tokenizer, SENTENCES[:3], num_beams=1, max_new_tokens=6), SENTENCES[:3], strict=True
+    ):
         assert result.alignment.source_words == sentence.split()
         source_words = _sentencepiece_words(tokenizer.convert_ids_to_tokens(tokenizer(sentence)["input_ids"]))
         target_words = _sentencepiece_words(result.attention.target_tokens)
         weights = selected_attention(result.attention, model.config)
         torch.testing.assert_close(weights, result.attention.cross_attention[-1, 0])  # the last layer's first head
-        expected = word_weights(weights, target_words, source_words, max(w for w in target_words if w is not None) + 1,
-                                len(sentence.split()))  # fmt: skip
+        expected = word_weights(
+            weights,
+            target_words,
+            source_words,
+            max(w for w in target_words if w is not None) + 1,
+            len(sentence.split()),
+        )
         torch.testing.assert_close(result.alignment.weights, expected)
 
 
@@ -474,6 +535,8 @@ def test_card_names_the_alignment_attention():
     from modeling_attn.api.hub import model_card
 
     card = str(model_card(tiny_model(decoder_layers=3, alignment_layer=1, alignment_heads=1), "user/model"))
-    assert "Word alignments (`attn translate --align`): the cross-attention of decoder layer 2 of 3, the mean of its " \
-           "first 1 head(s)" in card  # fmt: skip
+    assert (
+        "Word alignments (`attn translate --align`): the cross-attention of decoder layer 2 of 3, the mean of its "
+        "first 1 head(s)" in card
+    )
     assert "the RNN's alignment weights alpha" in str(model_card(spread_tiny_rnn(), "user/model"))

@@ -77,9 +77,15 @@ def test_compact_beam_search_equals_transformers_beam_search(model_type, lengths
             lambda module, args, kwargs: decoder_rows.append(kwargs["decoder_input_ids"].shape[0]), with_kwargs=True
         )
         for num_beams, length_penalty, early_stopping in itertools.product(*SEARCH):
-            settings = dict(input_ids=input_ids, attention_mask=attention_mask, num_beams=num_beams,
-                            length_penalty=length_penalty, early_stopping=early_stopping,
-                            num_return_sequences=min(2, num_beams), **limit)  # fmt: skip
+            settings = dict(
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                num_beams=num_beams,
+                length_penalty=length_penalty,
+                early_stopping=early_stopping,
+                num_return_sequences=min(2, num_beams),
+                **limit,
+            )
             with torch.no_grad():
                 ours = model.generate(**settings)
                 ours_calls = len(decoder_rows)
@@ -97,8 +103,14 @@ def test_repetition_penalty_with_a_prompt_length_per_row_goes_to_transformers(mo
     processor cannot follow rows that leave, so the call runs transformers' beam search (it used to fail)."""
     model = eos_prone_transformer(0)
     input_ids, attention_mask, _ = padded_batch(batch=6, source_length=9)
-    settings = dict(input_ids=input_ids, attention_mask=attention_mask, decoder_attention_mask=torch.ones(6, 1),
-                    num_beams=2, max_length_over_source=2, repetition_penalty=1.3)  # fmt: skip
+    settings = dict(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        decoder_attention_mask=torch.ones(6, 1),
+        num_beams=2,
+        max_length_over_source=2,
+        repetition_penalty=1.3,
+    )
     with torch.no_grad():
         ours = model.generate(**settings)
         assert torch.equal(ours, transformers_generate(model, monkeypatch, **settings))
@@ -152,7 +164,10 @@ def test_only_caches_whose_rows_can_leave_are_shrunk():
     assert rows_can_leave(EncoderDecoderCache(DynamicCache(), DynamicCache())) and rows_can_leave(AttnRNNCache())
     assert not rows_can_leave(static) and not rows_can_leave(EncoderDecoderCache(DynamicCache(), static))
     refusal = eos_prone_transformer(0)._compact_beam_search_refusal(
-        LogitsProcessorList(), StoppingCriteriaList(), GenerationConfig(num_beams=2), False,
+        LogitsProcessorList(),
+        StoppingCriteriaList(),
+        GenerationConfig(num_beams=2),
+        False,
         {CACHE_FIELD: EncoderDecoderCache(static, DynamicCache()), "use_cache": True},
-    )  # fmt: skip
+    )
     assert refusal == "a cache that cannot drop rows (static or quantized layers)"

@@ -118,9 +118,17 @@ def test_each_part_is_saved_as_it_is_measured(speed):
     """A run cut short (a time limit on a lent GPU) keeps the parts it measured: `save` sees each as it comes."""
     args = speed.parse_args(["--quick", "--parts", "train", "generate"])
     snapshots = []
-    speed.bench_preset("tiny", args, ["attn_transformer", "MarianMTModel (sdpa)"], lambda r: snapshots.append(
-        {name: sorted(key for key in entry if key.endswith(("tokens_per_s", "ms_per_sentence")))
-         for name, entry in r["models"].items()}))  # fmt: skip
+    speed.bench_preset(
+        "tiny",
+        args,
+        ["attn_transformer", "MarianMTModel (sdpa)"],
+        lambda r: snapshots.append(
+            {
+                name: sorted(key for key in entry if key.endswith(("tokens_per_s", "ms_per_sentence")))
+                for name, entry in r["models"].items()
+            }
+        ),
+    )
     # training, then greedy batch, greedy single, beam-4 batch (the quick run skips beam-4 single sentences)
     assert len(snapshots) == 4
     assert snapshots[0]["attn_transformer"] == ["train_tokens_per_s"]
@@ -380,8 +388,11 @@ def test_int8_quick_run(tmp_path):
     model = save_model(tmp_path / "model")
     module.main(["--quick", "--model", str(model), "--max_samples", "8", "--output", str(tmp_path / "int8")])
     results = json.loads((tmp_path / "int8.json").read_text())
-    int8_runs = [f"int8 ({engine}{', default' if engine == module.DEFAULT else ''})"
-                 for engine in ("x86", "onednn") if engine in module.ENGINES] + ["int8 (rowwise)"]  # fmt: skip
+    int8_runs = [
+        f"int8 ({engine}{', default' if engine == module.DEFAULT else ''})"
+        for engine in ("x86", "onednn")
+        if engine in module.ENGINES
+    ] + ["int8 (rowwise)"]
     assert list(results["speed"]["threads"]["1"]) == ["min_new_tokens", "no_eos"]
     for runs in results["speed"]["threads"]["1"].values():
         assert list(runs) == ["float32", *int8_runs, "CTranslate2 int8", "CTranslate2 float32"]

@@ -103,8 +103,23 @@ def test_attn_train_segments_anew_each_epoch_and_saves_the_ordinary_tokenizer(tm
     output_dir = tmp_path / "out"
     caplog.set_level(logging.DEBUG, logger="modeling_attn.training.bpe_dropout")
     # 120 pairs in 200-token batches: 9 batches an epoch, so 20 steps reach a third epoch.
-    assert main(["--output_dir", str(output_dir), *TINY, *QUIET, "--max_steps", "20", "--save_strategy", "no",
-                 "--bpe_dropout", "0.1"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "--output_dir",
+                str(output_dir),
+                *TINY,
+                *QUIET,
+                "--max_steps",
+                "20",
+                "--save_strategy",
+                "no",
+                "--bpe_dropout",
+                "0.1",
+            ]
+        )
+        == 0
+    )
     # Trainer reached the sampler's set_epoch: epochs 1 and 2 were segmented anew.
     assert re.findall(r"epoch (\d+): a new BPE-dropout segmentation", caplog.text) == ["1", "2"]
     saved = json.loads((output_dir / "tokenizer.json").read_text())
@@ -117,14 +132,19 @@ def test_attn_train_segments_anew_each_epoch_and_saves_the_ordinary_tokenizer(tm
     ("flags", "message"),
     [
         (["--bpe_dropout", "0.1", "--max_tokens_per_batch", "0"], "--bpe_dropout needs token batches"),
-        (["--bpe_dropout", "0.1", "--dataloader_num_workers", "1"], "needs one training process and "
-                                                                   "--dataloader_num_workers 0"),
+        (
+            ["--bpe_dropout", "0.1", "--dataloader_num_workers", "1"],
+            "needs one training process and --dataloader_num_workers 0",
+        ),
         # a batch must hold any segmentation a pair can get, down to its characters
-        (["--bpe_dropout", "0.1", "--max_tokens_per_batch", "20"], r"--max_tokens_per_batch 20 cannot hold training "
-                                                                   r"pair \d+ \(\d+ source / \d+ target tokens, with "
-                                                                   "every BPE merge skipped\\)"),
+        (
+            ["--bpe_dropout", "0.1", "--max_tokens_per_batch", "20"],
+            r"--max_tokens_per_batch 20 cannot hold training "
+            r"pair \d+ \(\d+ source / \d+ target tokens, with "
+            "every BPE merge skipped\\)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_bpe_dropout_use_names_the_flag(tmp_path: Path, flags, message):
     with pytest.raises(ValueError, match=message):
         main(["--output_dir", str(tmp_path / "out"), *TINY, *QUIET, "--max_steps", "2", *flags])
@@ -140,9 +160,25 @@ def test_a_bpe_dropout_outside_0_1_is_refused_by_the_parser_naming_the_flag(tmp_
 
 @pytest.mark.slow  # two real processes (torchrun, gloo)
 def test_two_training_processes_are_refused_with_the_reason(tmp_path):
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-              "-m", "modeling_attn.training", "--output_dir", str(tmp_path / "out"), *TINY, *QUIET, "--max_steps", "2",
-              "--bpe_dropout", "0.1"]  # fmt: skip
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "modeling_attn.training",
+        "--output_dir",
+        str(tmp_path / "out"),
+        *TINY,
+        *QUIET,
+        "--max_steps",
+        "2",
+        "--bpe_dropout",
+        "0.1",
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(launch, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0

@@ -85,8 +85,23 @@ def test_a_user_error_is_one_line_with_exit_status_2(argv, expected, capsys):
 
 
 def test_values_in_their_declared_ranges_pass_and_a_flags_file_is_checked_alike(tmp_path, capsys):
-    (flags,) = parser().parse(["--model", "m", "--batch_size", "1", "--dropout", "0", "--penalty", "-2.5",
-                               "--sizes", "1", "7", "--seed", "-9"])  # fmt: skip
+    (flags,) = parser().parse(
+        [
+            "--model",
+            "m",
+            "--batch_size",
+            "1",
+            "--dropout",
+            "0",
+            "--penalty",
+            "-2.5",
+            "--sizes",
+            "1",
+            "7",
+            "--seed",
+            "-9",
+        ]
+    )
     assert flags == Flags(model="m", batch_size=1, dropout=0.0, penalty=-2.5, sizes=[1, 7], seed=-9)
     path = tmp_path / "flags.yaml"
     path.write_text("model: m\ndropout: 2\n")
@@ -100,13 +115,17 @@ def test_declare_ranges_covers_flags_of_a_dataclass_that_is_not_ours(capsys):
     trainer_parser = CommandParser(Seq2SeqTrainingArguments, prog="attn demo")
     trainer_parser.declare_ranges(TRAINER_RANGES)
     for argv, expected in [
-        (["--max_steps", "0"], "argument --max_steps: must be a positive integer or -1 (-1: train for "
-                               "--num_train_epochs), got 0"),
-        (["--label_smoothing_factor", "1.5"], "argument --label_smoothing_factor: must be a probability in [0, 1], "
-                                              "got 1.5"),
+        (
+            ["--max_steps", "0"],
+            "argument --max_steps: must be a positive integer or -1 (-1: train for --num_train_epochs), got 0",
+        ),
+        (
+            ["--label_smoothing_factor", "1.5"],
+            "argument --label_smoothing_factor: must be a probability in [0, 1], got 1.5",
+        ),
         (["--adam_beta2", "1"], "argument --adam_beta2: must be a number in [0, 1), got 1.0"),
         (["--seed", "1", "--max_grad_norm", "inf"], "argument --max_grad_norm: must be a finite number of 0 or more"),
-    ]:  # fmt: skip
+    ]:
         with pytest.raises(SystemExit):
             trainer_parser.parse(["--output_dir", "x", *argv])
         assert expected in capsys.readouterr().err
@@ -147,8 +166,10 @@ def test_run_command_passes_the_exit_status_and_reports_user_errors_in_one_line(
 
 def test_run_command_ends_quietly_with_141_when_the_reader_goes_away():
     """`attn ... | head`: BrokenPipeError is an OSError, but not a user error to report, even where OSError is one."""
-    code = ("import sys\nfrom modeling_attn.cli.parser import run_command\ndef spam():\n    while True:\n"
-            "        print('x' * 1000)\nsys.exit(run_command('attn demo', spam, (OSError,)))\n")  # fmt: skip
+    code = (
+        "import sys\nfrom modeling_attn.cli.parser import run_command\ndef spam():\n    while True:\n"
+        "        print('x' * 1000)\nsys.exit(run_command('attn demo', spam, (OSError,)))\n"
+    )
     process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert process.stdout.read(10) == b"x" * 10
     process.stdout.close()

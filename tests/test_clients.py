@@ -39,8 +39,14 @@ def transformer(**overrides):
 
 def rnn(**overrides):
     torch.manual_seed(0)
-    sizes = dict(vocab_size=99, embedding_size=16, encoder_hidden_size=16, decoder_hidden_size=16, attention_size=16,
-                 readout_size=16)  # fmt: skip
+    sizes = dict(
+        vocab_size=99,
+        embedding_size=16,
+        encoder_hidden_size=16,
+        decoder_hidden_size=16,
+        attention_size=16,
+        readout_size=16,
+    )
     config = AttnRNNConfig(**{**sizes, **overrides})
     return AttnRNNForConditionalGeneration(config).train()
 
@@ -114,8 +120,7 @@ def test_peft_lora_trains_saves_reloads_and_merges_with_equal_logits(tmp_path, k
     assert type(merged) is type(base) and not any("lora_" in name for name, _ in merged.named_parameters())
     torch.testing.assert_close(logits_of(merged, batches[0]), trained, rtol=0, atol=1e-5)
     merged.save_pretrained(tmp_path / "merged")
-    assert torch.equal(logits_of(load(tmp_path / "merged"), batches[0]),
-                       logits_of(merged, batches[0]))  # fmt: skip
+    assert torch.equal(logits_of(load(tmp_path / "merged"), batches[0]), logits_of(merged, batches[0]))
 
 
 # --- accelerate: the documented loop with save_state / load_state ------------------------------------------------------
@@ -162,7 +167,9 @@ def test_accelerate_save_state_and_load_state_resume_to_the_same_weights(tmp_pat
     uninterrupted, optimizer = accelerate_run(kind, batches, tmp_path / "unused")
     accelerate_run(kind, batches, tmp_path / "state", stop_at=3)
     resumed, resumed_optimizer = accelerate_run(kind, batches, tmp_path / "state", stop_at=3, resume=True)
-    for (name, parameter), resumed_parameter in zip(uninterrupted.state_dict().items(), resumed.state_dict().values(), strict=True):  # fmt: skip
+    for (name, parameter), resumed_parameter in zip(
+        uninterrupted.state_dict().items(), resumed.state_dict().values(), strict=True
+    ):
         assert torch.equal(parameter, resumed_parameter), name
     assert optimizer.param_groups[0]["lr"] == resumed_optimizer.param_groups[0]["lr"]
     if uninterrupted.config.tie_word_embeddings:
@@ -241,11 +248,23 @@ def test_run_translation_steps_resize_train_and_write_checkpoints_that_reload(tm
     probe = {key: probe[key] for key in ("input_ids", "attention_mask", "labels")}
     logits_at_save = LogitsAtSave(probe)
     args = Seq2SeqTrainingArguments(
-        output_dir=str(tmp_path / "run"), max_steps=4, save_steps=2, per_device_train_batch_size=8,
-        learning_rate=1e-3, report_to=[], use_cpu=True, logging_steps=1,
-    )  # fmt: skip
-    trainer = Seq2SeqTrainer(model=model, args=args, train_dataset=train, data_collator=collator,
-                             processing_class=tokenizer, callbacks=[logits_at_save])  # fmt: skip
+        output_dir=str(tmp_path / "run"),
+        max_steps=4,
+        save_steps=2,
+        per_device_train_batch_size=8,
+        learning_rate=1e-3,
+        report_to=[],
+        use_cpu=True,
+        logging_steps=1,
+    )
+    trainer = Seq2SeqTrainer(
+        model=model,
+        args=args,
+        train_dataset=train,
+        data_collator=collator,
+        processing_class=tokenizer,
+        callbacks=[logits_at_save],
+    )
     trainer.train()
 
     checkpoints = sorted((tmp_path / "run").glob("checkpoint-*"))

@@ -113,9 +113,15 @@ def train_marian_reverser(steps: int = 150) -> MarianMTModel:
     repeat one token whatever the input, a trained one gives input-dependent outputs with close decisions."""
     torch.manual_seed(0)
     model = random_marian(
-        vocab_size=16, d_model=32, encoder_ffn_dim=64, decoder_ffn_dim=64, pad_token_id=PAD, eos_token_id=EOS,
-        decoder_start_token_id=PAD, weight_std=0.02,
-    )  # fmt: skip
+        vocab_size=16,
+        d_model=32,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+        pad_token_id=PAD,
+        eos_token_id=EOS,
+        decoder_start_token_id=PAD,
+        weight_std=0.02,
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
     return fit_reverse_task(model, optimizer, steps)
 
@@ -194,8 +200,16 @@ def test_attn_to_marian_computes_the_same(variant):
 
 def tiny_bart() -> BartForConditionalGeneration:
     """Another architecture of the same shape family (BART), which the conversion must refuse."""
-    config = BartConfig(vocab_size=40, d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                        decoder_attention_heads=2, encoder_ffn_dim=32, decoder_ffn_dim=32)  # fmt: skip
+    config = BartConfig(
+        vocab_size=40,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+    )
     return BartForConditionalGeneration(config)
 
 

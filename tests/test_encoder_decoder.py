@@ -124,13 +124,21 @@ def test_the_evaluation_loss_is_smoothed_as_the_training_loss(tmp_path, kind, pr
         optimizer.zero_grad()
     model.eval()
     args = Seq2SeqTrainingArguments(
-        tmp_path / "eval", label_smoothing_factor=0.1, per_device_eval_batch_size=len(data), report_to="none",
-        use_cpu=True, predict_with_generate=predict_with_generate, generation_max_length=6,
-    )  # fmt: skip
+        tmp_path / "eval",
+        label_smoothing_factor=0.1,
+        per_device_eval_batch_size=len(data),
+        report_to="none",
+        use_cpu=True,
+        predict_with_generate=predict_with_generate,
+        generation_max_length=6,
+    )
     trainer = TranslationTrainer(
-        model=model, args=args, eval_dataset=data, data_collator=default_data_collator,
+        model=model,
+        args=args,
+        eval_dataset=data,
+        data_collator=default_data_collator,
         compute_metrics=generated_ids,  # with predict_with_generate: the generating evaluation, as attn train's
-    )  # fmt: skip
+    )
     metrics = trainer.evaluate()
     assert metrics["eval_generated"] == float(predict_with_generate)  # which branch of prediction_step ran
     loss = metrics["eval_loss"]

@@ -43,8 +43,13 @@ needs_multi30k = pytest.mark.skipif(
 )
 
 HYPOTHESES = ["The cat sat on a mat .", "a big dog barked", "", "Zwei Hunde spielen im Schnee.", "Ein Mann fährt Rad"]
-REFERENCES = ["the cat sat on the mat .", "a dog barked", "ein Hund", "Zwei Hunde spielen im Schnee .",
-              "Ein Mann fährt ein rotes Rad."]  # fmt: skip
+REFERENCES = [
+    "the cat sat on the mat .",
+    "a dog barked",
+    "ein Hund",
+    "Zwei Hunde spielen im Schnee .",
+    "Ein Mann fährt ein rotes Rad.",
+]
 SECOND_REFERENCES = ["The cat is on the mat.", "A big dog barks.", "a dog", "Zwei Hunde im Schnee.", "Ein Mann."]
 
 
@@ -58,8 +63,11 @@ def corpus(metric, references: list[list[str]]) -> dict:
 CASES = [
     ("sacrebleu", {}, BLEU()),
     ("sacrebleu", {"lowercase": True}, BLEU(lowercase=True)),
-    ("sacrebleu", {"tokenize": "intl", "smooth_method": "floor", "smooth_value": 0.2},
-     BLEU(tokenize="intl", smooth_method="floor", smooth_value=0.2)),
+    (
+        "sacrebleu",
+        {"tokenize": "intl", "smooth_method": "floor", "smooth_value": 0.2},
+        BLEU(tokenize="intl", smooth_method="floor", smooth_value=0.2),
+    ),
     ("sacrebleu", {"use_effective_order": True, "tokenize": "char"}, BLEU(effective_order=True, tokenize="char")),
     ("chrf", {}, CHRF()),
     ("chrf", {"word_order": 2, "lowercase": True}, CHRF(word_order=2, lowercase=True)),
@@ -67,7 +75,7 @@ CASES = [
     ("ter", {}, TER()),  # case-insensitive, as the Hub's evaluate-metric/ter
     ("ter", {"case_sensitive": True}, TER(case_sensitive=True)),
     ("ter", {"normalized": True, "ignore_punct": True}, TER(normalized=True, no_punct=True)),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("name", "settings", "reference"), CASES)
@@ -82,9 +90,12 @@ def test_modules_give_sacrebleus_scores_and_signatures(name, settings, reference
 
 
 def test_result_keys_are_the_hub_modules_plus_the_signature():
-    keys = {"sacrebleu": ["score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len"],
-            "chrf": ["score", "char_order", "word_order", "beta"], "ter": ["score", "num_edits", "ref_length"],
-            "multi30k_bleu": ["score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len"]}  # fmt: skip
+    keys = {
+        "sacrebleu": ["score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len"],
+        "chrf": ["score", "char_order", "word_order", "beta"],
+        "ter": ["score", "num_edits", "ref_length"],
+        "multi30k_bleu": ["score", "counts", "totals", "precisions", "bp", "sys_len", "ref_len"],
+    }
     for name, expected in keys.items():
         extra = {"lang": "de"} if name == "multi30k_bleu" else {}
         result = load_metric(name).compute(predictions=HYPOTHESES, references=REFERENCES, **extra)
@@ -92,7 +103,12 @@ def test_result_keys_are_the_hub_modules_plus_the_signature():
     bleu = BLEU().corpus_score(HYPOTHESES, [REFERENCES])
     result = load_metric("sacrebleu").compute(predictions=HYPOTHESES, references=REFERENCES)
     assert (result["counts"], result["totals"], result["bp"], result["sys_len"], result["ref_len"]) == (
-        bleu.counts, bleu.totals, bleu.bp, bleu.sys_len, bleu.ref_len)  # fmt: skip
+        bleu.counts,
+        bleu.totals,
+        bleu.bp,
+        bleu.sys_len,
+        bleu.ref_len,
+    )
 
 
 def test_settings_given_at_load_are_defaults_and_bad_input_is_named():
@@ -139,8 +155,13 @@ print(json.dumps(out))
 def test_evaluate_load_of_the_module_paths_works_offline(tmp_path):
     """`evaluate.load(module_path(name))` in a fresh process with an empty HF cache and every offline switch on,
     where `evaluate.load("sacrebleu")` fails: the same numbers as the module objects."""
-    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1"}  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "hf_home"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_EVALUATE_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
     argv = [sys.executable, "-c", _LOAD_OFFLINE, json.dumps([HYPOTHESES, REFERENCES])]
     result = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
@@ -215,8 +236,10 @@ def moses_bleu(hypotheses, reference_streams, lang: str) -> float:
     normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
 
     def tokens(lines):
-        return [tokenizer.tokenize(normalizer.normalize(line.strip().lower()), escape=True, return_str=True)
-                for line in lines]  # fmt: skip
+        return [
+            tokenizer.tokenize(normalizer.normalize(line.strip().lower()), escape=True, return_str=True)
+            for line in lines
+        ]
 
     streams = [tokens(stream) for stream in reference_streams]
     return BLEU(tokenize="none", smooth_method="none", force=True).corpus_score(tokens(hypotheses), streams).score
@@ -260,9 +283,19 @@ def train_multi30k_model(folder: Path, pairs: int = 2000, steps: int = 300) -> P
     targets = read_lines(MULTI30K / "train.de.gz")[:pairs]
     tokenizer = train_bpe_tokenizer(sources + targets, vocab_size=600)
     torch.manual_seed(0)
-    config = AttnTransformerConfig(vocab_size=len(tokenizer), d_model=32, encoder_layers=2, decoder_layers=2,
-                                   num_heads=4, d_ff=64, dropout=0.0, pad_token_id=0, bos_token_id=1,
-                                   eos_token_id=2, decoder_start_token_id=1)  # fmt: skip
+    config = AttnTransformerConfig(
+        vocab_size=len(tokenizer),
+        d_model=32,
+        encoder_layers=2,
+        decoder_layers=2,
+        num_heads=4,
+        d_ff=64,
+        dropout=0.0,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
     model = AttnTransformerForConditionalGeneration(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
     generator = torch.Generator().manual_seed(0)
@@ -270,8 +303,13 @@ def train_multi30k_model(folder: Path, pairs: int = 2000, steps: int = 300) -> P
     with one_thread():
         for _ in range(steps):
             rows = torch.randint(0, pairs, (32,), generator=generator).tolist()
-            batch = tokenizer([sources[r] for r in rows], text_target=[targets[r] for r in rows], padding=True,
-                              return_tensors="pt", return_token_type_ids=False)  # fmt: skip
+            batch = tokenizer(
+                [sources[r] for r in rows],
+                text_target=[targets[r] for r in rows],
+                padding=True,
+                return_tensors="pt",
+                return_token_type_ids=False,
+            )
             batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
             loss = model(**batch).loss
             optimizer.zero_grad()
@@ -295,8 +333,9 @@ def attn_evaluate(capsys, *argv: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def evaluator_bleu(model_or_pipeline, sources: list[str], references: list[str], task: str = "translation",
-                   **compute) -> dict:  # fmt: skip
+def evaluator_bleu(
+    model_or_pipeline, sources: list[str], references: list[str], task: str = "translation", **compute
+) -> dict:
     """evaluate's TranslationEvaluator with our sacrebleu module: `evaluate.evaluator("translation")`, or one built
     for a task name `translation_XX_to_YY` (evaluate's factory knows only "translation")."""
     import evaluate
@@ -322,8 +361,20 @@ def test_translation_evaluator_gives_attn_evaluates_bleu_on_multi30k(multi30k_mo
     count = 100
     sources = read_lines(MULTI30K / "test_2016_flickr.en.gz")[:count]
     references = read_lines(MULTI30K / "test_2016_flickr.de.gz")[:count]
-    argv = ["--model", str(multi30k_model), "--data", str(MULTI30K), "--source_lang", "en", "--target_lang", "de",
-            "--split", "test", "--max_samples", str(count)]  # fmt: skip
+    argv = [
+        "--model",
+        str(multi30k_model),
+        "--data",
+        str(MULTI30K),
+        "--source_lang",
+        "en",
+        "--target_lang",
+        "de",
+        "--split",
+        "test",
+        "--max_samples",
+        str(count),
+    ]
     with one_thread():
         one_by_one = attn_evaluate(capsys, *argv, "--batch_size", "1")
         batched = attn_evaluate(capsys, *argv)
@@ -340,8 +391,9 @@ def test_translation_evaluator_gives_attn_evaluates_bleu_on_multi30k(multi30k_mo
         evaluator = evaluate.evaluator("translation")
         evaluator.PIPELINE_KWARGS = {"truncation": True, "batch_size": 32}
         data = Dataset.from_dict({"text": sources, "label": references})
-        result = evaluator.compute(model_or_pipeline=model, tokenizer=tokenizer, data=data,
-                                   metric=load_metric("sacrebleu"))  # fmt: skip
+        result = evaluator.compute(
+            model_or_pipeline=model, tokenizer=tokenizer, data=data, metric=load_metric("sacrebleu")
+        )
         assert result["score"] == batched["bleu"]
         assert evaluate.evaluator("translation").PIPELINE_KWARGS == {"truncation": True}  # the class's, unchanged
         hypotheses = [
@@ -354,9 +406,16 @@ def train_marian_copier(folder: Path, steps: int = 120) -> Path:
     """The OPUS-MT-style tiny Marian model (marian_tiny.py: real SentencePiece MarianTokenizer) trained to copy
     marian_tiny.SENTENCES (about 100 steps learn it), saved as an OPUS-MT checkpoint is."""
     tokenizer = marian_tokenizer(folder.with_name(folder.name + "-spm"))
-    model = random_marian(0, vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                          decoder_start_token_id=tokenizer.pad_token_id, weight_std=0.02, d_model=32,
-                          encoder_ffn_dim=64, decoder_ffn_dim=64)  # fmt: skip
+    model = random_marian(
+        0,
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        decoder_start_token_id=tokenizer.pad_token_id,
+        weight_std=0.02,
+        d_model=32,
+        encoder_ffn_dim=64,
+        decoder_ffn_dim=64,
+    )
     batch = tokenizer(MARIAN_SENTENCES, text_target=MARIAN_SENTENCES, padding=True, return_tensors="pt")
     batch["labels"][batch["labels"] == tokenizer.pad_token_id] = -100
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
@@ -433,14 +492,32 @@ def test_the_documented_lines_run_offline_as_written(multi30k_model, tmp_path, c
     (tmp_path / "outputs").mkdir()
     (tmp_path / "outputs" / "m30k-en-de").symlink_to(multi30k_model)
     (tmp_path / "multi30k").symlink_to(MULTI30K)
-    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "HF_EVALUATE_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1", "OMP_NUM_THREADS": "1"}  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", documented_lines()], capture_output=True, text=True, env=env,
-                            cwd=tmp_path, timeout=900)  # fmt: skip
+    env = {
+        **os.environ,
+        "HF_HOME": str(tmp_path / "hf_home"),
+        "HF_HUB_OFFLINE": "1",
+        "HF_EVALUATE_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", documented_lines()], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     printed = ast.literal_eval(result.stdout.strip().splitlines()[-1])  # the dict print() shows
     with one_thread():
-        expected = attn_evaluate(capsys, "--model", str(multi30k_model), "--data", str(MULTI30K), "--source_lang",
-                                 "en", "--target_lang", "de", "--split", "test")  # fmt: skip
+        expected = attn_evaluate(
+            capsys,
+            "--model",
+            str(multi30k_model),
+            "--data",
+            str(MULTI30K),
+            "--source_lang",
+            "en",
+            "--target_lang",
+            "de",
+            "--split",
+            "test",
+        )
     assert expected["sentences"] == 1000
     assert (printed["score"], printed["signature"]) == (expected["bleu"], expected["bleu_signature"])

@@ -62,16 +62,20 @@ def forward_attention(model, tokenizer, sequence: torch.Tensor):
 def generate_attention(model, tokenizer, num_beams: int):
     encoded = tokenizer([SENTENCE], return_tensors="pt", return_token_type_ids=False)
     with torch.no_grad():
-        outputs = model.generate(**encoded, num_beams=num_beams, max_new_tokens=6, output_attentions=True,
-                                 return_dict_in_generate=True)  # fmt: skip
+        outputs = model.generate(
+            **encoded, num_beams=num_beams, max_new_tokens=6, output_attentions=True, return_dict_in_generate=True
+        )
     return outputs, attention_from_generate(outputs, encoded["input_ids"], encoded["attention_mask"], 0, tokenizer)
 
 
 def check_model_entry(entry: dict, model, tokenizer, num_beams: int) -> None:
     """The page's attention of one model equals its forward pass's and its generate()'s."""
     sequence = translation_ids(entry, tokenizer)
-    plain = model.generate(**tokenizer([SENTENCE], return_tensors="pt", return_token_type_ids=False),
-                           num_beams=num_beams, max_new_tokens=6)  # fmt: skip
+    plain = model.generate(
+        **tokenizer([SENTENCE], return_tensors="pt", return_token_type_ids=False),
+        num_beams=num_beams,
+        max_new_tokens=6,
+    )
     assert sequence.tolist() == plain.tolist()  # the page's translation is generate()'s
     assert entry["translation"] == tokenizer.decode(plain[0], skip_special_tokens=True)
     assert entry["source_tokens"] == SENTENCE.split()
@@ -91,8 +95,15 @@ def check_model_entry(entry: dict, model, tokenizer, num_beams: int) -> None:
             torch.testing.assert_close(tensor(entry[name]), getattr(gathered, f"{name}_attention").double(), **WEIGHTS)
         steps = len(entry["target_tokens"])
         assert entry["decoder_visible"] == torch.ones(steps, steps).tril().int().tolist()  # causal, as received
-    probabilities = torch.softmax(model(**tokenizer([SENTENCE], return_tensors="pt", return_token_type_ids=False),
-                                        decoder_input_ids=sequence[:, :-1]).logits[0].double(), -1)  # fmt: skip
+    probabilities = torch.softmax(
+        model(
+            **tokenizer([SENTENCE], return_tensors="pt", return_token_type_ids=False),
+            decoder_input_ids=sequence[:, :-1],
+        )
+        .logits[0]
+        .double(),
+        -1,
+    )
     chosen = probabilities.gather(1, sequence[0, 1:, None]).squeeze(1)
     torch.testing.assert_close(tensor([step["p"] for step in entry["steps"]]), chosen, **WEIGHTS)
 
@@ -110,10 +121,12 @@ def test_transformer_page_equals_its_attention(num_beams, tmp_path):
 
 @pytest.mark.parametrize(
     "variant, num_beams",
-    [(dict(decoder_style="bahdanau", attention_score="additive"), 1),
-     (dict(decoder_style="luong", attention_score="general", input_feeding=True), 3),
-     (dict(decoder_style="luong", attention_score="dot", input_feeding=False), 2)],
-)  # fmt: skip
+    [
+        (dict(decoder_style="bahdanau", attention_score="additive"), 1),
+        (dict(decoder_style="luong", attention_score="general", input_feeding=True), 3),
+        (dict(decoder_style="luong", attention_score="dot", input_feeding=False), 2),
+    ],
+)
 def test_rnn_page_equals_its_alignment(variant, num_beams, tmp_path):
     model, tokenizer = tiny_rnn(**variant), letter_tokenizer()
     (entry,) = write((model, tokenizer), tmp_path, num_beams=num_beams, max_new_tokens=6)["models"]
@@ -157,7 +170,7 @@ def test_one_head_computed_equals_the_layers_output(kind, layer, tmp_path):
         reference = forward_attention(model, tokenizer, translation_ids(entry, tokenizer))
     finally:
         handle.remove()
-    (output, weights), = seen  # fmt: skip
+    ((output, weights),) = seen
     torch.testing.assert_close(tensor(walk["output"]), output[0].double(), atol=1e-5, rtol=1e-3)
     heads = tensor(walk["heads"])  # (H, T, D): merged and projected by the layer's own W^O
     merged = heads.transpose(0, 1).reshape(heads.shape[1], -1)
@@ -169,8 +182,11 @@ def test_one_head_computed_equals_the_layers_output(kind, layer, tmp_path):
     visible = tensor(walk["visible"]).bool()
     scores = (tensor(walk["dots"]) * walk["scaling"]).masked_fill(~visible, float("-inf"))
     torch.testing.assert_close(torch.softmax(scores, -1), weights[0].double(), atol=1e-3, rtol=0)
-    attentions = {"cross": reference.cross_attentions, "encoder": reference.encoder_attentions,
-                  "decoder": reference.decoder_attentions}[kind]  # fmt: skip
+    attentions = {
+        "cross": reference.cross_attentions,
+        "encoder": reference.encoder_attentions,
+        "decoder": reference.decoder_attentions,
+    }[kind]
     torch.testing.assert_close(weights[0], attentions[layer][0])
     if kind == "decoder":
         assert walk["visible"] == torch.ones_like(visible).tril().int().tolist()
@@ -309,8 +325,20 @@ def test_attn_explain_writes_the_page_of_two_saved_models(tmp_path):
         model.save_pretrained(tmp_path / name)
         tokenizer.save_pretrained(tmp_path / name)
     page = tmp_path / "explain.html"
-    argv = ["explain", "--model", str(tmp_path / "transformer"), "--model", str(tmp_path / "rnn"), SENTENCE,
-            "--output", str(page), "--walkthrough", "encoder", "--walkthrough_layer", "1"]  # fmt: skip
+    argv = [
+        "explain",
+        "--model",
+        str(tmp_path / "transformer"),
+        "--model",
+        str(tmp_path / "rnn"),
+        SENTENCE,
+        "--output",
+        str(page),
+        "--walkthrough",
+        "encoder",
+        "--walkthrough_layer",
+        "1",
+    ]
     status, stdout, stderr = run(argv)
     assert status == 0, stderr
     assert stdout.startswith(f"wrote {page} (")
@@ -355,8 +383,14 @@ def test_page_of_a_30_token_sentence_on_base_stays_small(tmp_path):
     torch.manual_seed(0)
     model = AttnTransformerForConditionalGeneration(load_preset("base")).eval()
     sentence = " ".join(("abcdefghijklm" * 3)[:29])  # 29 tokens, then the 30th: none is added by this tokenizer
-    page = write_explainer((model, letter_tokenizer()), sentence + " a", tmp_path / "base.html", num_beams=4,
-                           min_new_tokens=30, max_new_tokens=30)  # fmt: skip
+    page = write_explainer(
+        (model, letter_tokenizer()),
+        sentence + " a",
+        tmp_path / "base.html",
+        num_beams=4,
+        min_new_tokens=30,
+        max_new_tokens=30,
+    )
     entry = page_data(page)["models"][0]
     assert len(entry["source_tokens"]) == 30 and len(entry["target_tokens"]) == 30
     assert page.stat().st_size <= 2_000_000, page.stat().st_size

@@ -39,9 +39,15 @@ def reverser() -> AttnTransformerForConditionalGeneration:
     with one_thread():
         torch.manual_seed(0)
         config = AttnTransformerConfig(
-            vocab_size=16, d_model=32, encoder_layers=2, decoder_layers=2, num_heads=4, d_ff=64, dropout=0.0,
+            vocab_size=16,
+            d_model=32,
+            encoder_layers=2,
+            decoder_layers=2,
+            num_heads=4,
+            d_ff=64,
+            dropout=0.0,
             max_position_embeddings=32,
-        )  # fmt: skip
+        )
         model = AttnTransformerForConditionalGeneration(config)
         optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
         return fit_reverse_task(model, optimizer, steps=150)
@@ -118,7 +124,7 @@ VARIANTS = {
         share_encoder_decoder_embeddings=False,
         decoder_vocab_size=77,
         tie_word_embeddings=False,
-    ),  # fmt: skip
+    ),
     "unscaled-tanh-gelu": dict(scale_embedding=False, activation_function="gelu_new", layer_norm_eps=1e-6),
 }
 
@@ -212,8 +218,13 @@ def test_attention_of_the_alignment_heads_matches(reverser, tmp_path, layer, hea
     other = copy.deepcopy(model.config)
     other.alignment_layer, other.alignment_heads = (1 if layer == 0 else 0), 0
     for source, (target_ids, theirs) in zip(sources, results, strict=True):
-        outputs = model.generate(torch.tensor([source]), num_beams=1, max_new_tokens=10, output_attentions=True,
-                                 return_dict_in_generate=True)  # fmt: skip
+        outputs = model.generate(
+            torch.tensor([source]),
+            num_beams=1,
+            max_new_tokens=10,
+            output_attentions=True,
+            return_dict_in_generate=True,
+        )
         attention = attention_from_generate(outputs, torch.tensor([source]), eos_token_id=EOS)
         assert [int(token) for token in attention.target_tokens[: len(target_ids)]] == target_ids
         ours = selected_attention(attention, model.config)[: theirs.shape[0]]
@@ -237,8 +248,9 @@ def test_converted_marian_aligns_with_its_last_layer_first_head(tmp_path):
     results = translator.translate_ids_with_attention(sources, max_decoding_length=8, beam_size=1)
     model.set_attn_implementation("eager")
     for source, (target_ids, theirs) in zip(sources, results, strict=True):
-        outputs = model.generate(torch.tensor([source]), num_beams=1, max_new_tokens=8, output_attentions=True,
-                                 return_dict_in_generate=True)  # fmt: skip
+        outputs = model.generate(
+            torch.tensor([source]), num_beams=1, max_new_tokens=8, output_attentions=True, return_dict_in_generate=True
+        )
         attention = attention_from_generate(outputs, torch.tensor([source]), eos_token_id=marian.config.eos_token_id)
         assert [int(token) for token in attention.target_tokens[: len(target_ids)]] == target_ids
         ours = selected_attention(attention, model.config)[: theirs.shape[0]]

@@ -47,11 +47,19 @@ def train_dates_model(steps: int = 400):
     tokenizer = train_bpe_tokenizer([*train["source"], *train["target"]], vocab_size=200)
     torch.manual_seed(0)
     config = AttnTransformerConfig(
-        vocab_size=len(tokenizer), d_model=64, encoder_layers=2, decoder_layers=2, num_heads=4, d_ff=128,
-        dropout=0.0, max_position_embeddings=64, pad_token_id=tokenizer.pad_token_id,
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        vocab_size=len(tokenizer),
+        d_model=64,
+        encoder_layers=2,
+        decoder_layers=2,
+        num_heads=4,
+        d_ff=128,
+        dropout=0.0,
+        max_position_embeddings=64,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
         decoder_start_token_id=tokenizer.bos_token_id,
-    )  # fmt: skip
+    )
     model = AttnTransformerForConditionalGeneration(config)
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
     sources, targets = tokenizer(list(train["source"]))["input_ids"], tokenizer(list(train["target"]))["input_ids"]
@@ -131,8 +139,9 @@ def test_the_exported_model_translates_dates_as_the_model_does(dates):
     got = translator.translate(test["source"])
     input_ids, attention_mask = encode(tokenizer, test["source"])
     with torch.no_grad():
-        expected = tokenizer.batch_decode(model.generate(input_ids, attention_mask=attention_mask),
-                                          skip_special_tokens=True)  # fmt: skip
+        expected = tokenizer.batch_decode(
+            model.generate(input_ids, attention_mask=attention_mask), skip_special_tokens=True
+        )
     assert got == expected
     exact = sum(a == b for a, b in zip(got, test["target"], strict=True)) / len(got)
     assert exact >= 0.7, exact  # a model that translates: 86% measured with greedy search (beam 4 here)
@@ -190,9 +199,17 @@ def test_settings_the_onnxruntime_search_does_not_reproduce_are_refused(dates, s
 def test_overwrite_writes_over_a_folder_and_keeps_other_files(tmp_path):
     pytest.importorskip("onnxscript", reason='the ONNX export needs pip install "modeling-attn[onnx]"')
     torch.manual_seed(0)
-    model = AttnTransformerForConditionalGeneration(AttnTransformerConfig(
-        vocab_size=30, d_model=16, encoder_layers=1, decoder_layers=1, num_heads=2, d_ff=32, max_position_embeddings=16,
-    ))  # fmt: skip
+    model = AttnTransformerForConditionalGeneration(
+        AttnTransformerConfig(
+            vocab_size=30,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            num_heads=2,
+            d_ff=32,
+            max_position_embeddings=16,
+        )
+    )
     (tmp_path / "onnx").mkdir()
     (tmp_path / "onnx" / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError):
@@ -213,8 +230,9 @@ def test_attn_rnn_is_refused_in_one_line(tmp_path):
 
 
 def test_a_non_empty_output_folder_is_refused_and_left_alone(tmp_path):
-    model = AttnTransformerForConditionalGeneration(AttnTransformerConfig(vocab_size=30, d_model=16, num_heads=2,
-                                                                          encoder_layers=1, decoder_layers=1))  # fmt: skip
+    model = AttnTransformerForConditionalGeneration(
+        AttnTransformerConfig(vocab_size=30, d_model=16, num_heads=2, encoder_layers=1, decoder_layers=1)
+    )
     model.save_pretrained(tmp_path / "model")
     (tmp_path / "onnx").mkdir()
     (tmp_path / "onnx" / "encoder_model.onnx").write_text("someone else's")

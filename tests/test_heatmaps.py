@@ -56,8 +56,13 @@ def reverser() -> AttnRNNForConditionalGeneration:
 def test_reverser_alignment_is_the_anti_diagonal(reverser, num_beams):
     input_ids, attention_mask, _ = reverse_task(100, torch.Generator().manual_seed(123))
     with torch.no_grad():
-        outputs = reverser.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams,
-                                    output_attentions=True, return_dict_in_generate=True)  # fmt: skip
+        outputs = reverser.generate(
+            input_ids,
+            attention_mask=attention_mask,
+            num_beams=num_beams,
+            output_attentions=True,
+            return_dict_in_generate=True,
+        )
     aligned = rows = 0
     for index in range(len(input_ids)):
         attention = attention_from_generate(outputs, input_ids, attention_mask, index, letter_tokenizer())
@@ -96,20 +101,34 @@ def test_generate_attention_equals_a_teacher_forced_forward(model_type, num_beam
         model = tiny_model("eager", vocab_size=16)
     else:
         torch.manual_seed(0)
-        config = AttnRNNConfig(vocab_size=16, embedding_size=8, encoder_hidden_size=8, decoder_hidden_size=8,
-                               attention_size=8, readout_size=8)  # fmt: skip
+        config = AttnRNNConfig(
+            vocab_size=16,
+            embedding_size=8,
+            encoder_hidden_size=8,
+            decoder_hidden_size=8,
+            attention_size=8,
+            readout_size=8,
+        )
         model = AttnRNNForConditionalGeneration(config).eval()
     input_ids, attention_mask, _ = reverse_task(4, torch.Generator().manual_seed(5))
     with torch.no_grad():
-        outputs = model.generate(input_ids, attention_mask=attention_mask, num_beams=num_beams, max_new_tokens=6,
-                                 output_attentions=True, return_dict_in_generate=True)  # fmt: skip
+        outputs = model.generate(
+            input_ids,
+            attention_mask=attention_mask,
+            num_beams=num_beams,
+            max_new_tokens=6,
+            output_attentions=True,
+            return_dict_in_generate=True,
+        )
     for index in range(len(input_ids)):
         attention = attention_from_generate(outputs, input_ids, attention_mask, index)
         steps, length = len(attention.target_tokens), len(attention.source_tokens)
         with torch.no_grad():
-            reference = model(input_ids=input_ids[index : index + 1, :length],
-                              decoder_input_ids=outputs.sequences[index : index + 1, :steps],
-                              output_attentions=True)  # fmt: skip
+            reference = model(
+                input_ids=input_ids[index : index + 1, :length],
+                decoder_input_ids=outputs.sequences[index : index + 1, :steps],
+                output_attentions=True,
+            )
         cross = torch.stack([layer[0] for layer in reference.cross_attentions])
         cross = cross if cross.dim() == 4 else cross[:, None]  # the RNN: one "head"
         torch.testing.assert_close(attention.cross_attention, cross, atol=1e-5, rtol=1e-4)
@@ -124,8 +143,9 @@ def test_generate_attention_equals_a_teacher_forced_forward(model_type, num_beam
 
 
 def transformer_attention(num_layers: int = 2, num_heads: int = 4):
-    model = tiny_model("eager", vocab_size=16, encoder_layers=num_layers, decoder_layers=num_layers,
-                       num_heads=num_heads)  # fmt: skip
+    model = tiny_model(
+        "eager", vocab_size=16, encoder_layers=num_layers, decoder_layers=num_layers, num_heads=num_heads
+    )
     tokenizer = letter_tokenizer()
     encoded = tokenizer(["a b c d e"], return_tensors="pt", return_token_type_ids=False)
     with torch.no_grad():
@@ -152,8 +172,9 @@ def test_self_attention_grid_has_a_panel_per_layer_and_head(stack, tmp_path):
 def test_rnn_has_no_self_attention_to_plot(reverser):
     input_ids, attention_mask, _ = reverse_task(1, torch.Generator().manual_seed(0))
     with torch.no_grad():
-        outputs = reverser.generate(input_ids, attention_mask=attention_mask, output_attentions=True,
-                                    return_dict_in_generate=True)  # fmt: skip
+        outputs = reverser.generate(
+            input_ids, attention_mask=attention_mask, output_attentions=True, return_dict_in_generate=True
+        )
     with pytest.raises(ValueError, match="no encoder self-attention .* the RNN has none"):
         plot_self_attention(attention_from_generate(outputs, input_ids, attention_mask), "encoder")
 
@@ -189,8 +210,16 @@ def test_missing_matplotlib_is_a_clear_error(monkeypatch):
 def test_cli_writes_the_pictures_of_the_reverser(reverser, tmp_path, capsys):
     reverser.save_pretrained(tmp_path / "model")
     letter_tokenizer().save_pretrained(tmp_path / "model")
-    argv = ["--model", str(tmp_path / "model"), "a b c d e f", "m l k j", "--attention-png",
-            str(tmp_path / "align-{n}.png"), "--attention-json", str(tmp_path / "first.json")]  # fmt: skip
+    argv = [
+        "--model",
+        str(tmp_path / "model"),
+        "a b c d e f",
+        "m l k j",
+        "--attention-png",
+        str(tmp_path / "align-{n}.png"),
+        "--attention-json",
+        str(tmp_path / "first.json"),
+    ]
     capsys.readouterr()
     assert translate_main(argv) == 0
     assert capsys.readouterr().out.splitlines() == ["f e d c b a", "j k l m"]
@@ -209,8 +238,16 @@ def test_cli_pictures_the_first_non_empty_sentence(reverser, tmp_path, capsys):
     """An empty sentence has no attention: FILE pictures the first non-empty one, {n} skips it with a note."""
     reverser.save_pretrained(tmp_path / "model")
     letter_tokenizer().save_pretrained(tmp_path / "model")
-    argv = ["--model", str(tmp_path / "model"), "", "a b c", "--attention-png", str(tmp_path / "align-{n}.png"),
-            "--attention-json", str(tmp_path / "first.json")]  # fmt: skip
+    argv = [
+        "--model",
+        str(tmp_path / "model"),
+        "",
+        "a b c",
+        "--attention-png",
+        str(tmp_path / "align-{n}.png"),
+        "--attention-json",
+        str(tmp_path / "first.json"),
+    ]
     capsys.readouterr()
     assert translate_main(argv) == 0
     captured = capsys.readouterr()
@@ -245,16 +282,27 @@ def test_cli_pictures_never_replace_an_input_or_a_users_file_and_name_a_bad_form
     users.write_bytes(b"the user's picture")
     before = {path: path.read_bytes() for path in [source, users, *model.iterdir()]}
     for flags, expected in [
-        (["--input", str(source), "--attention-json", str(source)],
-         f"--attention_json {source} is --input {source}: writing it would destroy the input"),
-        (["--attention-png", str(model / "attention.png"), "a"],
-         f"--attention_png {model / 'attention.png'} is inside --model {model}: write it somewhere else"),
-        (["--attention-png", str(users), "a"], f"--attention_png {users} already exists; pass --overwrite to replace it"),
-        (["--self-attention-png", str(tmp_path / "self.json"), "a"],
-         f"--self_attention_png {tmp_path / 'self.json'}: json is not a picture format; end the name with one of "),
-        (["--attention-json", str(tmp_path / "missing" / "a.json"), "a"],
-         f"--attention_json {tmp_path / 'missing' / 'a.json'}: the folder {tmp_path / 'missing'} does not exist"),
-    ]:  # fmt: skip
+        (
+            ["--input", str(source), "--attention-json", str(source)],
+            f"--attention_json {source} is --input {source}: writing it would destroy the input",
+        ),
+        (
+            ["--attention-png", str(model / "attention.png"), "a"],
+            f"--attention_png {model / 'attention.png'} is inside --model {model}: write it somewhere else",
+        ),
+        (
+            ["--attention-png", str(users), "a"],
+            f"--attention_png {users} already exists; pass --overwrite to replace it",
+        ),
+        (
+            ["--self-attention-png", str(tmp_path / "self.json"), "a"],
+            f"--self_attention_png {tmp_path / 'self.json'}: json is not a picture format; end the name with one of ",
+        ),
+        (
+            ["--attention-json", str(tmp_path / "missing" / "a.json"), "a"],
+            f"--attention_json {tmp_path / 'missing' / 'a.json'}: the folder {tmp_path / 'missing'} does not exist",
+        ),
+    ]:
         capsys.readouterr()
         assert translate_main(["--model", str(model), *flags]) == 2
         assert f"attn translate: error: {expected}" in capsys.readouterr().err.splitlines()[-1]
@@ -273,15 +321,31 @@ def test_cli_nbest_scores_of_translations_that_end(reverser, tmp_path, capsys):
     reverser.save_pretrained(tmp_path / "model")
     letter_tokenizer().save_pretrained(tmp_path / "model")
     sentences = ["a b c d e f", "m l k", "b d f h j l"]
-    argv = ["--model", str(tmp_path / "model"), "--num_return_sequences", "3", "--num_beams", "3",
-            "--length_penalty", "0.6", "--no_progress", *sentences]  # fmt: skip
+    argv = [
+        "--model",
+        str(tmp_path / "model"),
+        "--num_return_sequences",
+        "3",
+        "--num_beams",
+        "3",
+        "--length_penalty",
+        "0.6",
+        "--no_progress",
+        *sentences,
+    ]
     capsys.readouterr()
     assert translate_main(argv) == 0
     rows = [line.split(" ||| ") for line in capsys.readouterr().out.splitlines()]
     encoded = letter_tokenizer()(sentences, padding=True, return_tensors="pt", return_token_type_ids=False)
     with torch.no_grad():
-        outputs = reverser.generate(**encoded, num_beams=3, num_return_sequences=3, length_penalty=0.6,
-                                    output_scores=True, return_dict_in_generate=True)  # fmt: skip
+        outputs = reverser.generate(
+            **encoded,
+            num_beams=3,
+            num_return_sequences=3,
+            length_penalty=0.6,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
     assert (outputs.sequences == 2).any(dim=1).all()  # every hypothesis ends with </s>
     assert rows[0][1] == "f e d c b a" and rows[3][1] == "k l m"
     assert [row[1] for row in rows] == letter_tokenizer().batch_decode(outputs.sequences, skip_special_tokens=True)
@@ -293,8 +357,19 @@ def test_cli_writes_transformer_self_attention_grids(tmp_path, capsys):
     folder = tmp_path / "model"
     tiny_model("sdpa", vocab_size=16).save_pretrained(folder)  # the command switches to eager attention itself
     letter_tokenizer().save_pretrained(folder)
-    argv = ["--model", str(folder), "a b c", "--max_new_tokens", "3", "--self-attention-png", str(tmp_path / "self.png"),
-            "--attention-png", str(tmp_path / "cross.png"), "--attention-mode", "layers"]  # fmt: skip
+    argv = [
+        "--model",
+        str(folder),
+        "a b c",
+        "--max_new_tokens",
+        "3",
+        "--self-attention-png",
+        str(tmp_path / "self.png"),
+        "--attention-png",
+        str(tmp_path / "cross.png"),
+        "--attention-mode",
+        "layers",
+    ]
     assert translate_main(argv) == 0
     written = {"model", "self.encoder.png", "self.decoder.png", "cross.png", MANIFEST}
     assert {path.name for path in tmp_path.iterdir()} == written
@@ -311,8 +386,13 @@ def test_transformer_reverser_alignment_is_the_anti_diagonal():
     model.set_attn_implementation("eager")
     input_ids, attention_mask, _ = reverse_task(100, torch.Generator().manual_seed(123))
     with torch.no_grad():
-        outputs = model.generate(input_ids, attention_mask=attention_mask, max_new_tokens=10,
-                                 output_attentions=True, return_dict_in_generate=True)  # fmt: skip
+        outputs = model.generate(
+            input_ids,
+            attention_mask=attention_mask,
+            max_new_tokens=10,
+            output_attentions=True,
+            return_dict_in_generate=True,
+        )
     aligned = rows = 0
     for index in range(len(input_ids)):
         attention = attention_from_generate(outputs, input_ids, attention_mask, index, eos_token_id=2)

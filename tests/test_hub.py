@@ -73,8 +73,19 @@ def hub(tmp_path_factory):
     for model_type, repo in REPOS.items():
         model_dir = save_tiny_model(root / model_type, model_type)
         results = root / f"{model_type}-results.json"
-        argv = ["evaluate", "--model", str(model_dir), "--data", str(data), "--source_lang", "en", "--num_beams", "4",
-                "--length_penalty", "0.6"]  # fmt: skip
+        argv = [
+            "evaluate",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(data),
+            "--source_lang",
+            "en",
+            "--num_beams",
+            "4",
+            "--length_penalty",
+            "0.6",
+        ]
         assert attn([*argv, "--target_lang", "de", "--split", "test", "--output", str(results)]) == 0
         folder = save_for_hub(model_dir, root / f"{model_type}-hub", repo, results)
         info["main_commit_" + model_type] = commit_folder(mirrors / repo, folder)
@@ -233,9 +244,18 @@ def check_metadata(data: ModelCardData) -> None:
 
 
 def test_card_of_the_embedded_task_lists_no_languages_or_datasets(tmp_path):
-    results = {"bleu": 97.123, "chrf": 98.5, "bleu_signature": "nrefs:1|case:mixed|tok:13a", "data": EMBEDDED_TASK,
-               "dataset_id": None, "split": "test", "source_lang": "date", "target_lang": "iso", "sentences": 1000,
-               "generation": {"num_beams": 4, "length_penalty": 0.6}}  # fmt: skip
+    results = {
+        "bleu": 97.123,
+        "chrf": 98.5,
+        "bleu_signature": "nrefs:1|case:mixed|tok:13a",
+        "data": EMBEDDED_TASK,
+        "dataset_id": None,
+        "split": "test",
+        "source_lang": "date",
+        "target_lang": "iso",
+        "sentences": 1000,
+        "generation": {"num_beams": 4, "length_penalty": 0.6},
+    }
     card = written_card(model_card(tiny_model(), "me/dates", results), tmp_path)
     data = card.data
     assert data.language is None and data.datasets is None and data.base_model is None
@@ -248,8 +268,16 @@ def test_card_of_the_embedded_task_lists_no_languages_or_datasets(tmp_path):
 
 
 def test_card_of_a_fine_tuned_model_on_hub_data(tmp_path):
-    results = {"bleu": 31.0, "chrf": 58.25, "bleu_signature": "sig", "data": "wmt/wmt14", "split": "test",
-               "source_lang": "de", "target_lang": "en", "sentences": 3003}  # fmt: skip
+    results = {
+        "bleu": 31.0,
+        "chrf": 58.25,
+        "bleu_signature": "sig",
+        "data": "wmt/wmt14",
+        "split": "test",
+        "source_lang": "de",
+        "target_lang": "en",
+        "sentences": 3003,
+    }
     model = tiny_model()
     model.generation_config = paper_generation_config(model)
     card = model_card(model, "me/m", results, base_model="me/base", origin="fine-tuned from [me/base](x)")
@@ -302,8 +330,17 @@ def test_pushed_files_are_what_a_hub_user_needs(hub):
     for model_type, folder in hub["folders"].items():
         names = {path.name for path in folder.iterdir()}
         code = {"modeling_transformer.py"} if model_type == "attn_transformer" else {"modeling_rnn.py"}
-        assert {"model.safetensors", "config.json", "generation_config.json", "tokenizer.json", "README.md",
-                "pipeline_translation.py", "generation.py", "loading.py", *code} <= names  # fmt: skip
+        assert {
+            "model.safetensors",
+            "config.json",
+            "generation_config.json",
+            "tokenizer.json",
+            "README.md",
+            "pipeline_translation.py",
+            "generation.py",
+            "loading.py",
+            *code,
+        } <= names
         assert not any(name.endswith((".bin", ".pt", ".pkl")) for name in names)
         config = json.loads((folder / "config.json").read_text())
         assert set(config["auto_map"]) == {"AutoConfig", "AutoModel", "AutoModelForSeq2SeqLM"}
@@ -312,8 +349,13 @@ def test_pushed_files_are_what_a_hub_user_needs(hub):
         generation = json.loads((folder / "generation_config.json").read_text())
         # the decoding the card's scores were measured with (`attn evaluate --num_beams 4 --length_penalty 0.6` of a
         # model whose generation config had max_new_tokens 6): a fixed limit of 7 in place of the paper's source + 50
-        assert (generation["num_beams"], generation["length_penalty"], generation["max_length_over_source"],
-                generation["max_length"], generation["early_stopping"]) == (4, 0.6, None, 7, True)  # fmt: skip
+        assert (
+            generation["num_beams"],
+            generation["length_penalty"],
+            generation["max_length_over_source"],
+            generation["max_length"],
+            generation["early_stopping"],
+        ) == (4, 0.6, None, 7, True)
         assert "max_new_tokens" not in generation
 
 
@@ -479,8 +521,10 @@ def test_a_missing_shard_is_not_reported_as_missing_safetensors(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(get_token() is None, reason="no Hub token configured (HF_TOKEN or `hf auth login`): the upload to "
-                    "the real Hub is opt-in")  # fmt: skip
+@pytest.mark.skipif(
+    get_token() is None,
+    reason="no Hub token configured (HF_TOKEN or `hf auth login`): the upload to the real Hub is opt-in",
+)
 def test_push_to_the_real_hub(hub, tmp_path):
     from huggingface_hub import HfApi
 
@@ -498,10 +542,16 @@ def test_a_results_file_that_is_not_a_json_object_of_scores_is_named(tmp_path):
     """`attn push --results FILE`: a file that is not UTF-8, not JSON or not an object is named, with what it should be."""
     cases = {
         "binary.json": (b"\x92\xff\x00", r"binary\.json: the evaluation results .* is not UTF-8 text"),
-        "table.tsv": (b"a\tb\n", r"table\.tsv: the evaluation results .* is not valid JSON \(Expecting value at line 1, column 1\)"),
-        "list.json": (b"[1, 2]", r"list\.json: a JSON list, not an object of scores; expected the JSON of `attn evaluate"),
+        "table.tsv": (
+            b"a\tb\n",
+            r"table\.tsv: the evaluation results .* is not valid JSON \(Expecting value at line 1, column 1\)",
+        ),
+        "list.json": (
+            b"[1, 2]",
+            r"list\.json: a JSON list, not an object of scores; expected the JSON of `attn evaluate",
+        ),
         "empty.json": (b"{}", r"empty\.json: no 'bleu' or 'test_bleu' score"),
-    }  # fmt: skip
+    }
     for name, (content, message) in cases.items():
         (tmp_path / name).write_bytes(content)
         with pytest.raises(ValueError, match=message):

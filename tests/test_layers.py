@@ -127,8 +127,11 @@ GRAPH = import_graph(PACKAGE_DIRS)
 
 def test_the_checker_sees_relative_absolute_and_nested_imports():
     source = "from .cli import train\nimport modeling_attn.training.data\ndef f():\n    from ..training import train\n"
-    assert imported_modules(source, "modeling_attn") >= {"modeling_attn.cli", "modeling_attn.cli.train",
-                                                         "modeling_attn.training.data"}  # fmt: skip
+    assert imported_modules(source, "modeling_attn") >= {
+        "modeling_attn.cli",
+        "modeling_attn.cli.train",
+        "modeling_attn.training.data",
+    }
     assert imported_modules("from . import hub\n", "modeling_attn.api") == {
         "modeling_attn.api",
         "modeling_attn.api.hub",
@@ -168,14 +171,17 @@ def _tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:
 
 
 def test_a_planted_upward_import_and_a_planted_cycle_fail_the_checks(tmp_path):
-    dirs = _tree(tmp_path, {
-        "modeling_attn.attention": "def f():\n    from .api import translation\n",  # core -> api, inside a function
-        "modeling_attn.api.translation": "from ..training import data\n",  # api -> training
-        "modeling_attn.training.data": "from modeling_attn.cli.parser import CommandParser\n",  # training -> commands
-        "modeling_attn.cli.parser": "",
-        "modeling_attn.cli.push": "from .main import COMMANDS\n",  # a command imports the dispatcher
-        "modeling_attn.cli.main": "from . import push\n",
-    })  # fmt: skip
+    dirs = _tree(
+        tmp_path,
+        {
+            "modeling_attn.attention": "def f():\n    from .api import translation\n",  # core -> api, inside a function
+            "modeling_attn.api.translation": "from ..training import data\n",  # api -> training
+            "modeling_attn.training.data": "from modeling_attn.cli.parser import CommandParser\n",  # training -> commands
+            "modeling_attn.cli.parser": "",
+            "modeling_attn.cli.push": "from .main import COMMANDS\n",  # a command imports the dispatcher
+            "modeling_attn.cli.main": "from . import push\n",
+        },
+    )
     graph = import_graph(dirs)
     assert upward_imports(graph) == [
         "modeling_attn.api.translation -> modeling_attn.training.data",
@@ -187,8 +193,14 @@ def test_a_planted_upward_import_and_a_planted_cycle_fail_the_checks(tmp_path):
 
 
 def test_a_cycle_inside_one_layer_is_found(tmp_path):
-    dirs = _tree(tmp_path, {"modeling_attn.api.a": "from . import b\n", "modeling_attn.api.b": "from .c import x\n",
-                            "modeling_attn.api.c": "def g():\n    from .a import y\n"})  # fmt: skip
+    dirs = _tree(
+        tmp_path,
+        {
+            "modeling_attn.api.a": "from . import b\n",
+            "modeling_attn.api.b": "from .c import x\n",
+            "modeling_attn.api.c": "def g():\n    from .a import y\n",
+        },
+    )
     assert cycles(import_graph(dirs)) == [["modeling_attn.api.a", "modeling_attn.api.b", "modeling_attn.api.c"]]
 
 

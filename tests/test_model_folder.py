@@ -51,7 +51,10 @@ def test_an_invalid_field_is_named_with_its_value(saved):
     (folder / "config.json").write_text(json.dumps({**fields, "num_heads": 3}))
     with pytest.raises(ModelFolderError) as error:
         check_config(folder)
-    assert str(error.value) == f"{folder}: invalid config.json: AttnTransformerConfig.d_model (16) must be divisible by num_heads (3)"  # fmt: skip
+    assert (
+        str(error.value)
+        == f"{folder}: invalid config.json: AttnTransformerConfig.d_model (16) must be divisible by num_heads (3)"
+    )
 
 
 def test_a_config_of_another_architecture_is_named(tmp_path):

@@ -116,11 +116,35 @@ def test_bleu_command_line_reads_gzipped_references(tmp_path, capsys):
 def test_recipe_runs_end_to_end_on_a_few_hundred_sentences(tmp_path, model_type, source_lang, target_lang):
     recipe = _load("recipe")
     output_dir = tmp_path / "run"
-    argv = ["--source_lang", source_lang, "--target_lang", target_lang, "--model_type", model_type,
-            "--data", str(MULTI30K), "--output_dir", str(output_dir), "--num_beams", "2", "--max_test_samples", "12",
-            # attn train flags over the recipe's:
-            "--max_train_samples", "300", "--vocab_size", "400", "--max_steps", "4", "--save_steps", "2",
-            "--warmup_steps", "2", "--max_tokens_per_batch", "1024"]  # fmt: skip
+    argv = [
+        "--source_lang",
+        source_lang,
+        "--target_lang",
+        target_lang,
+        "--model_type",
+        model_type,
+        "--data",
+        str(MULTI30K),
+        "--output_dir",
+        str(output_dir),
+        "--num_beams",
+        "2",
+        "--max_test_samples",
+        "12",
+        # attn train flags over the recipe's:
+        "--max_train_samples",
+        "300",
+        "--vocab_size",
+        "400",
+        "--max_steps",
+        "4",
+        "--save_steps",
+        "2",
+        "--warmup_steps",
+        "2",
+        "--max_tokens_per_batch",
+        "1024",
+    ]
     assert recipe.main(argv) == 0
 
     results = json.loads((output_dir / "multi30k_results.json").read_text())
@@ -179,17 +203,26 @@ def test_model_card_of_a_multi30k_run_reports_both_bleu_scores(tmp_path):
     from modeling_attn.api.hub import model_card, read_results
 
     recipe_json = {
-        "direction": "en-de", "test_sentences": 1000, "num_beams": 5, "length_penalty": 0.6,
-        "bleu_lc_tok": 40.123, "bleu_lc_tok_signature": "lc+moses-norm+moses-tok(de,escape,no -a)|tok:none",
-        "sacrebleu": 39.5, "sacrebleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
-        "chrf": 65.4, "chrf_signature": "nrefs:1|nc:6",
-    }  # fmt: skip
+        "direction": "en-de",
+        "test_sentences": 1000,
+        "num_beams": 5,
+        "length_penalty": 0.6,
+        "bleu_lc_tok": 40.123,
+        "bleu_lc_tok_signature": "lc+moses-norm+moses-tok(de,escape,no -a)|tok:none",
+        "sacrebleu": 39.5,
+        "sacrebleu_signature": "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0",
+        "chrf": 65.4,
+        "chrf_signature": "nrefs:1|nc:6",
+    }
     path = tmp_path / "multi30k_results.json"
     path.write_text(json.dumps(recipe_json))
     results = read_results(path)
     assert (results["bleu"], results["bleu_lc_tok"], results["source_lang"], results["target_lang"]) == (
-        39.5, 40.123, "en", "de"
-    )  # fmt: skip
+        39.5,
+        40.123,
+        "en",
+        "de",
+    )
     card = model_card(tiny_model(), "user/m30k", results)
     scores = {(r.metric_type, r.metric_name): r.metric_value for r in card.data.eval_results}
     assert scores == {
@@ -211,8 +244,16 @@ def test_model_card_names_case_insensitive_scores():
 
     from modeling_attn.api.hub import model_card
 
-    results = {"bleu": 38.5, "chrf": 60.1, "bleu_signature": "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0",
-               "data": "multi30k", "split": "test2016", "source_lang": "en", "target_lang": "de", "sentences": 1000}  # fmt: skip
+    results = {
+        "bleu": 38.5,
+        "chrf": 60.1,
+        "bleu_signature": "nrefs:1|case:lc|eff:no|tok:13a|smooth:exp|version:2.6.0",
+        "data": "multi30k",
+        "split": "test2016",
+        "source_lang": "en",
+        "target_lang": "de",
+        "sentences": 1000,
+    }
     card = model_card(tiny_model(), "user/m30k", results)
     names = {r.metric_name: r.metric_value for r in card.data.eval_results}
     assert names == {"BLEU (case-insensitive)": 38.5, "chrF (case-insensitive)": 60.1}

@@ -143,8 +143,13 @@ def test_skip_logits_checks_its_labels(kind):
 def test_label_smoothing_must_be_a_probability(kind, value, skip_logits):
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     with pytest.raises(ValueError, match=rf"label smoothing must be a probability in \[0, 1\), got {value!r}"):
-        MODELS[kind]()(input_ids, attention_mask=attention_mask, labels=decoder_input_ids, skip_logits=skip_logits,
-                       smoothing=value)  # fmt: skip
+        MODELS[kind]()(
+            input_ids,
+            attention_mask=attention_mask,
+            labels=decoder_input_ids,
+            skip_logits=skip_logits,
+            smoothing=value,
+        )
 
 
 @pytest.mark.parametrize("kind", MODELS)

@@ -147,10 +147,22 @@ def tiny_m2m100(folder: Path) -> tuple[M2M100ForConditionalGeneration, M2M100Tok
     tokenizer = M2M100Tokenizer(str(folder / "m2m_vocab.json"), str(folder / "spm.model"), src_lang="en")
     torch.manual_seed(0)
     vocab_size = max(tokenizer.lang_code_to_id.values()) + 1  # the language tokens come after the pieces
-    config = M2M100Config(vocab_size=vocab_size, d_model=16, encoder_layers=1, decoder_layers=1,
-                          encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
-                          decoder_ffn_dim=32, max_position_embeddings=64, dropout=0.0, pad_token_id=1,
-                          bos_token_id=0, eos_token_id=2, decoder_start_token_id=2)  # fmt: skip
+    config = M2M100Config(
+        vocab_size=vocab_size,
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        encoder_attention_heads=2,
+        decoder_attention_heads=2,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+        max_position_embeddings=64,
+        dropout=0.0,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=2,
+    )
     model = M2M100ForConditionalGeneration(config).eval()
     with torch.no_grad():
         for parameter in model.parameters():
@@ -190,10 +202,19 @@ def test_task_specific_prefix_and_settings_of_a_t5_config():
     prefix = "translate English to German: "
     tokenizer = train_bpe_tokenizer([*CORPUS, prefix] * 3, vocab_size=120, min_frequency=1)
     torch.manual_seed(0)
-    config = T5Config(vocab_size=len(tokenizer), d_model=16, d_kv=4, d_ff=32, num_layers=1, num_heads=2,
-                      dropout_rate=0.0, pad_token_id=0, eos_token_id=2, decoder_start_token_id=0,
-                      task_specific_params={"translation_en_to_de": {"prefix": prefix, "max_new_tokens": 5,
-                                                                     "num_beams": 2}})  # fmt: skip
+    config = T5Config(
+        vocab_size=len(tokenizer),
+        d_model=16,
+        d_kv=4,
+        d_ff=32,
+        num_layers=1,
+        num_heads=2,
+        dropout_rate=0.0,
+        pad_token_id=0,
+        eos_token_id=2,
+        decoder_start_token_id=0,
+        task_specific_params={"translation_en_to_de": {"prefix": prefix, "max_new_tokens": 5, "num_beams": 2}},
+    )
     model = T5ForConditionalGeneration(config).eval()
     with torch.no_grad():
         for parameter in model.parameters():
@@ -306,17 +327,30 @@ def test_pipeline_from_hub_ids(folders, tmp_path):
     """A Hub id, served by olah on 127.0.0.1 (tests/hub_server.py) to a fresh process with an empty HF cache."""
     from hub_server import commit_folder, olah_server
 
-    repos = {"org/tiny-marian": folders["marian"], "org/tiny-transformer": folders["attn_transformer"],
-             "org/tiny-rnn": folders["attn_rnn"]}  # fmt: skip
+    repos = {
+        "org/tiny-marian": folders["marian"],
+        "org/tiny-transformer": folders["attn_transformer"],
+        "org/tiny-rnn": folders["attn_rnn"],
+    }
     for repo, folder in repos.items():
         commit_folder(tmp_path / "mirrors" / "models" / repo, folder)
-    calls = [("org/tiny-marian", "translation", None), ("org/tiny-marian", "translation_en_to_de", None),
-             ("org/tiny-transformer", "translation_en_to_de", None), ("org/tiny-rnn", "translation", True)]  # fmt: skip
+    calls = [
+        ("org/tiny-marian", "translation", None),
+        ("org/tiny-marian", "translation_en_to_de", None),
+        ("org/tiny-transformer", "translation_en_to_de", None),
+        ("org/tiny-rnn", "translation", True),
+    ]
     with olah_server(tmp_path / "mirrors", tmp_path, "org/tiny-marian") as url:
         env = {**os.environ, "HF_ENDPOINT": url, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_DISABLE_XET": "1"}
         env.pop("HF_HUB_OFFLINE", None)
-        result = subprocess.run([sys.executable, "-c", _FROM_THE_HUB, json.dumps(SENTENCES), json.dumps(calls)],
-                                capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-c", _FROM_THE_HUB, json.dumps(SENTENCES), json.dumps(calls)],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=tmp_path,
+            timeout=600,
+        )
     assert result.returncode == 0, result.stderr[-4000:]
     out = json.loads(result.stdout.strip().splitlines()[-1])
     for repo, task, trust in calls:

@@ -132,7 +132,7 @@ def test_each_int8_layer_equals_int8_arithmetic_written_out(make, engine):
     hooks = [
         module.register_forward_pre_hook(lambda module, args, name=name: seen.__setitem__(name, args[0]))
         for name, module in linears(model).items()
-    ]  # fmt: skip (each layer runs once in this forward)
+    ]  # each layer runs once in this forward
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     with torch.no_grad():
         model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
@@ -172,8 +172,10 @@ def test_each_rowwise_int8_layer_equals_its_arithmetic_written_out(make):
     model = make()
     quantized = quantize_int8_rowwise(model)
     seen: dict[str, torch.Tensor] = {}
-    hooks = [module.register_forward_pre_hook(lambda module, args, name=name: seen.__setitem__(name, args[0]))
-             for name, module in linears(model).items()]  # fmt: skip
+    hooks = [
+        module.register_forward_pre_hook(lambda module, args, name=name: seen.__setitem__(name, args[0]))
+        for name, module in linears(model).items()
+    ]
     input_ids, attention_mask, decoder_input_ids = padded_batch()
     with torch.no_grad():
         model(input_ids=input_ids, attention_mask=attention_mask, decoder_input_ids=decoder_input_ids)
@@ -295,9 +297,24 @@ def test_the_commands_quantize_with_quantize_int8(model_dir, tmp_path, capsys):
         translate_main(["--model", str(model_dir), "--input", str(source), "--quantize", "int8", "--no_progress"]) == 0
     )
     assert capsys.readouterr().out.splitlines() == expected
-    assert evaluate_main(["--model", str(model_dir), "--sources_file", str(source), "--references_file",
-                          str(references), "--quantize", "int8", "--no_progress", "--hypotheses",
-                          str(tmp_path / "hypotheses.txt")]) == 0  # fmt: skip
+    assert (
+        evaluate_main(
+            [
+                "--model",
+                str(model_dir),
+                "--sources_file",
+                str(source),
+                "--references_file",
+                str(references),
+                "--quantize",
+                "int8",
+                "--no_progress",
+                "--hypotheses",
+                str(tmp_path / "hypotheses.txt"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "hypotheses.txt").read_text().splitlines() == expected
     bleu = sacrebleu.corpus_bleu(expected, [list(reversed(lines))]).score
     assert f'"bleu": {bleu}' in capsys.readouterr().out
@@ -337,8 +354,10 @@ def test_a_model_or_device_other_than_the_cpu_is_refused_in_one_line(model_dir, 
             main(argv + (["the cat"] if name == "translate" else []))
         assert stopped.value.code == 2
         error = capsys.readouterr().err
-        assert error == (f"attn {name}: error: --quantize int8 runs on the CPU only (int8 kernels), not on "
-                         f"--device cuda:0; drop --quantize, or use --device cpu (see attn {name} --help)\n")  # fmt: skip
+        assert error == (
+            f"attn {name}: error: --quantize int8 runs on the CPU only (int8 kernels), not on "
+            f"--device cuda:0; drop --quantize, or use --device cpu (see attn {name} --help)\n"
+        )
 
 
 def test_torch_without_quantize_dynamic_is_named(monkeypatch):

@@ -443,8 +443,16 @@ def _tiny_dates_model(folder: Path) -> None:
     dates = ["1 May 2030", "May 2, 2030", "03.05.2030", "2030-05-01", "2030-05-02", "2030-05-03", "3. März 1987"]
     tokenizer = train_bpe_tokenizer(dates * 3, vocab_size=60, min_frequency=1)
     special = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
-    config = AttnTransformerConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=1, decoder_layers=1,
-                                   num_heads=2, d_ff=32, dropout=0.0, **special)  # fmt: skip
+    config = AttnTransformerConfig(
+        vocab_size=len(tokenizer),
+        d_model=16,
+        encoder_layers=1,
+        decoder_layers=1,
+        num_heads=2,
+        d_ff=32,
+        dropout=0.0,
+        **special,
+    )
     torch.manual_seed(0)
     AttnTransformerForConditionalGeneration(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)

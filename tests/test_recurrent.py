@@ -23,12 +23,19 @@ from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration
 from modeling_attn.recurrent import Recurrent, step_loop
 
-SHAPES = [(rnn_type, layers, bidirectional) for rnn_type in ("gru", "lstm") for layers in (1, 2) for bidirectional in (False, True)]  # fmt: skip
+SHAPES = [
+    (rnn_type, layers, bidirectional)
+    for rnn_type in ("gru", "lstm")
+    for layers in (1, 2)
+    for bidirectional in (False, True)
+]
 
 
 def pair(rnn_type: str, layers: int, bidirectional: bool) -> tuple[nn.RNNBase, Recurrent]:
     torch.manual_seed(0)
-    reference = (nn.GRU if rnn_type == "gru" else nn.LSTM)(5, 4, num_layers=layers, batch_first=True, bidirectional=bidirectional)  # fmt: skip
+    reference = (nn.GRU if rnn_type == "gru" else nn.LSTM)(
+        5, 4, num_layers=layers, batch_first=True, bidirectional=bidirectional
+    )
     recurrent = Recurrent(rnn_type, 5, 4, num_layers=layers, bidirectional=bidirectional)
     recurrent.load_state_dict(reference.state_dict())  # strict: the same parameter names and shapes
     return reference.eval(), recurrent.eval()
@@ -100,8 +107,15 @@ def test_step_loop_visits_positions_in_order_or_reversed():
 
 def tiny_rnn(**variant) -> AttnRNNForConditionalGeneration:
     torch.manual_seed(0)
-    config = AttnRNNConfig(vocab_size=99, embedding_size=16, encoder_hidden_size=16, decoder_hidden_size=16,
-                           attention_size=16, readout_size=16, **variant)  # fmt: skip
+    config = AttnRNNConfig(
+        vocab_size=99,
+        embedding_size=16,
+        encoder_hidden_size=16,
+        decoder_hidden_size=16,
+        attention_size=16,
+        readout_size=16,
+        **variant,
+    )
     model = AttnRNNForConditionalGeneration(config).eval()
     with torch.no_grad():  # spread weights: outputs that differ clearly between positions and sentences
         for parameter in model.parameters():
@@ -129,15 +143,29 @@ def test_the_traced_path_of_the_model_equals_eager(monkeypatch, variant):
 # GRU decoder that runs the whole target in one recurrent call.
 TRACED = {
     "bahdanau-gru": dict(),
-    "luong-lstm-feed-2layer": dict(decoder_style="luong", rnn_type="lstm", input_feeding=True, encoder_layers=2,
-                                   decoder_layers=2, attention_score="general"),
+    "luong-lstm-feed-2layer": dict(
+        decoder_style="luong",
+        rnn_type="lstm",
+        input_feeding=True,
+        encoder_layers=2,
+        decoder_layers=2,
+        attention_score="general",
+    ),
     "luong-gru": dict(decoder_style="luong", attention_score="general"),
-}  # fmt: skip
+}
 EXAMPLE = padded_batch()  # batch 3, source 7, target 5
-OTHERS = [padded_batch(seed=1, batch=5, source_length=11, target_length=8), padded_batch(seed=2, batch=2, source_length=4, target_length=3)]  # fmt: skip
-DYNAMIC = dict(batch=Dim("batch", min=1, max=64), source=Dim("source", min=2, max=256), target=Dim("target", min=2, max=256))  # fmt: skip
-DYNAMIC_SHAPES = ({0: DYNAMIC["batch"], 1: DYNAMIC["source"]}, {0: DYNAMIC["batch"], 1: DYNAMIC["source"]},
-                  {0: DYNAMIC["batch"], 1: DYNAMIC["target"]})  # fmt: skip
+OTHERS = [
+    padded_batch(seed=1, batch=5, source_length=11, target_length=8),
+    padded_batch(seed=2, batch=2, source_length=4, target_length=3),
+]
+DYNAMIC = dict(
+    batch=Dim("batch", min=1, max=64), source=Dim("source", min=2, max=256), target=Dim("target", min=2, max=256)
+)
+DYNAMIC_SHAPES = (
+    {0: DYNAMIC["batch"], 1: DYNAMIC["source"]},
+    {0: DYNAMIC["batch"], 1: DYNAMIC["source"]},
+    {0: DYNAMIC["batch"], 1: DYNAMIC["target"]},
+)
 
 
 class Logits(nn.Module):
@@ -157,7 +185,9 @@ def eager_logits(model, batch) -> torch.Tensor:
 
 
 def test_an_export_that_records_gradients_is_refused_naming_the_fix():
-    with pytest.raises(RuntimeError, match=r"attn_rnn exports as an inference graph: call .* inside `with torch.no_grad\(\):`"):  # fmt: skip
+    with pytest.raises(
+        RuntimeError, match=r"attn_rnn exports as an inference graph: call .* inside `with torch.no_grad\(\):`"
+    ):
         torch.export.export(Logits(tiny_rnn()), EXAMPLE, dynamic_shapes=DYNAMIC_SHAPES)
 
 
@@ -188,7 +218,10 @@ def test_torch_compile_fullgraph_equals_eager_with_no_graph_break(variant):
 def test_fullgraph_compile_of_a_training_step_is_refused_naming_why():
     model = tiny_rnn().train()
     input_ids, attention_mask, labels = EXAMPLE
-    with pytest.raises(torch._dynamo.exc.Unsupported, match=r"(?s)disable.*attn_rnn's recurrent layers run eagerly under torch.compile while gradients are recorded"):  # fmt: skip
+    with pytest.raises(
+        torch._dynamo.exc.Unsupported,
+        match=r"(?s)disable.*attn_rnn's recurrent layers run eagerly under torch.compile while gradients are recorded",
+    ):
         torch.compile(model, fullgraph=True)(input_ids=input_ids, attention_mask=attention_mask, labels=labels)
 
 

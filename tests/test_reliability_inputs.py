@@ -128,37 +128,97 @@ def _with(batch_edit):
 
 MODEL_CASES = [
     # (model, call, error type, message pattern)
-    ("transformer", _with(lambda i, m, d: dict(attention_mask=m * 2)), ValueError,
-     r"attention_mask must hold 0 \(padding\) and 1 \(token\) only, got 2 at \(batch, position\) \(0, 0\)"),
-    ("rnn", _with(lambda i, m, d: dict(attention_mask=m * 2)), ValueError,
-     r"attention_mask must hold 0 \(padding\) and 1 \(token\) only, got 2"),
-    ("transformer", _with(lambda i, m, d: dict(attention_mask=m * torch.tensor([[1], [0], [1]]))), ValueError,
-     "attention_mask row 1 masks every token"),
-    ("transformer", _with(lambda i, m, d: dict(decoder_input_ids=d[:2])), ValueError,
-     r"decoder input .* has batch size 2, but the encoder output .* has shape \(3, 7, 16\)"),
-    ("transformer", _with(lambda i, m, d: dict(decoder_input_ids=None, labels=d[:2])), ValueError,
-     r"decoder input \(decoder_input_ids, labels or decoder_inputs_embeds\) has batch size 2"),
-    ("transformer", _with(lambda i, m, d: dict(labels=d[:, :3])), ValueError,
-     r"labels have shape \(3, 3\) but the decoder produced logits for \(batch, length\) = \(3, 5\)"),
-    ("rnn", _with(lambda i, m, d: dict(labels=d[:, :3])), ValueError,
-     r"labels have shape \(3, 3\) but the decoder produced logits for \(batch, length\) = \(3, 5\)"),
-    ("transformer", _with(lambda i, m, d: dict(input_ids=None, inputs_embeds=torch.zeros(3, 7, 8))), ValueError,
-     r"inputs_embeds has width 8, but the model's embeddings have 16 \(shape \(3, 7, 8\)\)"),
-    ("rnn", _with(lambda i, m, d: dict(input_ids=None, inputs_embeds=torch.zeros(3, 7, 8))), ValueError,
-     r"inputs_embeds has width 8, but the model's embeddings have 16"),
-    ("transformer", _with(lambda i, m, d: dict(input_ids=None, encoder_outputs=(torch.zeros(3, 7, 8),))), ValueError,
-     r"encoder_outputs have width 8, expected d_model=16 \(shape \(3, 7, 8\)\)"),
-    ("transformer", _with(lambda i, m, d: dict(input_ids=i[0], attention_mask=None)), ValueError,
-     r"input_ids must be a non-empty \(batch, length\) tensor, got shape \(7,\)"),
-    ("transformer", _with(lambda i, m, d: dict(input_ids=i.bool())), TypeError,
-     "input_ids must hold integer token ids, got dtype torch.bool"),
-    ("rnn", _with(lambda i, m, d: dict(input_ids=i.float())), TypeError,
-     "input_ids must hold integer token ids, got dtype torch.float32"),
-    ("transformer", lambda model: model.generate(torch.tensor([[5, 99, 2]]), max_new_tokens=2), IndexError,
-     r"input_ids holds token id 99 at \(batch, position\) \(0, 1\); ids must be in \[0, 99\)"),
-    ("rnn", lambda model: model.generate(torch.tensor([[5, -1, 2]]), max_new_tokens=2), IndexError,
-     r"input_ids holds token id -1 at \(batch, position\) \(0, 1\)"),
-]  # fmt: skip
+    (
+        "transformer",
+        _with(lambda i, m, d: dict(attention_mask=m * 2)),
+        ValueError,
+        r"attention_mask must hold 0 \(padding\) and 1 \(token\) only, got 2 at \(batch, position\) \(0, 0\)",
+    ),
+    (
+        "rnn",
+        _with(lambda i, m, d: dict(attention_mask=m * 2)),
+        ValueError,
+        r"attention_mask must hold 0 \(padding\) and 1 \(token\) only, got 2",
+    ),
+    (
+        "transformer",
+        _with(lambda i, m, d: dict(attention_mask=m * torch.tensor([[1], [0], [1]]))),
+        ValueError,
+        "attention_mask row 1 masks every token",
+    ),
+    (
+        "transformer",
+        _with(lambda i, m, d: dict(decoder_input_ids=d[:2])),
+        ValueError,
+        r"decoder input .* has batch size 2, but the encoder output .* has shape \(3, 7, 16\)",
+    ),
+    (
+        "transformer",
+        _with(lambda i, m, d: dict(decoder_input_ids=None, labels=d[:2])),
+        ValueError,
+        r"decoder input \(decoder_input_ids, labels or decoder_inputs_embeds\) has batch size 2",
+    ),
+    (
+        "transformer",
+        _with(lambda i, m, d: dict(labels=d[:, :3])),
+        ValueError,
+        r"labels have shape \(3, 3\) but the decoder produced logits for \(batch, length\) = \(3, 5\)",
+    ),
+    (
+        "rnn",
+        _with(lambda i, m, d: dict(labels=d[:, :3])),
+        ValueError,
+        r"labels have shape \(3, 3\) but the decoder produced logits for \(batch, length\) = \(3, 5\)",
+    ),
+    (
+        "transformer",
+        _with(lambda i, m, d: dict(input_ids=None, inputs_embeds=torch.zeros(3, 7, 8))),
+        ValueError,
+        r"inputs_embeds has width 8, but the model's embeddings have 16 \(shape \(3, 7, 8\)\)",
+    ),
+    (
+        "rnn",
+        _with(lambda i, m, d: dict(input_ids=None, inputs_embeds=torch.zeros(3, 7, 8))),
+        ValueError,
+        r"inputs_embeds has width 8, but the model's embeddings have 16",
+    ),
+    (
+        "transformer",
+        _with(lambda i, m, d: dict(input_ids=None, encoder_outputs=(torch.zeros(3, 7, 8),))),
+        ValueError,
+        r"encoder_outputs have width 8, expected d_model=16 \(shape \(3, 7, 8\)\)",
+    ),
+    (
+        "transformer",
+        _with(lambda i, m, d: dict(input_ids=i[0], attention_mask=None)),
+        ValueError,
+        r"input_ids must be a non-empty \(batch, length\) tensor, got shape \(7,\)",
+    ),
+    (
+        "transformer",
+        _with(lambda i, m, d: dict(input_ids=i.bool())),
+        TypeError,
+        "input_ids must hold integer token ids, got dtype torch.bool",
+    ),
+    (
+        "rnn",
+        _with(lambda i, m, d: dict(input_ids=i.float())),
+        TypeError,
+        "input_ids must hold integer token ids, got dtype torch.float32",
+    ),
+    (
+        "transformer",
+        lambda model: model.generate(torch.tensor([[5, 99, 2]]), max_new_tokens=2),
+        IndexError,
+        r"input_ids holds token id 99 at \(batch, position\) \(0, 1\); ids must be in \[0, 99\)",
+    ),
+    (
+        "rnn",
+        lambda model: model.generate(torch.tensor([[5, -1, 2]]), max_new_tokens=2),
+        IndexError,
+        r"input_ids holds token id -1 at \(batch, position\) \(0, 1\)",
+    ),
+]
 
 
 @pytest.mark.parametrize(("which", "call", "error", "pattern"), MODEL_CASES)
@@ -218,47 +278,104 @@ def tsv_folder(root: Path, pairs: int = 20) -> Path:
     return folder
 
 
-TRAIN = ["--preset", "tiny", "--vocab_size", "60", "--report_to", "none", "--eval_strategy", "no", "--do_predict",
-         "False", "--max_steps", "1", "--disable_tqdm", "True"]  # fmt: skip
+TRAIN = [
+    "--preset",
+    "tiny",
+    "--vocab_size",
+    "60",
+    "--report_to",
+    "none",
+    "--eval_strategy",
+    "no",
+    "--do_predict",
+    "False",
+    "--max_steps",
+    "1",
+    "--disable_tqdm",
+    "True",
+]
 
 CLI_CASES = [
     # (argv built from the world and a fresh folder, pattern in stderr); every one exits with status 2
     (lambda w, t: ["translate", "--model", str(t / "absent"), "x"], r"absent: no such model folder"),
     (lambda w, t: ["translate", "--model", str(w.root / "no_config"), "x"], r"no_config: no config\.json"),
-    (lambda w, t: ["translate", "--model", str(w.model), "--input", str(t / "none.txt")],
-     r"--input .*none\.txt: no such file; give a file of sentences"),
-    (lambda w, t: ["translate", "--model", str(w.model), "--input", str(w.root / "latin1.txt")],
-     r"latin1\.txt:2: not valid UTF-8 \(byte 0xe9 at column 8\)"),
-    (lambda w, t: ["translate", "--model", str(w.model), "--input", str(w.root / "long.txt")],
-     r"long\.txt:2: the sentence \('the cat sat on the mat the cat sat on th'\.\.\.\) has \d+ tokens, "
-     r"more than the model's max_position_embeddings=16"),
-    (lambda w, t: ["translate", "--model", str(w.model), "--batch_size", "2", "a", "b", "c", LONG],
-     r"argument 4: the sentence \('the cat sat on the mat the cat sat on th'\.\.\.\) has \d+ tokens"),
-    (lambda w, t: ["translate", "--model", str(w.model), "--max_new_tokens", "17", "x"],
-     r"max_new_tokens=17 is more than the model's max_position_embeddings=16: the decoder has no position"),
-    (lambda w, t: ["evaluate", "--model", str(w.model), "--data", str(long_pair_folder(t)), "--source_lang", "en",
-                   "--target_lang", "de", "--split", "validation", "--batch_size", "2"],
-     r"the validation split of .*long_pair, pair 3: the source sentence \('the cat sat on the mat the cat sat on th'"),
-    (lambda w, t: ["evaluate", "--model", str(w.model), "--max_samples", "0"],
-     "argument --max_samples: must be a positive integer, got 0"),
-    (lambda w, t: ["average", str(t), "--last", "0", "--output_dir", str(t / "avg")],
-     "argument --last: must be a positive integer, got 0"),
-    (lambda w, t: ["translate", "--model", str(w.model), "--batch_size", "0", "x"],
-     "argument --batch_size: must be a positive integer, got 0"),
-    (lambda w, t: ["translate", "--model", str(w.model), "--num_beams", "0", "x"],
-     "argument --num_beams: must be a positive integer, got 0"),
-    (lambda w, t: ["translate", "--model", str(w.model), "--max_new_tokens", "-3", "x"],
-     "argument --max_new_tokens: must be a positive integer, got -3"),
-    (lambda w, t: ["translate", "--model", str(w.root / "big_tokenizer"), "x"],
-     r"big_tokenizer: the tokenizer has \d+ tokens but the model's config.vocab_size is \d+"),
-    (lambda w, t: ["translate", "--model", str(w.root / "truncated"), "x"],
-     r"truncated: the safetensors weights are corrupt or truncated"),
-    (lambda w, t: ["evaluate", "--model", str(w.model), "--data", str(t / "absent")],
-     r"absent: no such folder, and not a dataset datasets.load_dataset can open"),
+    (
+        lambda w, t: ["translate", "--model", str(w.model), "--input", str(t / "none.txt")],
+        r"--input .*none\.txt: no such file; give a file of sentences",
+    ),
+    (
+        lambda w, t: ["translate", "--model", str(w.model), "--input", str(w.root / "latin1.txt")],
+        r"latin1\.txt:2: not valid UTF-8 \(byte 0xe9 at column 8\)",
+    ),
+    (
+        lambda w, t: ["translate", "--model", str(w.model), "--input", str(w.root / "long.txt")],
+        r"long\.txt:2: the sentence \('the cat sat on the mat the cat sat on th'\.\.\.\) has \d+ tokens, "
+        r"more than the model's max_position_embeddings=16",
+    ),
+    (
+        lambda w, t: ["translate", "--model", str(w.model), "--batch_size", "2", "a", "b", "c", LONG],
+        r"argument 4: the sentence \('the cat sat on the mat the cat sat on th'\.\.\.\) has \d+ tokens",
+    ),
+    (
+        lambda w, t: ["translate", "--model", str(w.model), "--max_new_tokens", "17", "x"],
+        r"max_new_tokens=17 is more than the model's max_position_embeddings=16: the decoder has no position",
+    ),
+    (
+        lambda w, t: [
+            "evaluate",
+            "--model",
+            str(w.model),
+            "--data",
+            str(long_pair_folder(t)),
+            "--source_lang",
+            "en",
+            "--target_lang",
+            "de",
+            "--split",
+            "validation",
+            "--batch_size",
+            "2",
+        ],
+        r"the validation split of .*long_pair, pair 3: the source sentence \('the cat sat on the mat the cat sat on th'",
+    ),
+    (
+        lambda w, t: ["evaluate", "--model", str(w.model), "--max_samples", "0"],
+        "argument --max_samples: must be a positive integer, got 0",
+    ),
+    (
+        lambda w, t: ["average", str(t), "--last", "0", "--output_dir", str(t / "avg")],
+        "argument --last: must be a positive integer, got 0",
+    ),
+    (
+        lambda w, t: ["translate", "--model", str(w.model), "--batch_size", "0", "x"],
+        "argument --batch_size: must be a positive integer, got 0",
+    ),
+    (
+        lambda w, t: ["translate", "--model", str(w.model), "--num_beams", "0", "x"],
+        "argument --num_beams: must be a positive integer, got 0",
+    ),
+    (
+        lambda w, t: ["translate", "--model", str(w.model), "--max_new_tokens", "-3", "x"],
+        "argument --max_new_tokens: must be a positive integer, got -3",
+    ),
+    (
+        lambda w, t: ["translate", "--model", str(w.root / "big_tokenizer"), "x"],
+        r"big_tokenizer: the tokenizer has \d+ tokens but the model's config.vocab_size is \d+",
+    ),
+    (
+        lambda w, t: ["translate", "--model", str(w.root / "truncated"), "x"],
+        r"truncated: the safetensors weights are corrupt or truncated",
+    ),
+    (
+        lambda w, t: ["evaluate", "--model", str(w.model), "--data", str(t / "absent")],
+        r"absent: no such folder, and not a dataset datasets.load_dataset can open",
+    ),
     (lambda w, t: ["evaluate", "--model", str(w.model), "--split", "dev"], r"argument --split: invalid choice: 'dev'"),
-    (lambda w, t: ["train", "--data", str(tsv_folder(t) / "train.tsv"), "--output_dir", str(t / "out"), *TRAIN],
-     r"train\.tsv is a file; --data takes a folder"),
-]  # fmt: skip
+    (
+        lambda w, t: ["train", "--data", str(tsv_folder(t) / "train.tsv"), "--output_dir", str(t / "out"), *TRAIN],
+        r"train\.tsv is a file; --data takes a folder",
+    ),
+]
 
 
 @pytest.mark.parametrize(("argv", "pattern"), CLI_CASES)
@@ -288,37 +405,61 @@ TRAIN_CASES = [
     # (extra argv, pattern of the error line): one line on stderr and exit status 2 (issue 25), before any training step
     (["--preset", "tinyy"], r"--preset: unknown preset 'tinyy'; did you mean 'tiny'\?"),
     (["--config_overrides", "d_model=30"], r".*d_model \(30\) must be divisible by num_heads.*"),
-    (["--max_tokens_per_batch", "4"],
-     r"--max_tokens_per_batch 4 cannot hold training pair \d+ \(\d+ source / \d+ target tokens\).*"),
+    (
+        ["--max_tokens_per_batch", "4"],
+        r"--max_tokens_per_batch 4 cannot hold training pair \d+ \(\d+ source / \d+ target tokens\).*",
+    ),
     (["--streaming", "--max_steps", "-1"], r"--streaming needs --max_steps: .*"),
     (["--model_name_or_path", "/no/such/model"], r".*/no/such/model.*"),
     (["--resume_from_checkpoint", "last"], r"--resume_from_checkpoint: no checkpoint in .*out"),
-    (["--max_train_samples", "0"], r"argument --max_train_samples: must be a positive integer, got 0 \(see attn train --help\)"),
+    (
+        ["--max_train_samples", "0"],
+        r"argument --max_train_samples: must be a positive integer, got 0 \(see attn train --help\)",
+    ),
     (["--max_predict_samples", "-2"], r"argument --max_predict_samples: must be a positive integer, got -2.*"),
-    (["--streaming", "--max_steps", "2", "--streaming_buffer_pairs", "0"],
-     r"argument --streaming_buffer_pairs: must be a positive integer, got 0.*"),
+    (
+        ["--streaming", "--max_steps", "2", "--streaming_buffer_pairs", "0"],
+        r"argument --streaming_buffer_pairs: must be a positive integer, got 0.*",
+    ),
     # the recipe sets these from the tokenizer (was a TypeError traceback: load_preset got vocab_size twice)
     (["--config_overrides", "vocab_size=300"], r"--config_overrides: \['vocab_size'\] are set from the tokenizer .*"),
-]  # fmt: skip
+]
 
 
 FINE_TUNE_CASES = [
     # (extra argv after --model_name_or_path WORLD_MODEL, pattern of the ValueError, whether the flags alone refuse it)
-    (["--preset", "big"], r"--preset big builds a new model, --model_name_or_path fine-tunes .*model with its own",
-     True),
-    (["--model_type", "attn_rnn"], r"--model_type is attn_rnn, but --model_name_or_path .*model is attn_transformer",
-     False),
-    (["--config_overrides", "dropout=0.2,colour=1"], r"--config_overrides: \['colour'\] are not fields of the config",
-     False),
-]  # fmt: skip
+    (
+        ["--preset", "big"],
+        r"--preset big builds a new model, --model_name_or_path fine-tunes .*model with its own",
+        True,
+    ),
+    (
+        ["--model_type", "attn_rnn"],
+        r"--model_type is attn_rnn, but --model_name_or_path .*model is attn_transformer",
+        False,
+    ),
+    (
+        ["--config_overrides", "dropout=0.2,colour=1"],
+        r"--config_overrides: \['colour'\] are not fields of the config",
+        False,
+    ),
+]
 
 
 @pytest.mark.parametrize(("extra", "pattern", "by_flags"), FINE_TUNE_CASES)
 def test_fine_tuning_refuses_what_describes_a_new_model(extra, pattern, by_flags, world, tmp_path):
     """What the flags alone make impossible is refused by `validate` (in parse_args, before any work); what needs the
     fine-tuned model's config, when that config is loaded."""
-    argv = ["--data", str(tsv_folder(tmp_path)), "--output_dir", str(tmp_path / "out"), *TRAIN[2:],
-            "--model_name_or_path", str(world.model), *extra]  # fmt: skip
+    argv = [
+        "--data",
+        str(tsv_folder(tmp_path)),
+        "--output_dir",
+        str(tmp_path / "out"),
+        *TRAIN[2:],
+        "--model_name_or_path",
+        str(world.model),
+        *extra,
+    ]
     if by_flags:
         with pytest.raises(ValueError, match=pattern):
             parse_args(argv)
@@ -391,23 +532,48 @@ DATA_CASES = [
     ({}, None, r"data: no such folder, and not a dataset"),
     ({"train.en": "", "train.de": ""}, ("en", "de"), r"data/train\.en and .*data/train\.de are empty"),
     ({"train.tsv": ""}, None, r"data/train\.tsv: empty file"),
-    ({"train.en.gz": "a cat\n" * 50, "train.de": "eine Katze\n"}, ("en", "de"),
-     r"data/train\.en\.gz: cannot be read: Compressed file ended"),
+    (
+        {"train.en.gz": "a cat\n" * 50, "train.de": "eine Katze\n"},
+        ("en", "de"),
+        r"data/train\.en\.gz: cannot be read: Compressed file ended",
+    ),
     ({"train.en": "a cat\n"}, ("en", "de"), r"data: train\.de\[\.gz\] is missing"),
-    ({"train.en": "a\n", "train.de": "b\n", "train.fr": "c\n"}, None,
-     r"data: found languages \['de', 'en', 'fr'\]; choose the pair with --source_lang and --target_lang"),
-    ({"train.en": "a\n", "train.de": "b\n", "test_a.en": "a\n", "test_a.de": "b\n", "test_b.en": "a\n",
-      "test_b.de": "b\n"}, ("en", "de"), r"data: several test sets \['test_a', 'test_b'\]"),
-    ({"train.en": "a cat\n \t \n", "train.de": "eine Katze\nein Hund\n"}, ("en", "de"),
-     r"data/train\.en:2 / .*data/train\.de:2: empty source sentence"),
+    (
+        {"train.en": "a\n", "train.de": "b\n", "train.fr": "c\n"},
+        None,
+        r"data: found languages \['de', 'en', 'fr'\]; choose the pair with --source_lang and --target_lang",
+    ),
+    (
+        {
+            "train.en": "a\n",
+            "train.de": "b\n",
+            "test_a.en": "a\n",
+            "test_a.de": "b\n",
+            "test_b.en": "a\n",
+            "test_b.de": "b\n",
+        },
+        ("en", "de"),
+        r"data: several test sets \['test_a', 'test_b'\]",
+    ),
+    (
+        {"train.en": "a cat\n \t \n", "train.de": "eine Katze\nein Hund\n"},
+        ("en", "de"),
+        r"data/train\.en:2 / .*data/train\.de:2: empty source sentence",
+    ),
     ({"train.tsv": "a cat\teine Katze\na dog\t\n"}, None, r"data/train\.tsv:2: empty target sentence"),
-    ({"train.jsonl": '{"en": "a", "de": "b"}\n["a", "b"]\n'}, ("en", "de"),
-     r"data/train\.jsonl:2: expected an object with string fields 'en' and 'de'"),
+    (
+        {"train.jsonl": '{"en": "a", "de": "b"}\n["a", "b"]\n'},
+        ("en", "de"),
+        r"data/train\.jsonl:2: expected an object with string fields 'en' and 'de'",
+    ),
     ({"train.jsonl": '{"en": "a", "de": "b"}\n\n'}, ("en", "de"), r"data/train\.jsonl:2: empty line"),
     ({"train.jsonl": '{"en": "a", "de": "b"}\n'}, None, r"data: JSONL data needs --source_lang and --target_lang"),
-    ({"train.en": "a cat\n", "train.de": "eine Katze\nein Hund\n"}, ("en", "de"),
-     r"data/train\.de:2: line has no counterpart: train\.en has 1 lines but train\.de has 2"),
-]  # fmt: skip
+    (
+        {"train.en": "a cat\n", "train.de": "eine Katze\nein Hund\n"},
+        ("en", "de"),
+        r"data/train\.de:2: line has no counterpart: train\.en has 1 lines but train\.de has 2",
+    ),
+]
 
 
 @pytest.mark.parametrize(("contents", "langs", "pattern"), DATA_CASES)
@@ -467,10 +633,16 @@ def test_loading(folder, error, pattern, world):
     ("folder", "report"),
     [
         # config.json lacks d_model: the default (512) does not fit the 16-wide weights
-        ("no_d_model", r"model\.shared\.weight .*MISMATCH.*ckpt: torch\.Size\(\[\d+, 16\]\) vs model:torch\.Size\(\[\d+, 512\]\)"),
-        ("wrong_shape", r"q_proj\.weight .*MISMATCH.*ckpt: torch\.Size\(\[3, 3\]\) vs model:torch\.Size\(\[16, 16\]\)"),
+        (
+            "no_d_model",
+            r"model\.shared\.weight .*MISMATCH.*ckpt: torch\.Size\(\[\d+, 16\]\) vs model:torch\.Size\(\[\d+, 512\]\)",
+        ),
+        (
+            "wrong_shape",
+            r"q_proj\.weight .*MISMATCH.*ckpt: torch\.Size\(\[3, 3\]\) vs model:torch\.Size\(\[16, 16\]\)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_weights_that_do_not_fit_the_config(folder, report, world, caplog):
     """transformers raises, and its load report (logged just before) names each tensor and both shapes."""
     with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):

@@ -31,13 +31,50 @@ REPO = Path(__file__).resolve().parents[1]
 STEPS = 60
 # A tiny model on 120 pairs of the embedded task, 8 token batches per epoch: 60 steps cross 7 epoch boundaries,
 # a checkpoint every 5 steps, at most 2 kept (so rotation deletes folders while the job may be killed).
-ARGS = ["--preset", "tiny", "--vocab_size", "200", "--max_train_samples", "120", "--max_tokens_per_batch", "200",
-        "--report_to", "none", "--disable_tqdm", "True", "--dataloader_pin_memory", "False", "--eval_strategy", "no",
-        "--do_eval", "False", "--do_predict", "False", "--average_last_n", "1", "--max_steps", str(STEPS),
-        "--save_steps", "5", "--save_total_limit", "2", "--logging_steps", "1", "--seed", "7"]  # fmt: skip
+ARGS = [
+    "--preset",
+    "tiny",
+    "--vocab_size",
+    "200",
+    "--max_train_samples",
+    "120",
+    "--max_tokens_per_batch",
+    "200",
+    "--report_to",
+    "none",
+    "--disable_tqdm",
+    "True",
+    "--dataloader_pin_memory",
+    "False",
+    "--eval_strategy",
+    "no",
+    "--do_eval",
+    "False",
+    "--do_predict",
+    "False",
+    "--average_last_n",
+    "1",
+    "--max_steps",
+    str(STEPS),
+    "--save_steps",
+    "5",
+    "--save_total_limit",
+    "2",
+    "--logging_steps",
+    "1",
+    "--seed",
+    "7",
+]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-CHECKPOINT_FILES = ("model.safetensors", "config.json", "optimizer.pt", "scheduler.pt", "rng_state.pth",
-                    "trainer_state.json", "tokenizer.json")  # fmt: skip
+CHECKPOINT_FILES = (
+    "model.safetensors",
+    "config.json",
+    "optimizer.pt",
+    "scheduler.pt",
+    "rng_state.pth",
+    "trainer_state.json",
+    "tokenizer.json",
+)
 # How each attempt is killed: when a save starts (a checkpoint appears in the staging folder), after a random number
 # of optimizer steps plus a random delay, right after a new checkpoint appears (the rename, then rotation), and last
 # when the final model is being written after training (the resumed run then trains no step and writes it again).
@@ -131,8 +168,10 @@ def test_killed_training_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path
     process = start(output_dir, resume=True, log=tmp_path / "last.log")
     process.communicate()
     assert process.returncode == 0, (tmp_path / "last.log").read_text()[-4000:]
-    print(f"survived {len(kills)} kills {kills} ({during_save} during a checkpoint save); uninterrupted run "
-          f"{run_seconds:.1f} s")  # fmt: skip
+    print(
+        f"survived {len(kills)} kills {kills} ({during_save} during a checkpoint save); uninterrupted run "
+        f"{run_seconds:.1f} s"
+    )
     assert during_save >= 1
 
     assert not (output_dir / STAGING_DIR).exists()

@@ -42,8 +42,15 @@ def run_offline(code: str, home: Path, without_package: bool = False) -> dict:
     """
     env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     prefix = NO_NETWORK + (_BLOCK_PACKAGE if without_package else "")
-    result = subprocess.run([sys.executable, "-c", prefix + textwrap.dedent(code)], cwd=home.parent, env=env,
-                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-c", prefix + textwrap.dedent(code)],
+        cwd=home.parent,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     return json.loads(result.stdout.strip().splitlines()[-1])
 

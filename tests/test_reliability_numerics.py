@@ -38,8 +38,15 @@ def transformer():
 
 def rnn():
     torch.manual_seed(0)
-    config = AttnRNNConfig(vocab_size=99, embedding_size=16, encoder_hidden_size=16, decoder_hidden_size=16,
-                           attention_size=16, readout_size=16, **SPECIAL)  # fmt: skip
+    config = AttnRNNConfig(
+        vocab_size=99,
+        embedding_size=16,
+        encoder_hidden_size=16,
+        decoder_hidden_size=16,
+        attention_size=16,
+        readout_size=16,
+        **SPECIAL,
+    )
     return AttnRNNForConditionalGeneration(config).eval()
 
 

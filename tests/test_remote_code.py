@@ -61,7 +61,9 @@ def test_an_invalid_config_is_refused_before_any_file_is_written(tmp_path, kind,
 def test_a_vocabulary_size_the_weights_do_not_have_is_refused_before_any_file_is_written(tmp_path, kind):
     model = MODELS[kind](share_encoder_decoder_embeddings=False, tie_word_embeddings=False)
     model.config.decoder_vocab_size = 98  # a valid config, but the decoder embeddings and lm_head have 99 rows
-    with pytest.raises(ValueError, match=r"decoder.embed_tokens has 99 vocabulary entries but config.decoder_vocab_size is 98"):  # fmt: skip
+    with pytest.raises(
+        ValueError, match=r"decoder.embed_tokens has 99 vocabulary entries but config.decoder_vocab_size is 98"
+    ):
         model.save_pretrained(tmp_path / "checkpoint")
     assert list(tmp_path.iterdir()) == []
 

@@ -24,12 +24,15 @@ VARIANTS = {
     "transformer-separate-tied": ("transformer", SEPARATE),
     "transformer-separate-untied": ("transformer", dict(SEPARATE, tie_word_embeddings=False)),
     "transformer-shared-tied-bias": ("transformer", dict(final_logits_bias=True)),
-    "transformer-separate-untied-bias": ("transformer", dict(SEPARATE, tie_word_embeddings=False, final_logits_bias=True)),
+    "transformer-separate-untied-bias": (
+        "transformer",
+        dict(SEPARATE, tie_word_embeddings=False, final_logits_bias=True),
+    ),
     "rnn-separate-untied": ("rnn", dict(decoder_vocab_size=TINY_TARGET)),
     "rnn-separate-tied": ("rnn", dict(decoder_vocab_size=TINY_TARGET, tie_word_embeddings=True)),
     "rnn-shared-untied": ("rnn", dict(share_encoder_decoder_embeddings=True)),
     "rnn-shared-tied": ("rnn", dict(share_encoder_decoder_embeddings=True, tie_word_embeddings=True)),
-}  # fmt: skip
+}
 KEPT_IDS = 85  # the test batches use ids below this, inside every vocabulary before and after resizing
 
 
@@ -132,8 +135,11 @@ def test_resize_decoder_token_embeddings_resizes_the_separate_target_vocabulary(
 )
 @pytest.mark.parametrize("shared", [True, False])
 def test_the_base_model_resizes_and_reloads_too(tmp_path, config_class, model_class, shared):
-    small = dict(d_model=16, encoder_layers=1, decoder_layers=1, num_heads=2, d_ff=16) if config_class is AttnTransformerConfig else dict(
-        embedding_size=8, encoder_hidden_size=8, decoder_hidden_size=8, attention_size=8, readout_size=8)  # fmt: skip
+    small = (
+        dict(d_model=16, encoder_layers=1, decoder_layers=1, num_heads=2, d_ff=16)
+        if config_class is AttnTransformerConfig
+        else dict(embedding_size=8, encoder_hidden_size=8, decoder_hidden_size=8, attention_size=8, readout_size=8)
+    )
     model = model_class(config_class(vocab_size=40, share_encoder_decoder_embeddings=shared, **small)).eval()
     model.resize_token_embeddings(50)
     assert model.config.vocab_size == model.encoder.embed_tokens.weight.shape[0] == 50
@@ -157,7 +163,10 @@ def test_a_size_that_drops_a_special_token_is_refused_and_nothing_changes(varian
     model = build(variant)
     state = {name: tensor.clone() for name, tensor in model.state_dict().items()}
     config = model.config.to_dict()
-    with pytest.raises(ValueError, match=rf"(?s){method}: .*decoder_vocab_size=2 would make the config invalid; nothing was changed.*eos_token_id must be a token id in \[0, decoder_vocab_size=2\), got 2"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=rf"(?s){method}: .*decoder_vocab_size=2 would make the config invalid; nothing was changed.*eos_token_id must be a token id in \[0, decoder_vocab_size=2\), got 2",
+    ):
         getattr(model, method)(2)
     with pytest.raises(ValueError, match=f"{method}: new_num_tokens must be a positive integer or None, got 0"):
         getattr(model, method)(0)
@@ -188,7 +197,9 @@ def test_a_target_id_beyond_a_separate_vocabulary_names_the_resize_to_call():
     model.resize_token_embeddings(105)  # the source side only
     inputs = batch()
     inputs["decoder_input_ids"][0, 1] = 100
-    with pytest.raises(IndexError, match=r"decoder_input_ids holds token id 100 .* \[0, 91\) .*resize_decoder_token_embeddings"):  # fmt: skip
+    with pytest.raises(
+        IndexError, match=r"decoder_input_ids holds token id 100 .* \[0, 91\) .*resize_decoder_token_embeddings"
+    ):
         model(**inputs)
 
 

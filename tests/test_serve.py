@@ -75,9 +75,20 @@ def save_model(folder: Path) -> Path:
     """A random tiny Transformer (64 positions) with a BPE tokenizer, beam 2 and 6 new tokens at most."""
     tokenizer = train_bpe_tokenizer(CORPUS, vocab_size=100, min_frequency=1)
     torch.manual_seed(0)
-    config = AttnTransformerConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=2, decoder_layers=2,
-                                   num_heads=4, d_ff=32, dropout=0.0, max_position_embeddings=MAX_POSITIONS,
-                                   pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)  # fmt: skip
+    config = AttnTransformerConfig(
+        vocab_size=len(tokenizer),
+        d_model=16,
+        encoder_layers=2,
+        decoder_layers=2,
+        num_heads=4,
+        d_ff=32,
+        dropout=0.0,
+        max_position_embeddings=MAX_POSITIONS,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+        decoder_start_token_id=1,
+    )
     model = AttnTransformerForConditionalGeneration(config)
     model.generation_config.update(max_new_tokens=6, num_beams=2)
     model.save_pretrained(folder)
@@ -103,9 +114,19 @@ def save_alignment_model(folder: Path, model_type: str) -> Path:
         model = spread_tiny_rnn(vocab_size=len(tokenizer), **SPECIAL_IDS)
     else:
         torch.manual_seed(0)
-        config = AttnTransformerConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=2, decoder_layers=3,
-                                       num_heads=4, d_ff=32, dropout=0.0, max_position_embeddings=MAX_POSITIONS,
-                                       alignment_layer=1, alignment_heads=2, **SPECIAL_IDS)  # fmt: skip
+        config = AttnTransformerConfig(
+            vocab_size=len(tokenizer),
+            d_model=16,
+            encoder_layers=2,
+            decoder_layers=3,
+            num_heads=4,
+            d_ff=32,
+            dropout=0.0,
+            max_position_embeddings=MAX_POSITIONS,
+            alignment_layer=1,
+            alignment_heads=2,
+            **SPECIAL_IDS,
+        )
         model = AttnTransformerForConditionalGeneration(config)
         with torch.no_grad():
             for parameter in model.parameters():
@@ -119,8 +140,10 @@ def save_alignment_model(folder: Path, model_type: str) -> Path:
 
 @pytest.fixture(scope="module")
 def alignment_models(tmp_path_factory) -> dict[str, Path]:
-    return {model_type: save_alignment_model(tmp_path_factory.mktemp(model_type), model_type)
-            for model_type in ("attn_transformer", "attn_rnn")}  # fmt: skip
+    return {
+        model_type: save_alignment_model(tmp_path_factory.mktemp(model_type), model_type)
+        for model_type in ("attn_transformer", "attn_rnn")
+    }
 
 
 def attn_translate(model_dir: Path, lines: list[str], tmp_path: Path, capsys, *flags: str) -> list[str]:
@@ -155,8 +178,10 @@ def same_soft(entry: dict, line: str) -> bool:
     record = json.loads(line)
     alignment = entry["alignment"]
     if (entry["text"], alignment["source_words"], alignment["target_words"]) != (
-        record["translation"], record["source_words"], record["target_words"]
-    ):  # fmt: skip
+        record["translation"],
+        record["source_words"],
+        record["target_words"],
+    ):
         return False
     served, written = alignment["weights"], record["weights"]
     return len(served) == len(written) and all(
@@ -167,8 +192,11 @@ def same_soft(entry: dict, line: str) -> bool:
 
 def nbest_lines(translations: list[dict], offset: int = 0) -> list[tuple[int, str, float]]:
     """The server's n-best answers as `attn translate --num_return_sequences` lines (index, text, score)."""
-    return [(offset + index, hypothesis["text"], hypothesis["score"])
-            for index, entry in enumerate(translations) for hypothesis in entry["nbest"]]  # fmt: skip
+    return [
+        (offset + index, hypothesis["text"], hypothesis["score"])
+        for index, entry in enumerate(translations)
+        for hypothesis in entry["nbest"]
+    ]
 
 
 def parse_nbest(lines: list[str]) -> list[tuple[int, str, float]]:
@@ -218,19 +246,31 @@ REFUSALS = [
     ({"text": ["a"], "beams": 4}, 422, "beams: Extra inputs are not permitted"),
     ({"text": ["a"], "alignment": "best"}, 422, "alignment: Input should be 'hard' or 'soft'"),
     ({"text": ["a"], "alignment": True}, 422, "alignment: Input should be 'hard' or 'soft'"),
-    ({"text": ["a"], "alignment": "hard", "alignment_words": "chars"}, 422, "alignment_words: Input should be "
-                                                                            "'whitespace' or 'alnum'"),
+    (
+        {"text": ["a"], "alignment": "hard", "alignment_words": "chars"},
+        422,
+        "alignment_words: Input should be 'whitespace' or 'alnum'",
+    ),
     ({"text": ["a"], "alignment_words": "alnum"}, 422, "alignment_words: an alignment setting, with no alignment"),
     ({"text": ["a"], "top_k": 5, "seed": 1}, 422, "top_k, seed: a sampling setting, with no do_sample"),
-    ({"text": ["a"], "num_return_sequences": 3}, 422, "num_return_sequences: num_return_sequences=3 is more than "
-                                                      "num_beams=2"),
-    ({"text": ["a"], "max_new_tokens": 100}, 422, "max_new_tokens: 100 is more than the model's "
-                                                  "max_position_embeddings=64"),
-    ({"text": ["the cat", "the cat sat on the mat " * 12]}, 422, "text[1]: 98 tokens, more than the model's "
-                                                               "max_position_embeddings=64; split it"),
+    (
+        {"text": ["a"], "num_return_sequences": 3},
+        422,
+        "num_return_sequences: num_return_sequences=3 is more than num_beams=2",
+    ),
+    (
+        {"text": ["a"], "max_new_tokens": 100},
+        422,
+        "max_new_tokens: 100 is more than the model's max_position_embeddings=64",
+    ),
+    (
+        {"text": ["the cat", "the cat sat on the mat " * 12]},
+        422,
+        "text[1]: 98 tokens, more than the model's max_position_embeddings=64; split it",
+    ),
     ({"text": ["a"] * 1025}, 422, "text: 1025 sentences, more than the server queues (max_queue 1024)"),
     ({"text": ["a" * BODY_LIMIT]}, 413, "body: 8"),  # its byte count, then "more than the server's limit of ..."
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("body", "status", "message"), REFUSALS)
@@ -271,8 +311,11 @@ def test_the_framework_s_own_errors_come_in_the_same_shape(client):
 def test_health_model_and_openapi(client, model_dir):
     assert client.get("/health").json()["status"] == "ok"
     info = client.get("/model").json()
-    assert (info["model_type"], info["parameters"], info["max_position_embeddings"]) == ("attn_transformer",
-                                                                                        12736, MAX_POSITIONS)  # fmt: skip
+    assert (info["model_type"], info["parameters"], info["max_position_embeddings"]) == (
+        "attn_transformer",
+        12736,
+        MAX_POSITIONS,
+    )
     assert info["size"].startswith("0.01M parameters: 2 encoder and 2 decoder layers, d_model 16")
     assert info["decoding"].startswith("beam search with 2 beams") and info["quantization"] is None
     assert info["limits"]["max_body_bytes"] == BODY_LIMIT
@@ -306,8 +349,19 @@ def test_a_seeded_sampling_request_equals_attn_translate_with_the_seed(client, m
     lines = sentences(40, seed=3)  # more than attn translate's batch of 32: two generate() calls, one seed
     body = {"text": lines, "do_sample": True, "seed": 11, "top_k": 20, "num_return_sequences": 2}
     answer = client.post("/translate", json=body).json()["translations"]
-    printed = attn_translate(model_dir, lines, tmp_path, capsys, "--do_sample", "--seed", "11", "--top_k", "20",
-                             "--num_return_sequences", "2")  # fmt: skip
+    printed = attn_translate(
+        model_dir,
+        lines,
+        tmp_path,
+        capsys,
+        "--do_sample",
+        "--seed",
+        "11",
+        "--top_k",
+        "20",
+        "--num_return_sequences",
+        "2",
+    )
     assert same_nbest(nbest_lines(answer), parse_nbest(printed))
     assert client.post("/translate", json=body).json()["translations"] == answer
 
@@ -393,12 +447,14 @@ def test_alignments_equal_attn_translate_align(alignment_client, tmp_path, capsy
     assert all("alignment" not in entry for entry in plain)
     assert [entry["text"] for entry in plain] == attn_translate_file(folder, lines, tmp_path)
     # the worker put the attention back: the model serves without alignments as it was loaded
-    assert model.config._attn_implementation == ("sdpa" if model.config.model_type == "attn_transformer" else
-                                                 model.config._attn_implementation)  # fmt: skip
+    assert model.config._attn_implementation == (
+        "sdpa" if model.config.model_type == "attn_transformer" else model.config._attn_implementation
+    )
     nbest = client.post("/translate", json={"text": lines, "alignment": "hard", "num_return_sequences": 2})
     nbest = nbest.json()["translations"]
-    assert same_nbest(nbest_lines(nbest), parse_nbest(attn_translate_file(folder, lines, tmp_path, "--num_return_"
-                                                                           "sequences", "2")))  # fmt: skip
+    assert same_nbest(
+        nbest_lines(nbest), parse_nbest(attn_translate_file(folder, lines, tmp_path, "--num_return_sequences", "2"))
+    )
     eager, tokenizer = load_model(str(folder), "cpu", eager=True)
     for entry, block in zip(nbest, translate_aligned_nbest(eager, tokenizer, lines, 2), strict=True):
         assert [hypothesis["alignment"] for hypothesis in entry["nbest"]] == [
@@ -446,8 +502,10 @@ def test_requests_with_and_without_alignments_never_share_a_batch(alignment_mode
     assert key(alignment="hard") == key(alignment="hard", alignment_words="whitespace")  # the default
     assert key(alignment="hard") == key(alignment="soft")  # one alignment, written two ways: they share a batch
     group = _group_for(model, TranslateRequest(text=["a"], alignment="soft", alignment_words="alnum"))[1]
-    assert (group.alignment_words, _group_for(model, TranslateRequest(text=["a"]))[1].alignment_words) == ("alnum",
-                                                                                                            None)  # fmt: skip
+    assert (group.alignment_words, _group_for(model, TranslateRequest(text=["a"]))[1].alignment_words) == (
+        "alnum",
+        None,
+    )
 
 
 def test_eager_attention_is_put_back_even_on_an_error(alignment_models):
@@ -465,11 +523,17 @@ def test_model_reports_the_alignment_setting(alignment_models):
     from modeling_attn.api.server import describe_model
 
     for model_type, expected in [
-        ("attn_transformer", {"attention": "the cross-attention of decoder layer 2 of 3, the mean of its first 2 "
-                              "head(s) (`alignment_layer`, `alignment_heads` in config.json)", "alignment_layer": 1,
-                              "alignment_heads": 2}),
+        (
+            "attn_transformer",
+            {
+                "attention": "the cross-attention of decoder layer 2 of 3, the mean of its first 2 "
+                "head(s) (`alignment_layer`, `alignment_heads` in config.json)",
+                "alignment_layer": 1,
+                "alignment_heads": 2,
+            },
+        ),
         ("attn_rnn", {"attention": "the RNN's alignment weights alpha (Bahdanau et al. 2015)"}),
-    ]:  # fmt: skip
+    ]:
         model, _ = load_model(str(alignment_models[model_type]), "cpu")
         assert describe_model(model, alignment_models[model_type])["alignment"] == expected
 
@@ -488,8 +552,19 @@ def server(model_dir: Path, *flags: str) -> Iterator[tuple[str, subprocess.Popen
     """`attn serve` in its own process on a free port of 127.0.0.1; (base URL, process, log file)."""
     port = free_port()
     log = model_dir.parent / f"serve-{port}.log"
-    command = [sys.executable, "-m", "modeling_attn.cli.main", "serve", "--model", str(model_dir),
-               "--port", str(port), "--threads", "1", *flags]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "modeling_attn.cli.main",
+        "serve",
+        "--model",
+        str(model_dir),
+        "--port",
+        str(port),
+        "--threads",
+        "1",
+        *flags,
+    ]
     with open(log, "w") as handle:
         process = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -708,8 +783,12 @@ def test_serve_refuses_quantize_on_a_gpu_a_bad_flag_and_an_address_it_cannot_lis
         ),
         (["--int8_engine", "onednn"], "attn serve: error: --int8_engine onednn: picks the kernels of --quantize int8"),
     ]:
-        result = subprocess.run([sys.executable, "-m", "modeling_attn.cli.main", "serve", "--model", str(model_dir),
-                                 *flags], capture_output=True, text=True, env=environment)  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-m", "modeling_attn.cli.main", "serve", "--model", str(model_dir), *flags],
+            capture_output=True,
+            text=True,
+            env=environment,
+        )
         assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
         assert result.stderr.startswith(message), result.stderr
     taken.close()
@@ -717,8 +796,7 @@ def test_serve_refuses_quantize_on_a_gpu_a_bad_flag_and_an_address_it_cannot_lis
 
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", ["attn_transformer", "attn_rnn"])
-def test_concurrent_clients_mixing_alignments_get_attn_translate_align_answers(alignment_models, model_type,
-                                                                               tmp_path):  # fmt: skip
+def test_concurrent_clients_mixing_alignments_get_attn_translate_align_answers(alignment_models, model_type, tmp_path):
     """A real server; 16 clients, 4 slices of the sentences x (hard, soft, none, hard n-best): each answer equals the
     matching line of `attn translate`'s output file (--align, --align soft, plain, --num_return_sequences 2). The
     requests without alignments are queued first and the others sent while they wait: a server that put sentences
@@ -733,8 +811,10 @@ def test_concurrent_clients_mixing_alignments_get_attn_translate_align_answers(a
     }
     modes = ["hard", "soft", None, "nbest"]
     eager, tokenizer = load_model(str(folder), "cpu", eager=True)
-    nbest_alignments = [[hypothesis.alignment.pairs for hypothesis in block]
-                        for block in translate_aligned_nbest(eager, tokenizer, lines, 2)]  # fmt: skip
+    nbest_alignments = [
+        [hypothesis.alignment.pairs for hypothesis in block]
+        for block in translate_aligned_nbest(eager, tokenizer, lines, 2)
+    ]
     with server(folder, "--max_wait_ms", "1500") as (url, _, log):
         info = httpx.get(f"{url}/model").json()
         assert info["model_type"] == model_type and info["alignment"]["attention"].startswith("the ")
@@ -769,8 +849,9 @@ def test_concurrent_clients_mixing_alignments_get_attn_translate_align_answers(a
         if mode == "hard":
             assert [hard_line(entry) for entry in answer] == written["hard"][start : start + 6]
         elif mode == "soft":
-            assert all(same_soft(entry, line) for entry, line in zip(answer, written["soft"][start : start + 6],
-                                                                     strict=True))  # fmt: skip
+            assert all(
+                same_soft(entry, line) for entry, line in zip(answer, written["soft"][start : start + 6], strict=True)
+            )
         elif mode is None:
             assert [entry["text"] for entry in answer] == written[None][start : start + 6]
             assert all("alignment" not in entry for entry in answer)

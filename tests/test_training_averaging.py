@@ -68,8 +68,11 @@ def test_checkpoints_of_different_configs_are_refused_naming_the_field(tmp_path,
     """A checkpoint of another model (here: another dropout) is not averaged in; the error names the field."""
     paths = save_checkpoints(tmp_path, 2)
     AutoModelForSeq2SeqLM.from_config(load_preset("tiny", dropout=0.3)).save_pretrained(tmp_path / "checkpoint-30")
-    with pytest.raises(ValueError, match=r"cannot average .*checkpoint-10 with .*checkpoint-30: config\.json field "
-                                         r"'dropout' is 0\.1 in checkpoint-10, 0\.3 in checkpoint-30"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"cannot average .*checkpoint-10 with .*checkpoint-30: config\.json field "
+        r"'dropout' is 0\.1 in checkpoint-10, 0\.3 in checkpoint-30",
+    ):
         average_checkpoints([*paths, tmp_path / "checkpoint-30"], tmp_path / "averaged")
     assert not (tmp_path / "averaged").exists()
     # `attn average` of the folder's last two: one line naming the field, exit status 2

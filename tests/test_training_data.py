@@ -129,8 +129,10 @@ def test_missing_split_is_reported(tmp_path):
 def test_multi30k_in_place():
     parallel = load_parallel_data(str(MULTI30K), "en", "de")
     assert {split: len(table) for split, table in parallel.splits.items()} == {
-        "train": 29000, "validation": 1014, "test": 1000
-    }  # fmt: skip
+        "train": 29000,
+        "validation": 1014,
+        "test": 1000,
+    }
 
 
 def test_two_files_that_could_be_one_split_are_refused_naming_both(tmp_path):

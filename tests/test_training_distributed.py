@@ -32,10 +32,36 @@ import modeling_attn  # noqa: F401  (registers the model types with the Auto cla
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 20
 # The tiny preset on 400 pairs of the embedded task, token batches of 200: about a second per step on 2 cores.
-COMMON = ["--preset", "tiny", "--vocab_size", "200", "--max_train_samples", "400", "--max_tokens_per_batch", "200",
-          "--report_to", "none", "--disable_tqdm", "True", "--dataloader_pin_memory", "False", "--eval_strategy", "no",
-          "--do_predict", "False", "--average_last_n", "1", "--max_steps", str(STEPS), "--logging_steps", "1",
-          "--config_overrides", "dropout=0", "--seed", "3"]  # fmt: skip
+COMMON = [
+    "--preset",
+    "tiny",
+    "--vocab_size",
+    "200",
+    "--max_train_samples",
+    "400",
+    "--max_tokens_per_batch",
+    "200",
+    "--report_to",
+    "none",
+    "--disable_tqdm",
+    "True",
+    "--dataloader_pin_memory",
+    "False",
+    "--eval_strategy",
+    "no",
+    "--do_predict",
+    "False",
+    "--average_last_n",
+    "1",
+    "--max_steps",
+    str(STEPS),
+    "--logging_steps",
+    "1",
+    "--config_overrides",
+    "dropout=0",
+    "--seed",
+    "3",
+]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 # DDP against one process: the README's requirement. FSDP against DDP: the same, see test_fsdp_matches_ddp.
 LOSS_TOLERANCE = 1e-5
@@ -48,20 +74,47 @@ def _free_port() -> int:
 
 
 def _torchrun() -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
-            str(_free_port()), "-m", "modeling_attn.training"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "modeling_attn.training",
+    ]
 
 
 def _accelerate_fsdp() -> list[str]:
-    return [sys.executable, "-m", "accelerate.commands.launch", "--config_file", "configuration/accelerate-fsdp.yaml",
-            "--num_processes", "2", "--mixed_precision", "no", "--main_process_port", str(_free_port()),
-            "-m", "modeling_attn.training"]  # fmt: skip
+    return [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--config_file",
+        "configuration/accelerate-fsdp.yaml",
+        "--num_processes",
+        "2",
+        "--mixed_precision",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "modeling_attn.training",
+    ]
 
 
 def _run(launcher: list[str], output_dir: Path, *flags: str) -> Path:
     start = time.time()
-    result = subprocess.run([*launcher, "--output_dir", str(output_dir), *COMMON, *flags], cwd=REPO, env=ENV,
-                            capture_output=True, text=True, timeout=900)  # fmt: skip
+    result = subprocess.run(
+        [*launcher, "--output_dir", str(output_dir), *COMMON, *flags],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     print(f"{output_dir.name}: {time.time() - start:.0f} s")
     return output_dir
@@ -155,9 +208,27 @@ def test_fsdp_resumes_from_a_checkpoint(runs):
 @pytest.mark.slow
 def test_accelerate_launch_cpu_with_several_processes_is_refused(tmp_path):
     """accelerate's `--cpu` launcher starts one process for `--num_processes 2`: refused, naming what works."""
-    launch = [sys.executable, "-m", "accelerate.commands.launch", "--cpu", "--num_processes", "2", "--num_machines",
-              "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
-              "-m", "modeling_attn.training", "--output_dir", str(tmp_path / "out"), *COMMON]  # fmt: skip
+    launch = [
+        sys.executable,
+        "-m",
+        "accelerate.commands.launch",
+        "--cpu",
+        "--num_processes",
+        "2",
+        "--num_machines",
+        "1",
+        "--mixed_precision",
+        "no",
+        "--dynamo_backend",
+        "no",
+        "--main_process_port",
+        str(_free_port()),
+        "-m",
+        "modeling_attn.training",
+        "--output_dir",
+        str(tmp_path / "out"),
+        *COMMON,
+    ]
     result = subprocess.run(launch, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0
     assert "start N CPU processes with `torchrun --nproc_per_node N -m modeling_attn.training ...`" in result.stderr

@@ -34,9 +34,26 @@ from modeling_attn.cli.train import build_parser, parse_args
 from modeling_attn.cli.train import main as cli_main
 from modeling_attn.cli.train import train as main
 
-TINY = ["--preset", "tiny", "--vocab_size", "200", "--max_train_samples", "120", "--max_eval_samples", "16",
-        "--max_predict_samples", "16", "--max_tokens_per_batch", "200", "--report_to", "none", "--disable_tqdm", "True",
-        "--dataloader_pin_memory", "False"]  # fmt: skip
+TINY = [
+    "--preset",
+    "tiny",
+    "--vocab_size",
+    "200",
+    "--max_train_samples",
+    "120",
+    "--max_eval_samples",
+    "16",
+    "--max_predict_samples",
+    "16",
+    "--max_tokens_per_batch",
+    "200",
+    "--report_to",
+    "none",
+    "--disable_tqdm",
+    "True",
+    "--dataloader_pin_memory",
+    "False",
+]
 REPO = Path(__file__).resolve().parents[1]
 QUIET = ["--eval_strategy", "no", "--do_predict", "False", "--average_last_n", "1"]
 
@@ -60,25 +77,35 @@ def test_unknown_and_abbreviated_flags_are_one_line_naming_the_closest(capsys):
     ("flags", "message"),
     [
         # issue 34: these trained anyway, decoded with NaN scores or ended in a traceback / an empty message
-        (["--max_steps", "0"], "argument --max_steps: must be a positive integer or -1 (-1: train for "
-                               "--num_train_epochs), got 0"),
-        (["--max_steps=-5"], "argument --max_steps: must be a positive integer or -1 (-1: train for "
-                             "--num_train_epochs), got -5"),
+        (
+            ["--max_steps", "0"],
+            "argument --max_steps: must be a positive integer or -1 (-1: train for --num_train_epochs), got 0",
+        ),
+        (
+            ["--max_steps=-5"],
+            "argument --max_steps: must be a positive integer or -1 (-1: train for --num_train_epochs), got -5",
+        ),
         (["--vocab_size", "0"], "argument --vocab_size: must be a positive integer, got 0"),
         (["--vocab_size=-7"], "argument --vocab_size: must be a positive integer, got -7"),
         (["--generation_num_beams", "0"], "argument --generation_num_beams: must be a positive integer, got 0"),
-        (["--label_smoothing_factor", "1.5"], "argument --label_smoothing_factor: must be a probability in [0, 1], "
-                                              "got 1.5"),
+        (
+            ["--label_smoothing_factor", "1.5"],
+            "argument --label_smoothing_factor: must be a probability in [0, 1], got 1.5",
+        ),
         (["--length_penalty", "nan"], "argument --length_penalty: must be a finite number, got nan"),
         (["--learning_rate", "inf"], "argument --learning_rate: must be a finite number above 0, got inf"),
         (["--bpe_dropout", "1.5"], "argument --bpe_dropout: must be a probability in [0, 1], got 1.5"),
         (["--max_tokens_per_batch=-1"], "argument --max_tokens_per_batch: must be an integer of 0 or more, got -1"),
-        (["--early_stopping_patience", "0", "--metric_for_best_model", "bleu"],
-         "argument --early_stopping_patience: must be a positive integer, got 0"),
-        (["--per_device_eval_batch_size", "0"],
-         "argument --per_device_eval_batch_size: must be a positive integer, got 0"),
+        (
+            ["--early_stopping_patience", "0", "--metric_for_best_model", "bleu"],
+            "argument --early_stopping_patience: must be a positive integer, got 0",
+        ),
+        (
+            ["--per_device_eval_batch_size", "0"],
+            "argument --per_device_eval_batch_size: must be a positive integer, got 0",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_value_out_of_its_declared_range_is_one_line_naming_the_flag(tmp_path, capsys, flags, message):
     """The ranges declared with the flags (training/arguments.py) are checked by the parser, before any work."""
     argv = ["--output_dir", str(tmp_path / "out"), "--report_to", "none", *flags]
@@ -109,24 +136,38 @@ def test_every_declared_default_is_in_its_range():
         (["--generation_config", "x.json"], r"--generation_config: the decoding of `attn train` is set by"),
         (["--remove_unused_columns", "false"], r"--remove_unused_columns false: the datasets keep each pair's raw"),
         (["--predict_with_generate", "false"], r"--predict_with_generate false: validation and test scores"),
-        (["--load_best_model_at_end", "--eval_steps", "10", "--save_steps", "10", "--average_last_n", "3"],
-         r"--load_best_model_at_end keeps the best checkpoint .* --average_last_n 3 .* give one of them"),
+        (
+            ["--load_best_model_at_end", "--eval_steps", "10", "--save_steps", "10", "--average_last_n", "3"],
+            r"--load_best_model_at_end keeps the best checkpoint .* --average_last_n 3 .* give one of them",
+        ),
         (["--early_stopping_patience", "2", "--eval_strategy", "no"], r"--early_stopping_patience watches the valid"),
-        (["--early_stopping_patience", "2"], r"--early_stopping_patience: name the validation metric .* "
-                                             r"--metric_for_best_model"),
+        (
+            ["--early_stopping_patience", "2"],
+            r"--early_stopping_patience: name the validation metric .* "
+            r"--metric_for_best_model",
+        ),
         (["--overwrite_output_dir", "--resume_from_checkpoint", "somewhere"], r"give one of them"),
         # a preset's config with the overrides is built here, before any work: its own checks run
-        (["--config_overrides", "d_model=30"],
-         r"--config_overrides d_model=30: AttnTransformerConfig\.d_model \(30\) must be divisible by num_heads \(4\)$"),
-        (["--config_overrides", "dropout=0.1,colour=1"], r"--config_overrides: \['colour'\] are not fields of the "
-                                                         r"'small' preset's config"),
-        (["--preset", "rnn-small", "--model_type", "attn_transformer"],
-         r"preset 'rnn-small' is a attn_rnn model but --model_type is attn_transformer"),
-        (["--streaming", "--max_steps", "2", "--dataloader_num_workers", "1"],
-         r"--streaming packs the token batches of the stream in this process: it needs --dataloader_num_workers 0, "
-         r"got 1"),
+        (
+            ["--config_overrides", "d_model=30"],
+            r"--config_overrides d_model=30: AttnTransformerConfig\.d_model \(30\) must be divisible by num_heads \(4\)$",
+        ),
+        (
+            ["--config_overrides", "dropout=0.1,colour=1"],
+            r"--config_overrides: \['colour'\] are not fields of the "
+            r"'small' preset's config",
+        ),
+        (
+            ["--preset", "rnn-small", "--model_type", "attn_transformer"],
+            r"preset 'rnn-small' is a attn_rnn model but --model_type is attn_transformer",
+        ),
+        (
+            ["--streaming", "--max_steps", "2", "--dataloader_num_workers", "1"],
+            r"--streaming packs the token batches of the stream in this process: it needs --dataloader_num_workers 0, "
+            r"got 1",
+        ),
     ],
-)  # fmt: skip
+)
 def test_flags_that_would_be_ignored_are_refused_with_the_reason(tmp_path, capsys, flags, message):
     argv = ["--output_dir", str(tmp_path / "out"), "--report_to", "none", *flags]
     with pytest.raises(ValueError, match=message):
@@ -137,14 +178,35 @@ def test_flags_that_would_be_ignored_are_refused_with_the_reason(tmp_path, capsy
 
 
 def test_sentence_batches_take_trainers_batch_flags(tmp_path):
-    recipe, args = parse_args(["--output_dir", str(tmp_path), "--max_tokens_per_batch", "0",
-                               "--per_device_train_batch_size", "64", "--report_to", "none"])  # fmt: skip
+    recipe, args = parse_args(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--max_tokens_per_batch",
+            "0",
+            "--per_device_train_batch_size",
+            "64",
+            "--report_to",
+            "none",
+        ]
+    )
     assert (recipe.max_tokens_per_batch, args.per_device_train_batch_size) == (0, 64)
 
 
 def test_load_best_model_at_end_turns_averaging_off(tmp_path):
-    recipe, args = parse_args(["--output_dir", str(tmp_path), "--load_best_model_at_end", "--eval_steps", "10",
-                               "--save_steps", "10", "--report_to", "none"])  # fmt: skip
+    recipe, args = parse_args(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--load_best_model_at_end",
+            "--eval_steps",
+            "10",
+            "--save_steps",
+            "10",
+            "--report_to",
+            "none",
+        ]
+    )
     assert args.load_best_model_at_end and args.metric_for_best_model == "loss" and recipe.average_last_n == 1
 
 
@@ -161,14 +223,40 @@ def test_load_best_model_at_end_turns_averaging_off(tmp_path):
 def test_the_best_checkpoint_is_the_one_with_the_lowest_ter(tmp_path, metric, given, greater):
     """Trainer guesses the direction of --metric_for_best_model from its name (only "loss" is lower-is-better);
     TER is an error rate: lower is better, unless --greater_is_better says otherwise."""
-    _, args = parse_args(["--output_dir", str(tmp_path), "--load_best_model_at_end", "--eval_steps", "10",
-                          "--save_steps", "10", "--metric_for_best_model", metric, *given, "--report_to", "none"])  # fmt: skip
+    _, args = parse_args(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--load_best_model_at_end",
+            "--eval_steps",
+            "10",
+            "--save_steps",
+            "10",
+            "--metric_for_best_model",
+            metric,
+            *given,
+            "--report_to",
+            "none",
+        ]
+    )
     assert args.greater_is_better is greater
 
 
 def test_run_translation_names_are_aliases_and_both_spellings_work(tmp_path):
-    recipe, _ = parse_args(["--output_dir", str(tmp_path), "--dataset_name", "wmt14", "--dataset-config-name", "de-en",
-                            "--tokenizer_name", "some/tokenizer", "--report_to", "none"])  # fmt: skip
+    recipe, _ = parse_args(
+        [
+            "--output_dir",
+            str(tmp_path),
+            "--dataset_name",
+            "wmt14",
+            "--dataset-config-name",
+            "de-en",
+            "--tokenizer_name",
+            "some/tokenizer",
+            "--report_to",
+            "none",
+        ]
+    )
     assert (recipe.data, recipe.data_config, recipe.tokenizer_name_or_path) == ("wmt14", "de-en", "some/tokenizer")
     assert recipe.vocab_size == 37000  # --data given (as --dataset_name): the embedded task's defaults do not apply
     recipe, _ = parse_args(["--output_dir", str(tmp_path), "--tokenizer-name-or-path", "t", "--report_to", "none"])
@@ -177,11 +265,16 @@ def test_run_translation_names_are_aliases_and_both_spellings_work(tmp_path):
 
 def test_flags_file_with_overrides_after_it(tmp_path):
     flags = tmp_path / "recipe.yaml"
-    flags.write_text(f"data: {tmp_path}\noutput_dir: {tmp_path / 'out'}\nmax_steps: 7\nwarmup_steps: 3\n"
-                     "report_to: none\n")  # fmt: skip
+    flags.write_text(
+        f"data: {tmp_path}\noutput_dir: {tmp_path / 'out'}\nmax_steps: 7\nwarmup_steps: 3\nreport_to: none\n"
+    )
     recipe, args = parse_args([str(flags), "--max_steps", "9"])
-    assert (recipe.data, args.output_dir, args.max_steps, args.warmup_steps) == (str(tmp_path), str(tmp_path / "out"),
-                                                                                9, 3)  # fmt: skip
+    assert (recipe.data, args.output_dir, args.max_steps, args.warmup_steps) == (
+        str(tmp_path),
+        str(tmp_path / "out"),
+        9,
+        3,
+    )
     assert args.learning_rate is None  # computed from d_model and the warmup by main()
     assert recipe.vocab_size == 37000  # the file names --data: the paper's defaults, not the dates task's
 
@@ -205,8 +298,11 @@ def test_an_output_dir_with_another_runs_checkpoints_is_refused_overwritten_or_r
     assert run_tiny(out, *common, "--max_steps", "4") == 0
     assert [path.name for path in sorted(out.glob("checkpoint-*"))] == ["checkpoint-2", "checkpoint-4"]
     before = (out / "model.safetensors").stat().st_mtime_ns
-    with pytest.raises(ValueError, match=r"holds checkpoints of an earlier run \(checkpoint-2, checkpoint-4\).*"
-                                         r"--resume_from_checkpoint last.*--overwrite_output_dir"):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=r"holds checkpoints of an earlier run \(checkpoint-2, checkpoint-4\).*"
+        r"--resume_from_checkpoint last.*--overwrite_output_dir",
+    ):
         run_tiny(out, *common, "--max_steps", "2")
     capsys.readouterr()  # the first run's progress bars
     assert cli_main(["--output_dir", str(out), *TINY, *common, "--max_steps", "2"]) == 2
@@ -226,13 +322,29 @@ def test_logged_throughput_counts_the_sentences_and_target_tokens_consumed(tmp_p
     """One epoch consumes each of the 120 training pairs once: Trainer would count per_device_train_batch_size (8)
     sentences per step instead."""
     out = tmp_path / "out"
-    assert run_tiny(out, *QUIET, "--max_steps", "-1", "--num_train_epochs", "1", "--save_strategy", "no", "--generation_max_length",
-                    "16") == 0  # fmt: skip
+    assert (
+        run_tiny(
+            out,
+            *QUIET,
+            "--max_steps",
+            "-1",
+            "--num_train_epochs",
+            "1",
+            "--save_strategy",
+            "no",
+            "--generation_max_length",
+            "16",
+        )
+        == 0
+    )
     tokenizer = AutoTokenizer.from_pretrained(out)
     targets = list(load_parallel_data(None).splits["train"]["target"][:120])
     tokens = sum(len(ids) for ids in tokenizer(text_target=targets)["input_ids"])
-    final = [entry for entry in json.loads((out / "trainer_state.json").read_text())["log_history"]
-             if "train_runtime" in entry][-1]  # fmt: skip
+    final = [
+        entry
+        for entry in json.loads((out / "trainer_state.json").read_text())["log_history"]
+        if "train_runtime" in entry
+    ][-1]
     assert (final["train_samples"], final["train_target_tokens"]) == (120, tokens)
     assert final["train_samples_per_second"] == round(120 / final["train_runtime"], 3)
     assert final["train_target_tokens_per_second"] == round(tokens / final["train_runtime"], 3)
@@ -243,10 +355,31 @@ def test_load_best_model_at_end_and_early_stopping(tmp_path):
     """--early_stopping_patience 1 with a threshold no change reaches: the second evaluation stops the run (step 4
     of 40); the final model is the best checkpoint's weights, not an average."""
     out = tmp_path / "out"
-    assert run_tiny(out, "--max_steps", "40", "--eval_steps", "2", "--save_steps", "2", "--warmup_steps", "2",
-                    "--load_best_model_at_end", "--metric_for_best_model", "loss", "--early_stopping_patience", "1",
-                    "--early_stopping_threshold", "1e9", "--generation_max_length", "16",
-                    "--do_predict", "False") == 0  # fmt: skip
+    assert (
+        run_tiny(
+            out,
+            "--max_steps",
+            "40",
+            "--eval_steps",
+            "2",
+            "--save_steps",
+            "2",
+            "--warmup_steps",
+            "2",
+            "--load_best_model_at_end",
+            "--metric_for_best_model",
+            "loss",
+            "--early_stopping_patience",
+            "1",
+            "--early_stopping_threshold",
+            "1e9",
+            "--generation_max_length",
+            "16",
+            "--do_predict",
+            "False",
+        )
+        == 0
+    )
     state = json.loads((out / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     evaluations = [entry["eval_loss"] for entry in state["log_history"] if "eval_loss" in entry]
@@ -261,8 +394,22 @@ def test_trained_and_pushed_folders_decode_alike_and_the_card_says_how(tmp_path)
     """The paper's decoding (beam 4, length penalty 0.6, source length + 50, early stop) is the generation config of
     the trained folder, of its checkpoints, of what `attn push` uploads, and what test_results.json / the card state."""
     out = tmp_path / "out"
-    assert run_tiny(out, "--max_steps", "2", "--eval_strategy", "no", "--save_steps", "2", "--average_last_n",
-                    "1", "--max_predict_samples", "4") == 0  # fmt: skip
+    assert (
+        run_tiny(
+            out,
+            "--max_steps",
+            "2",
+            "--eval_strategy",
+            "no",
+            "--save_steps",
+            "2",
+            "--average_last_n",
+            "1",
+            "--max_predict_samples",
+            "4",
+        )
+        == 0
+    )
     assert attn(["push", "--model", str(out), "--repo-id", "me/dates", "--save-to", str(tmp_path / "hub")]) == 0
     trained, pushed = (GenerationConfig.from_pretrained(folder).to_diff_dict() for folder in (out, tmp_path / "hub"))
     checkpoint = GenerationConfig.from_pretrained(out / "checkpoint-2").to_diff_dict()
@@ -281,8 +428,23 @@ def test_trained_and_pushed_folders_decode_alike_and_the_card_says_how(tmp_path)
 
 def test_a_fixed_generation_max_length_is_the_decoding_everywhere(tmp_path):
     out = tmp_path / "out"
-    assert run_tiny(out, *QUIET, "--max_steps", "1", "--save_strategy", "no", "--generation_max_length", "16",
-                    "--generation_num_beams", "2", "--length_penalty", "1.0") == 0  # fmt: skip
+    assert (
+        run_tiny(
+            out,
+            *QUIET,
+            "--max_steps",
+            "1",
+            "--save_strategy",
+            "no",
+            "--generation_max_length",
+            "16",
+            "--generation_num_beams",
+            "2",
+            "--length_penalty",
+            "1.0",
+        )
+        == 0
+    )
     assert attn(["push", "--model", str(out), "--repo-id", "me/dates", "--save-to", str(tmp_path / "hub")]) == 0
     trained, pushed = (GenerationConfig.from_pretrained(folder).to_diff_dict() for folder in (out, tmp_path / "hub"))
     assert trained == pushed
@@ -324,8 +486,22 @@ def test_checkpoint_pushes_run_as_a_callback_at_each_save(tmp_path):
     each save pushes the checkpoint's model with the files of `attn push` to the root and the checkpoint itself (what
     resuming needs) to last-checkpoint/; after training, both are the last save's."""
     out, repository = tmp_path / "out", tmp_path / "repository"
-    recipe, args = parse_args(["--output_dir", str(out), *TINY, *QUIET, "--max_steps", "4", "--save_steps", "2",
-                               "--warmup_steps", "2", "--hub_strategy", "checkpoint"])  # fmt: skip
+    recipe, args = parse_args(
+        [
+            "--output_dir",
+            str(out),
+            *TINY,
+            *QUIET,
+            "--max_steps",
+            "4",
+            "--save_steps",
+            "2",
+            "--warmup_steps",
+            "2",
+            "--hub_strategy",
+            "checkpoint",
+        ]
+    )
     parallel = recipe_steps.load_data(recipe, args)
     tokenizer = recipe_steps.build_tokenizer(recipe, args, parallel)
     model = recipe_steps.build_model(recipe, tokenizer)
@@ -337,10 +513,20 @@ def test_checkpoint_pushes_run_as_a_callback_at_each_save(tmp_path):
     push = FolderPush("me/dates", repository)
     trainer.add_callback(push)
     trainer.train()
-    assert push.commits == ["Training in progress, step 2", "Training in progress, step 2, checkpoint",
-                            "Training in progress, step 4", "Training in progress, step 4, checkpoint"]  # fmt: skip
-    assert {"model.safetensors", "README.md", "generation_config.json", "pipeline_translation.py", "tokenizer.json",
-            "config.json"} <= {path.name for path in repository.iterdir()}  # fmt: skip
+    assert push.commits == [
+        "Training in progress, step 2",
+        "Training in progress, step 2, checkpoint",
+        "Training in progress, step 4",
+        "Training in progress, step 4, checkpoint",
+    ]
+    assert {
+        "model.safetensors",
+        "README.md",
+        "generation_config.json",
+        "pipeline_translation.py",
+        "tokenizer.json",
+        "config.json",
+    } <= {path.name for path in repository.iterdir()}
     assert json.loads((repository / "last-checkpoint" / "trainer_state.json").read_text())["global_step"] == 4
     assert (repository / "last-checkpoint" / "optimizer.pt").is_file()
     pushed, saved = load_file(repository / "model.safetensors"), load_file(out / "checkpoint-4" / "model.safetensors")
@@ -349,8 +535,10 @@ def test_checkpoint_pushes_run_as_a_callback_at_each_save(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(get_token() is None, reason="no Hub token configured (HF_TOKEN or `hf auth login`): uploads to "
-                    "the real Hub are opt-in")  # fmt: skip
+@pytest.mark.skipif(
+    get_token() is None,
+    reason="no Hub token configured (HF_TOKEN or `hf auth login`): uploads to the real Hub are opt-in",
+)
 def test_hub_strategy_checkpoint_pushes_to_the_real_hub(tmp_path):
     from huggingface_hub import HfApi
 
@@ -376,8 +564,14 @@ def test_hub_strategy_checkpoint_pushes_to_the_real_hub(tmp_path):
             == 0
         )
         files = set(api.list_repo_files(repo_id))
-        assert {"model.safetensors", "README.md", "generation_config.json", "pipeline_translation.py",
-                "last-checkpoint/trainer_state.json", "last-checkpoint/optimizer.pt"} <= files  # fmt: skip
+        assert {
+            "model.safetensors",
+            "README.md",
+            "generation_config.json",
+            "pipeline_translation.py",
+            "last-checkpoint/trainer_state.json",
+            "last-checkpoint/optimizer.pt",
+        } <= files
     finally:
         api.delete_repo(repo_id, missing_ok=True)
 
@@ -386,10 +580,27 @@ def test_validation_during_training_decodes_with_the_saved_generation_config(tmp
     """The scores logged by the validation at the last step equal those of the saved model (the same weights: no
     averaging) translating the validation set with its own generation_config.json (the paper's decoding)."""
     out = tmp_path / "out"
-    assert run_tiny(out, "--max_steps", "40", "--eval_steps", "40", "--save_steps", "40", "--warmup_steps", "10",
-                    "--average_last_n", "1", "--do_predict", "False") == 0  # fmt: skip
-    logged = [entry for entry in json.loads((out / "trainer_state.json").read_text())["log_history"]
-              if "eval_chrf" in entry][-1]  # fmt: skip
+    assert (
+        run_tiny(
+            out,
+            "--max_steps",
+            "40",
+            "--eval_steps",
+            "40",
+            "--save_steps",
+            "40",
+            "--warmup_steps",
+            "10",
+            "--average_last_n",
+            "1",
+            "--do_predict",
+            "False",
+        )
+        == 0
+    )
+    logged = [
+        entry for entry in json.loads((out / "trainer_state.json").read_text())["log_history"] if "eval_chrf" in entry
+    ][-1]
     model = AutoModelForSeq2SeqLM.from_pretrained(out).eval()
     assert model.generation_config.max_length_over_source == 50 and model.generation_config.early_stopping is True
     validation = load_parallel_data(None).splits["validation"].select(range(16))
@@ -405,10 +616,27 @@ def test_push_to_hub_without_a_hub_stops_before_any_work(tmp_path):
     before the data is read."""
     out = tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "modeling_attn.training", "--output_dir", str(out), *TINY, *QUIET, "--max_steps", "1",
-               "--push_to_hub", "--hub_model_id", "me/dates", "--hub_strategy", "checkpoint"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "modeling_attn.training",
+        "--output_dir",
+        str(out),
+        *TINY,
+        *QUIET,
+        "--max_steps",
+        "1",
+        "--push_to_hub",
+        "--hub_model_id",
+        "me/dates",
+        "--hub_strategy",
+        "checkpoint",
+    ]
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
-    assert re.search(r"^attn train: error: --push_to_hub: cannot create the Hub repository me/dates \(.*offline",
-                     result.stderr.strip().splitlines()[-1], re.IGNORECASE)  # fmt: skip
+    assert re.search(
+        r"^attn train: error: --push_to_hub: cannot create the Hub repository me/dates \(.*offline",
+        result.stderr.strip().splitlines()[-1],
+        re.IGNORECASE,
+    )
     assert not (out / "tokenizer").exists()

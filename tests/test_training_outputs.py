@@ -28,9 +28,32 @@ from modeling_attn.api.outputs import MANIFEST, is_disk_full, record_written
 from modeling_attn.cli.main import main as attn
 from modeling_attn.cli.train import parse_args
 
-TINY = ["--preset", "tiny", "--vocab_size", "200", "--max_train_samples", "60", "--max_tokens_per_batch", "200",
-        "--report_to", "none", "--disable_tqdm", "True", "--dataloader_pin_memory", "False", "--eval_strategy", "no",
-        "--do_eval", "False", "--do_predict", "False", "--average_last_n", "1", "--save_steps", "2"]  # fmt: skip
+TINY = [
+    "--preset",
+    "tiny",
+    "--vocab_size",
+    "200",
+    "--max_train_samples",
+    "60",
+    "--max_tokens_per_batch",
+    "200",
+    "--report_to",
+    "none",
+    "--disable_tqdm",
+    "True",
+    "--dataloader_pin_memory",
+    "False",
+    "--eval_strategy",
+    "no",
+    "--do_eval",
+    "False",
+    "--do_predict",
+    "False",
+    "--average_last_n",
+    "1",
+    "--save_steps",
+    "2",
+]
 
 
 def fake_checkpoint(folder: Path, seed: int = 0) -> Path:
@@ -113,14 +136,30 @@ def test_a_real_run_resumed_from_a_cut_checkpoint_is_refused_and_the_way_out_wor
     out = tmp_path / "out"
     assert attn(["train", "--output_dir", str(out), *TINY, "--max_steps", "4"]) == 0
     cut_short(out / "checkpoint-4" / "model.safetensors")
-    line = error_line(["train", "--output_dir", str(out), *TINY, "--max_steps", "6", "--resume_from_checkpoint",
-                       "last"], capsys)  # fmt: skip
-    assert line.startswith(f"attn train: error: --resume_from_checkpoint {out}/checkpoint-4: {out}/checkpoint-4/"
-                           "model.safetensors is damaged (not a whole safetensors file")  # fmt: skip
+    line = error_line(
+        ["train", "--output_dir", str(out), *TINY, "--max_steps", "6", "--resume_from_checkpoint", "last"], capsys
+    )
+    assert line.startswith(
+        f"attn train: error: --resume_from_checkpoint {out}/checkpoint-4: {out}/checkpoint-4/"
+        "model.safetensors is damaged (not a whole safetensors file"
+    )
     assert line.endswith(f"resume with --resume_from_checkpoint {out}/checkpoint-2")
     shutil.move(out / "checkpoint-4", tmp_path / "checkpoint-4-damaged")  # the way out, as the message says
-    assert attn(["train", "--output_dir", str(out), *TINY, "--max_steps", "6", "--resume_from_checkpoint",
-                 str(out / "checkpoint-2")]) == 0  # fmt: skip
+    assert (
+        attn(
+            [
+                "train",
+                "--output_dir",
+                str(out),
+                *TINY,
+                "--max_steps",
+                "6",
+                "--resume_from_checkpoint",
+                str(out / "checkpoint-2"),
+            ]
+        )
+        == 0
+    )
     assert json.loads((out / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
 
 
@@ -130,9 +169,14 @@ def test_a_folder_with_files_attn_train_did_not_write_is_refused_unless_told(tmp
     (out / "README.md").write_text("my notes\n")
     (out / "model.safetensors").write_bytes(b"another model")
     argv = ["--output_dir", str(out), *TINY]
-    with pytest.raises(ValueError, match=re.escape(f"--output_dir {out} holds files that attn train did not write "
-                                                   "(README.md, model.safetensors); choose an empty or new folder, "
-                                                   "or give --overwrite_output_dir")):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"--output_dir {out} holds files that attn train did not write "
+            "(README.md, model.safetensors); choose an empty or new folder, "
+            "or give --overwrite_output_dir"
+        ),
+    ):
         parse_args(argv)
     parse_args([*argv, "--overwrite_output_dir"])  # told
     record_written(out, 0)  # as if attn train had written them: not refused
@@ -167,8 +211,11 @@ def test_writers_that_do_not_say_enospc_are_known_on_a_full_disk(tmp_path):
     it in words; open() raises ENOSPC. Each is a full disk; the same torch error on a disk with room is not."""
     with small_tmpfs(tmp_path / "disk", "128k") as disk:
         tensors = {"weight": torch.zeros(1 << 17)}
-        for write in (lambda: torch.save(tensors, disk / "a.pt"), lambda: save_file(tensors, disk / "a.safetensors"),
-                      lambda: (disk / "a.json").write_text("x" * (1 << 20))):  # fmt: skip
+        for write in (
+            lambda: torch.save(tensors, disk / "a.pt"),
+            lambda: save_file(tensors, disk / "a.safetensors"),
+            lambda: (disk / "a.json").write_text("x" * (1 << 20)),
+        ):
             with pytest.raises(Exception) as error:
                 write()
             assert is_disk_full(error.value, disk), error.value
@@ -180,8 +227,10 @@ def test_a_disk_that_fills_during_a_checkpoint_save_is_named_with_the_last_whole
     with small_tmpfs(tmp_path / "disk", "700k") as disk:
         out = disk / "run"
         line = error_line(["train", "--output_dir", str(out), *TINY, "--max_steps", "4"], capsys)
-        assert line == (f"attn train: error: No space left on device while saving checkpoint-4 into {out}; the last "
-                        f"whole checkpoint is {out}/checkpoint-2: free some space and resume from it with "
-                        f"--resume_from_checkpoint {out}/checkpoint-2")  # fmt: skip
+        assert line == (
+            f"attn train: error: No space left on device while saving checkpoint-4 into {out}; the last "
+            f"whole checkpoint is {out}/checkpoint-2: free some space and resume from it with "
+            f"--resume_from_checkpoint {out}/checkpoint-2"
+        )
         assert sorted(path.name for path in out.glob("*checkpoint*")) == ["checkpoint-2"]  # no partial one
         assert damaged_file(out / "checkpoint-2") is None

@@ -27,9 +27,28 @@ from modeling_attn.api.corpus import read_lines
 from modeling_attn.cli.train import parse_args
 from modeling_attn.cli.train import train as main
 
-TINY = ["--preset", "tiny", "--vocab_size", "200", "--report_to", "none", "--disable_tqdm", "True",
-        "--dataloader_pin_memory", "False", "--generation_max_length", "16", "--eval_strategy", "no",
-        "--do_predict", "False", "--average_last_n", "1", "--max_tokens_per_batch", "200"]  # fmt: skip
+TINY = [
+    "--preset",
+    "tiny",
+    "--vocab_size",
+    "200",
+    "--report_to",
+    "none",
+    "--disable_tqdm",
+    "True",
+    "--dataloader_pin_memory",
+    "False",
+    "--generation_max_length",
+    "16",
+    "--eval_strategy",
+    "no",
+    "--do_predict",
+    "False",
+    "--average_last_n",
+    "1",
+    "--max_tokens_per_batch",
+    "200",
+]
 
 
 @pytest.fixture
@@ -59,8 +78,21 @@ def corpus(tmp_path) -> Path:
 
 
 def recipe_for(tmp_path: Path, corpus: Path, *extra: str):
-    recipe, _ = parse_args(["--data", str(corpus), "--output_dir", str(tmp_path / "out"), "--source_lang", "en",
-                            "--target_lang", "de", "--max_source_length", "48", *extra])  # fmt: skip
+    recipe, _ = parse_args(
+        [
+            "--data",
+            str(corpus),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--source_lang",
+            "en",
+            "--target_lang",
+            "de",
+            "--max_source_length",
+            "48",
+            *extra,
+        ]
+    )
     return recipe
 
 
@@ -90,8 +122,9 @@ def test_arrow_path_gives_the_token_ids_and_batches_of_the_in_memory_path(tmp_pa
     assert isinstance(source_lengths, np.ndarray)
     assert source_lengths.tolist() == [len(ids) for ids in expected_sources]
     sampler = TokenBatchSampler(source_lengths, target_lengths, 300, seed=5, shuffle=False)
-    expected_batches = reference_pack_batches([len(i) for i in expected_sources], [len(i) for i in expected_targets],
-                                              300, seed=5)  # fmt: skip
+    expected_batches = reference_pack_batches(
+        [len(i) for i in expected_sources], [len(i) for i in expected_targets], 300, seed=5
+    )
     assert list(sampler) == expected_batches
     # A selection (an indices mapping over the Arrow file) reads the lengths of the selected rows.
     assert column_lengths(train.select([4, 0, 2]), "labels").tolist() == [len(expected_targets[i]) for i in (4, 0, 2)]
@@ -99,8 +132,20 @@ def test_arrow_path_gives_the_token_ids_and_batches_of_the_in_memory_path(tmp_pa
 
 def test_a_second_run_reuses_the_cache(tmp_path, corpus, cache, caplog):
     """Read, BPE vocabulary and tokenization are computed once; a second run opens the same files, writes none."""
-    recipe, args = parse_args(["--data", str(corpus), "--output_dir", str(tmp_path / "out"), "--source_lang", "en",
-                               "--target_lang", "de", "--vocab_size", "200"])  # fmt: skip
+    recipe, args = parse_args(
+        [
+            "--data",
+            str(corpus),
+            "--output_dir",
+            str(tmp_path / "out"),
+            "--source_lang",
+            "en",
+            "--target_lang",
+            "de",
+            "--vocab_size",
+            "200",
+        ]
+    )
     from modeling_attn.training.train import build_tokenizer
 
     def run():
@@ -151,8 +196,11 @@ def test_streamed_data_equals_the_prepared_data(tmp_path, corpus, cache):
 def test_streaming_batches_hold_the_budget_and_cover_each_pair_once(buffer_pairs, max_tokens):
     rng = np.random.default_rng(buffer_pairs)
     lengths = rng.integers(1, 60, size=(500, 2))
-    rows = {"input_ids": [list(range(s)) for s, _ in lengths], "labels": [list(range(t)) for _, t in lengths],
-            "pair": list(range(len(lengths)))}  # fmt: skip
+    rows = {
+        "input_ids": [list(range(s)) for s, _ in lengths],
+        "labels": [list(range(t)) for _, t in lengths],
+        "pair": list(range(len(lengths))),
+    }
     stream = Dataset.from_dict(rows).to_iterable_dataset()
     batches = StreamingTokenBatches(stream, max_tokens, buffer_pairs, collate_fn=list, seed=0)
     for epoch in (0, 1):
@@ -172,14 +220,44 @@ def test_streaming_batches_hold_the_budget_and_cover_each_pair_once(buffer_pairs
 def test_streaming_resume_skips_the_batches_already_trained(tmp_path, corpus, cache):
     """What the README says: a resumed streamed run reads the stream again and skips the batches it trained, so
     it ends with the weights of the run never stopped (within the first pass over the data)."""
-    common = [*TINY, "--data", str(corpus), "--source_lang", "en", "--target_lang", "de", "--streaming", "True",
-              "--streaming_buffer_pairs", "64", "--save_strategy", "steps", "--save_steps", "4", "--seed", "7",
-              "--logging_steps", "1"]  # fmt: skip
+    common = [
+        *TINY,
+        "--data",
+        str(corpus),
+        "--source_lang",
+        "en",
+        "--target_lang",
+        "de",
+        "--streaming",
+        "True",
+        "--streaming_buffer_pairs",
+        "64",
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        "4",
+        "--seed",
+        "7",
+        "--logging_steps",
+        "1",
+    ]
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert main([*common, "--output_dir", str(straight), "--max_steps", "8"]) == 0
     assert main([*common, "--output_dir", str(resumed), "--max_steps", "4"]) == 0
-    assert main([*common, "--output_dir", str(resumed), "--max_steps", "8", "--resume_from_checkpoint",
-                 str(resumed / "checkpoint-4")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                *common,
+                "--output_dir",
+                str(resumed),
+                "--max_steps",
+                "8",
+                "--resume_from_checkpoint",
+                str(resumed / "checkpoint-4"),
+            ]
+        )
+        == 0
+    )
     expected, got = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
     for name in expected:
         assert torch.equal(expected[name], got[name]), name
@@ -193,8 +271,22 @@ def test_streaming_resume_skips_the_batches_already_trained(tmp_path, corpus, ca
     shutil.rmtree(resumed / "checkpoint-8")
     unskipped = tmp_path / "unskipped"
     shutil.copytree(resumed / "checkpoint-4", unskipped / "checkpoint-4")
-    assert main([*common, "--output_dir", str(unskipped), "--max_steps", "8", "--ignore_data_skip", "True",
-                 "--resume_from_checkpoint", str(unskipped / "checkpoint-4")]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                *common,
+                "--output_dir",
+                str(unskipped),
+                "--max_steps",
+                "8",
+                "--ignore_data_skip",
+                "True",
+                "--resume_from_checkpoint",
+                str(unskipped / "checkpoint-4"),
+            ]
+        )
+        == 0
+    )
     other = load_file(unskipped / "model.safetensors")
     assert any(not torch.equal(expected[name], other[name]) for name in expected)
 

@@ -9,8 +9,12 @@ from transformers import AutoTokenizer
 import modeling_attn  # noqa: F401
 from modeling_attn.api.presets import load_preset
 
-SENTENCES = ["A man rides a bike.", "Ein Mann fährt Fahrrad.", "Two dogs play in the snow on 03.03.1987.",
-             "Zwei Hunde spielen im Schnee."] * 20  # fmt: skip
+SENTENCES = [
+    "A man rides a bike.",
+    "Ein Mann fährt Fahrrad.",
+    "Two dogs play in the snow on 03.03.1987.",
+    "Zwei Hunde spielen im Schnee.",
+] * 20
 
 
 def test_special_tokens_and_round_trip():
@@ -72,8 +76,9 @@ def test_reused_tokenizer_must_match_the_vocabulary_flags(tmp_path):
     flags = ["--lowercase", "true", "--split_punctuation", "true"]
 
     def build(tokenizer, *extra):
-        recipe, args = parse_args(["--output_dir", str(tmp_path / "out"), "--tokenizer_name_or_path", str(tokenizer),
-                                   *extra])  # fmt: skip
+        recipe, args = parse_args(
+            ["--output_dir", str(tmp_path / "out"), "--tokenizer_name_or_path", str(tokenizer), *extra]
+        )
         return build_tokenizer(recipe, args, parallel=None)
 
     assert splits_punctuation(build(lowercasing, *flags)) and not splits_punctuation(build(plain))

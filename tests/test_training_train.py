@@ -36,9 +36,28 @@ from modeling_attn.cli.train import train as main
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 # A tiny model on a slice of the embedded task: seconds per run.
-TINY = ["--preset", "tiny", "--vocab_size", "200", "--max_train_samples", "120", "--max_eval_samples", "16",
-        "--max_predict_samples", "16", "--max_tokens_per_batch", "200", "--report_to", "none", "--disable_tqdm", "True",
-        "--dataloader_pin_memory", "False", "--generation_max_length", "16"]  # fmt: skip
+TINY = [
+    "--preset",
+    "tiny",
+    "--vocab_size",
+    "200",
+    "--max_train_samples",
+    "120",
+    "--max_eval_samples",
+    "16",
+    "--max_predict_samples",
+    "16",
+    "--max_tokens_per_batch",
+    "200",
+    "--report_to",
+    "none",
+    "--disable_tqdm",
+    "True",
+    "--dataloader_pin_memory",
+    "False",
+    "--generation_max_length",
+    "16",
+]
 QUIET = ["--eval_strategy", "no", "--do_predict", "False", "--average_last_n", "1"]
 
 # The README's main command and its documented score (section "Set up and run", kept in step with README.md).
@@ -69,8 +88,21 @@ def trainer_losses(output_dir: Path) -> list[float]:
 def trained_tiny(tmp_path_factory) -> Path:
     """A tiny model trained for 30 steps on the embedded task, with validation, averaging and the test run."""
     tmp_path = tmp_path_factory.mktemp("trained")
-    return train(tmp_path, "--max_steps", "30", "--eval_steps", "15", "--save_steps", "10", "--logging_steps", "5",
-                 "--average_last_n", "2", "--warmup_steps", "10")  # fmt: skip
+    return train(
+        tmp_path,
+        "--max_steps",
+        "30",
+        "--eval_steps",
+        "15",
+        "--save_steps",
+        "10",
+        "--logging_steps",
+        "5",
+        "--average_last_n",
+        "2",
+        "--warmup_steps",
+        "10",
+    )
 
 
 def test_paper_defaults_and_learning_rate_schedule(tmp_path):
@@ -182,8 +214,9 @@ def test_resume_gives_the_same_weights(tmp_path):
     common = [*QUIET, "--save_strategy", "steps", "--save_steps", "6", "--logging_steps", "1", "--seed", "7"]
     straight = train(tmp_path / "straight", *common, "--max_steps", "14")
     stopped = train(tmp_path / "resumed", *common, "--max_steps", "6")
-    resumed = train(tmp_path / "resumed", *common, "--max_steps", "14", "--resume_from_checkpoint",
-                    str(stopped / "checkpoint-6"))  # fmt: skip
+    resumed = train(
+        tmp_path / "resumed", *common, "--max_steps", "14", "--resume_from_checkpoint", str(stopped / "checkpoint-6")
+    )
     assert json.loads((straight / "trainer_state.json").read_text())["epoch"] > 1
     expected, got = load_file(straight / "model.safetensors"), load_file(resumed / "model.safetensors")
     assert expected.keys() == got.keys()
@@ -211,9 +244,29 @@ def test_fine_tuning_lowers_the_loss_on_new_data(trained_tiny, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(trained_tiny)
     before = _loss_on(AutoModelForSeq2SeqLM.from_pretrained(trained_tiny), tokenizer, pairs[:120])
     finetuned = tmp_path / "finetuned"
-    args = ["--model_name_or_path", str(trained_tiny), "--data", str(data), "--output_dir", str(finetuned),
-            "--max_steps", "30", "--learning_rate", "1e-2", "--warmup_steps", "5", "--max_tokens_per_batch", "400",
-            "--report_to", "none", "--disable_tqdm", "True", "--dataloader_pin_memory", "False", *QUIET]  # fmt: skip
+    args = [
+        "--model_name_or_path",
+        str(trained_tiny),
+        "--data",
+        str(data),
+        "--output_dir",
+        str(finetuned),
+        "--max_steps",
+        "30",
+        "--learning_rate",
+        "1e-2",
+        "--warmup_steps",
+        "5",
+        "--max_tokens_per_batch",
+        "400",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "True",
+        "--dataloader_pin_memory",
+        "False",
+        *QUIET,
+    ]
     assert main(args) == 0
     after = _loss_on(AutoModelForSeq2SeqLM.from_pretrained(finetuned), tokenizer, pairs[:120])
     assert after < 0.9 * before, (before, after)
@@ -234,12 +287,37 @@ def _two_processes_vs_one(tmp_path: Path, steps: int, extra: list[str]) -> tuple
     --gradient_accumulation_steps 2 see the same two batches; Trainer normalises the loss by the token count of the
     whole step in both cases. Dropout is off so that the only difference left is floating-point summation order.
     """
-    common = [*TINY, *QUIET, "--max_steps", str(steps), "--logging_steps", "1", "--save_strategy", "no",
-              "--config_overrides", "dropout=0", "--seed", "3", *extra]  # fmt: skip
+    common = [
+        *TINY,
+        *QUIET,
+        "--max_steps",
+        str(steps),
+        "--logging_steps",
+        "1",
+        "--save_strategy",
+        "no",
+        "--config_overrides",
+        "dropout=0",
+        "--seed",
+        "3",
+        *extra,
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     two, one = tmp_path / "two", tmp_path / "one"
-    launch = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-              "-m", "modeling_attn.training", "--output_dir", str(two), *common]  # fmt: skip
+    launch = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "modeling_attn.training",
+        "--output_dir",
+        str(two),
+        *common,
+    ]
     result = subprocess.run(launch, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-4000:]
     single = [
@@ -277,8 +355,9 @@ def test_two_processes_match_one_process_with_the_same_global_batch(tmp_path):
 @pytest.mark.slow
 def test_two_processes_match_one_process_small_model(tmp_path):
     """Check 2: 30 steps of the `small` preset."""
-    two_losses, one_losses, two, one = _two_processes_vs_one(tmp_path, 30, ["--preset", "small", "--max_train_samples",
-                                                                            "2000", "--max_tokens_per_batch", "600"])  # fmt: skip
+    two_losses, one_losses, two, one = _two_processes_vs_one(
+        tmp_path, 30, ["--preset", "small", "--max_train_samples", "2000", "--max_tokens_per_batch", "600"]
+    )
     _assert_same_training(two_losses, one_losses, two, one, 30)
 
 
@@ -287,8 +366,14 @@ def test_readme_main_command_reaches_its_documented_score(tmp_path):
     """Check 1: the README's main command, as written, on this machine; its step budget is the default max_steps."""
     assert " ".join(MAIN_COMMAND) in README.read_text(), "the README's main command changed: update MAIN_COMMAND"
     start = time.time()
-    result = subprocess.run(MAIN_COMMAND, cwd=tmp_path, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True,
-                            text=True, timeout=3600)  # fmt: skip
+    result = subprocess.run(
+        MAIN_COMMAND,
+        cwd=tmp_path,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
     assert result.returncode == 0, result.stderr[-4000:]
     results = json.loads((tmp_path / "outputs" / "dates" / "test_results.json").read_text())
     print(
@@ -313,19 +398,52 @@ def test_a_second_run_into_the_same_output_dir_is_refused_with_the_first_ones_pi
     """Issue 34: two `attn train` runs started into one --output_dir; the second stops in one line, naming the first
     one's pid, and the first runs on (its folder untouched by the second)."""
     out = tmp_path / "out"
-    first = subprocess.Popen([sys.executable, "-m", "modeling_attn.training", "--output_dir", str(out), *TINY, *QUIET,
-                              "--max_steps", "100000", "--save_steps", "100000"], cwd=REPO,
-                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    first = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "modeling_attn.training",
+            "--output_dir",
+            str(out),
+            *TINY,
+            *QUIET,
+            "--max_steps",
+            "100000",
+            "--save_steps",
+            "100000",
+        ],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 300
         while not (out / ".attn.lock").exists():
             assert first.poll() is None and time.monotonic() < deadline
             time.sleep(0.2)
-        second = subprocess.run([sys.executable, "-m", "modeling_attn.cli.main", "train", "--output_dir", str(out),
-                                 *TINY, *QUIET, "--max_steps", "2"], cwd=REPO, capture_output=True, text=True)  # fmt: skip
+        second = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "modeling_attn.cli.main",
+                "train",
+                "--output_dir",
+                str(out),
+                *TINY,
+                *QUIET,
+                "--max_steps",
+                "2",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
         assert second.returncode == 2, second.stderr[-2000:]
         lines = [line for line in second.stderr.splitlines() if line.strip()]
-        assert lines[-1] == f"attn train: error: {out} is in use by process {first.pid} (attn train); wait for it to end, or write somewhere else"  # fmt: skip
+        assert (
+            lines[-1]
+            == f"attn train: error: {out} is in use by process {first.pid} (attn train); wait for it to end, or write somewhere else"
+        )
         assert first.poll() is None  # the first run goes on
     finally:
         first.kill()

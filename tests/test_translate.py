@@ -49,12 +49,27 @@ def save_tiny_model(folder, model_type: str):
     special = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
     torch.manual_seed(0)
     if model_type == "attn_transformer":
-        config = AttnTransformerConfig(vocab_size=len(tokenizer), d_model=16, encoder_layers=2, decoder_layers=2,
-                                       num_heads=4, d_ff=32, dropout=0.0, **special)  # fmt: skip
+        config = AttnTransformerConfig(
+            vocab_size=len(tokenizer),
+            d_model=16,
+            encoder_layers=2,
+            decoder_layers=2,
+            num_heads=4,
+            d_ff=32,
+            dropout=0.0,
+            **special,
+        )
         model = Transformer(config)
     else:
-        config = AttnRNNConfig(vocab_size=len(tokenizer), embedding_size=16, encoder_hidden_size=16,
-                               decoder_hidden_size=16, attention_size=16, readout_size=16, **special)  # fmt: skip
+        config = AttnRNNConfig(
+            vocab_size=len(tokenizer),
+            embedding_size=16,
+            encoder_hidden_size=16,
+            decoder_hidden_size=16,
+            attention_size=16,
+            readout_size=16,
+            **special,
+        )
         model = AttnRNNForConditionalGeneration(config)
         with torch.no_grad():  # Luong's uniform [-0.1, 0.1] start translates every sentence alike
             for parameter in model.parameters():
@@ -153,8 +168,13 @@ def test_evaluate_bleu_equals_sacrebleu(model_dir, tmp_path, capsys, monkeypatch
     assert printed["bleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
     assert printed["sentences"] == len(SENTENCES)
     # the decoding as attn train records it (what attn push reads): the model's max_new_tokens 6 is a fixed limit
-    assert printed["generation"] == {"num_beams": 1, "length_penalty": None, "early_stopping": None,
-                                     "max_length_over_source": None, "max_length": 7}  # fmt: skip
+    assert printed["generation"] == {
+        "num_beams": 1,
+        "length_penalty": None,
+        "early_stopping": None,
+        "max_length_over_source": None,
+        "max_length": 7,
+    }
 
 
 def test_evaluate_missing_split_is_a_clear_error(model_dir, tmp_path, capsys):
@@ -198,10 +218,24 @@ def test_a_closed_pipe_ends_translate_quietly(model_dir, tmp_path):
     source = tmp_path / "many.txt"
     source.write_text("\n".join(SENTENCES * 400) + "\n")  # still translating when the reader leaves
     process = subprocess.Popen(
-        [sys.executable, "-m", "modeling_attn.cli.main", "translate", "--model", str(model_dir), "--input", str(source),
-         "--batch_size", "4", "--num_beams", "1"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "modeling_attn.cli.main",
+            "translate",
+            "--model",
+            str(model_dir),
+            "--input",
+            str(source),
+            "--batch_size",
+            "4",
+            "--num_beams",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = process.stdout.readline()
     process.stdout.close()  # as `head -1` does
     stderr = process.stderr.read()
@@ -340,8 +374,14 @@ def beam_reference(folder, sentence: str, num_beams: int, **generate_kwargs) -> 
     model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
     encoded = tokenizer([sentence], return_tensors="pt", return_token_type_ids=False)
     with torch.no_grad():
-        outputs = model.generate(**encoded, num_beams=num_beams, num_return_sequences=num_beams, output_scores=True,
-                                 return_dict_in_generate=True, **generate_kwargs)  # fmt: skip
+        outputs = model.generate(
+            **encoded,
+            num_beams=num_beams,
+            num_return_sequences=num_beams,
+            output_scores=True,
+            return_dict_in_generate=True,
+            **generate_kwargs,
+        )
     texts = tokenizer.batch_decode(outputs.sequences, skip_special_tokens=True)
     return list(zip(texts, outputs.sequences_scores.tolist(), strict=True))
 
@@ -362,8 +402,18 @@ def test_nbest_scores_are_the_sequences_scores_of_generate(model_dir, length_pen
 
 
 def test_nbest_list_format(transformer_dir, capsys, monkeypatch):
-    argv = ["--model", str(transformer_dir), "--num_return_sequences", "2", "--num_beams", "2", "--no_progress",
-            SENTENCES[0], "", SENTENCES[1]]  # fmt: skip
+    argv = [
+        "--model",
+        str(transformer_dir),
+        "--num_return_sequences",
+        "2",
+        "--num_beams",
+        "2",
+        "--no_progress",
+        SENTENCES[0],
+        "",
+        SENTENCES[1],
+    ]
     rows = [line.split(" ||| ") for line in run_translate(argv, capsys, monkeypatch)]
     assert [row[0] for row in rows] == ["0", "0", "1", "1", "2", "2"] and all(len(row) == 3 for row in rows)
     assert [row[1:] for row in rows[2:4]] == [["", "nan"], ["", "nan"]]
@@ -381,8 +431,15 @@ def sampled_reference(folder, sentences, seed: int, num_return_sequences: int, *
     encoded = tokenizer(sentences, padding=True, return_tensors="pt", return_token_type_ids=False)
     set_seed(seed)
     with torch.no_grad():
-        outputs = model.generate(**encoded, do_sample=True, num_beams=1, num_return_sequences=num_return_sequences,
-                                 output_logits=True, return_dict_in_generate=True, **sampling)  # fmt: skip
+        outputs = model.generate(
+            **encoded,
+            do_sample=True,
+            num_beams=1,
+            num_return_sequences=num_return_sequences,
+            output_logits=True,
+            return_dict_in_generate=True,
+            **sampling,
+        )
     transition = model.compute_transition_scores(outputs.sequences, outputs.logits, normalize_logits=True)
     generated = outputs.sequences[:, 1:]
     ends = (generated == model.generation_config.eos_token_id).int()
@@ -395,8 +452,23 @@ def sampled_reference(folder, sentences, seed: int, num_return_sequences: int, *
 
 
 def test_seeded_sampling_repeats_and_scores_the_samples(model_dir, capsys, monkeypatch):
-    argv = ["--model", str(model_dir), "--do_sample", "--temperature", "1.5", "--top_k", "30", "--max_new_tokens", "8",
-            "--num_return_sequences", "3", "--batch_size", "64", "--no_progress", *SENTENCES]  # fmt: skip
+    argv = [
+        "--model",
+        str(model_dir),
+        "--do_sample",
+        "--temperature",
+        "1.5",
+        "--top_k",
+        "30",
+        "--max_new_tokens",
+        "8",
+        "--num_return_sequences",
+        "3",
+        "--batch_size",
+        "64",
+        "--no_progress",
+        *SENTENCES,
+    ]
     first = run_translate([*argv, "--seed", "7"], capsys, monkeypatch)
     assert run_translate([*argv, "--seed", "7"], capsys, monkeypatch) == first  # same seed, same samples
     assert run_translate([*argv, "--seed", "8"], capsys, monkeypatch) != first
@@ -440,10 +512,28 @@ def test_an_interrupted_run_leaves_no_partial_output(transformer_dir, tmp_path, 
     source.write_text("\n".join(SENTENCES * 50000) + "\n")
     output.write_text("the previous run\n")
     process = subprocess.Popen(
-        [sys.executable, "-m", "modeling_attn.cli.main", "translate", "--model", str(transformer_dir), "--input",
-         str(source), "--output", str(output), "--overwrite", "--batch_size", "4", "--num_beams", "1", "--no_progress"],
-        stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "modeling_attn.cli.main",
+            "translate",
+            "--model",
+            str(transformer_dir),
+            "--input",
+            str(source),
+            "--output",
+            str(output),
+            "--overwrite",
+            "--batch_size",
+            "4",
+            "--num_beams",
+            "1",
+            "--no_progress",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=default_sigint,
+    )
     deadline = time.monotonic() + 120
     try:
         while not any(path.stat().st_size > 0 for path in tmp_path.glob(".out.txt.*.partial")):  # halfway
@@ -531,8 +621,15 @@ def test_evaluate_scores_a_file_of_translations_without_a_model(tmp_path, capsys
     references = ["the cat sat on the mat .", "A dog ran in a park", "ein Hund", "Die Katze saß auf der Matte."]
     (tmp_path / "hyp.txt").write_text("".join(f"{h}\n" for h in hypotheses))
     (tmp_path / "ref.txt").write_text("".join(f"{r}\n" for r in references))
-    argv = ["--hypotheses_file", str(tmp_path / "hyp.txt"), "--references_file", str(tmp_path / "ref.txt"),
-            "--output", str(tmp_path / "scores.json"), *(["--lowercase"] if lowercase else [])]  # fmt: skip
+    argv = [
+        "--hypotheses_file",
+        str(tmp_path / "hyp.txt"),
+        "--references_file",
+        str(tmp_path / "ref.txt"),
+        "--output",
+        str(tmp_path / "scores.json"),
+        *(["--lowercase"] if lowercase else []),
+    ]
     capsys.readouterr()
     assert evaluate_main(argv) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -554,7 +651,10 @@ def test_evaluate_never_writes_over_its_references(transformer_dir, tmp_path, ca
     sources.write_text("a house\n")
     argv = ["--model", str(transformer_dir), "--sources_file", str(sources), "--references_file", str(references)]
     line = error_line(evaluate_main, [*argv, "--output", str(references), "--overwrite"], capsys)
-    assert line == f"attn evaluate: error: --output {references} is --references_file {references}: writing it would destroy the input"  # fmt: skip
+    assert (
+        line
+        == f"attn evaluate: error: --output {references} is --references_file {references}: writing it would destroy the input"
+    )
     assert references.read_text() == "ein Haus\n"
     line = error_line(evaluate_main, [*argv, "--hypotheses", str(sources)], capsys)
     assert f"--hypotheses {sources} is --sources_file {sources}" in line

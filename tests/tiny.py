@@ -29,8 +29,15 @@ def spread_tiny_rnn(vocab_size: int = 99, seed: int = 0, **special) -> AttnRNNFo
     """A 16-unit RNN-attention model with weights spread over [-1, 1], so that different sentences translate
     differently (an untrained model at the default init translates most sentences alike)."""
     torch.manual_seed(seed)
-    config = AttnRNNConfig(vocab_size=vocab_size, embedding_size=16, encoder_hidden_size=16, decoder_hidden_size=16,
-                           attention_size=16, readout_size=16, **special)  # fmt: skip
+    config = AttnRNNConfig(
+        vocab_size=vocab_size,
+        embedding_size=16,
+        encoder_hidden_size=16,
+        decoder_hidden_size=16,
+        attention_size=16,
+        readout_size=16,
+        **special,
+    )
     model = AttnRNNForConditionalGeneration(config).eval()
     with torch.no_grad():
         for parameter in model.parameters():

@@ -48,9 +48,18 @@ def _download_and_extract(version: str, target: Path) -> None:
     """pip-download the sdist of transformers `version` and extract its tests/ folder to `target`/tests."""
     with tempfile.TemporaryDirectory(prefix="transformers-sdist-") as download_dir:
         command = [
-            sys.executable, "-m", "pip", "download", f"transformers=={version}",
-            "--no-deps", "--no-binary", ":all:", "--disable-pip-version-check", "-d", download_dir,
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            f"transformers=={version}",
+            "--no-deps",
+            "--no-binary",
+            ":all:",
+            "--disable-pip-version-check",
+            "-d",
+            download_dir,
+        ]
         result = subprocess.run(command, capture_output=True, text=True)
         archives = list(Path(download_dir).glob("transformers-*.tar.gz"))
         if result.returncode != 0 or len(archives) != 1:

@@ -55,9 +55,11 @@ def check_alignment_flags(recipe: Any, training_args: Any, given: set[str]) -> N
         raise ValueError(f"--alignment_words must be one of {list(WORD_PATTERNS)}, got {recipe.alignment_words!r}")
     if not training_args.do_train:
         raise ValueError("--alignment_file guides training, but --do_train is false")
-    refused = {"bpe_dropout": "BPE-dropout segments the words anew at each epoch",
-               "streaming": "the stream is tokenized as it is read", "drop_empty_pairs": "dropped pairs would shift "
-               "the lines of the alignment file"}  # fmt: skip
+    refused = {
+        "bpe_dropout": "BPE-dropout segments the words anew at each epoch",
+        "streaming": "the stream is tokenized as it is read",
+        "drop_empty_pairs": "dropped pairs would shift the lines of the alignment file",
+    }
     for name, why in refused.items():
         if getattr(recipe, name):
             raise ValueError(f"--alignment_file with --{name}: {why}")
@@ -179,8 +181,10 @@ def guided_alignment(
     words = recipe.alignment_words
     word_links = read_alignment_file(recipe.alignment_file, sources, targets, words, recipe.max_train_samples is None)
     lengths = zip(map(len, train_dataset["input_ids"]), map(len, train_dataset["labels"]), strict=True)
-    flat = [subword_links(tokenizer, source, target, pairs, words, length)
-            for source, target, pairs, length in zip(sources, targets, word_links, lengths, strict=True)]  # fmt: skip
+    flat = [
+        subword_links(tokenizer, source, target, pairs, words, length)
+        for source, target, pairs, length in zip(sources, targets, word_links, lengths, strict=True)
+    ]
     linked = sum(bool(pairs) for pairs in word_links)
     logger.info(
         f"guided alignment: {linked} of {len(word_links)} training pairs have word links ({recipe.alignment_file}), "

@@ -92,29 +92,43 @@ class RecipeArguments:
 
     data: str | None = field(
         default=None,
-        metadata={"help": "Folder of {split}.{lang}[.gz] / {split}.tsv / {split}.jsonl files, a save_to_disk folder, "
-                  "or a dataset name for datasets.load_dataset with a 'translation' column. Default: the embedded "
-                  "dates task (no network needed).", "aliases": ["--dataset_name", "--dataset-name"]},
-    )  # fmt: skip
-    data_config: str | None = field(default=None, metadata={"help": "Dataset configuration, e.g. de-en for wmt14.",
-                                                            "aliases": ["--dataset_config_name", "--dataset-config-name"]})  # fmt: skip
+        metadata={
+            "help": "Folder of {split}.{lang}[.gz] / {split}.tsv / {split}.jsonl files, a save_to_disk folder, "
+            "or a dataset name for datasets.load_dataset with a 'translation' column. Default: the embedded "
+            "dates task (no network needed).",
+            "aliases": ["--dataset_name", "--dataset-name"],
+        },
+    )
+    data_config: str | None = field(
+        default=None,
+        metadata={
+            "help": "Dataset configuration, e.g. de-en for wmt14.",
+            "aliases": ["--dataset_config_name", "--dataset-config-name"],
+        },
+    )
     source_lang: str | None = field(default=None, metadata={"help": "Source language code (file suffix / JSON key)."})
     target_lang: str | None = field(default=None, metadata={"help": "Target language code."})
-    drop_empty_pairs: bool = field(default=False, metadata={"help": "Drop pairs with an empty side (counted, logged) "
-                                                             "instead of stopping with an error."})  # fmt: skip
+    drop_empty_pairs: bool = field(
+        default=False,
+        metadata={"help": "Drop pairs with an empty side (counted, logged) instead of stopping with an error."},
+    )
     preprocessing_num_workers: int | None = field(
         default=None,
-        metadata={"help": "Processes that tokenize the data (datasets' map num_proc). Data read from files is cached: a "
-                  "second run on the same files and tokenizer reuses it (training/prepare.py says where).",
-                  "range": COUNT},
-    )  # fmt: skip
+        metadata={
+            "help": "Processes that tokenize the data (datasets' map num_proc). Data read from files is cached: a "
+            "second run on the same files and tokenizer reuses it (training/prepare.py says where).",
+            "range": COUNT,
+        },
+    )
     streaming: bool = field(
         default=False,
-        metadata={"help": "Read and tokenize the data while training (datasets' IterableDataset) instead of preparing "
-                  "it up front: for corpora too large to prepare. Token batches from a bounded length-sorted buffer; "
-                  "needs --max_steps. A resumed run reads the stream again and skips the batches already trained "
-                  "(docs/training.md)."},
-    )  # fmt: skip
+        metadata={
+            "help": "Read and tokenize the data while training (datasets' IterableDataset) instead of preparing "
+            "it up front: for corpora too large to prepare. Token batches from a bounded length-sorted buffer; "
+            "needs --max_steps. A resumed run reads the stream again and skips the batches already trained "
+            "(docs/training.md)."
+        },
+    )
     streaming_buffer_pairs: int = field(
         default=100_000,
         metadata={
@@ -133,9 +147,11 @@ class RecipeArguments:
     )
     model_type: str | None = field(
         default=None,
-        metadata={"help": "Model type. Default: the type of --preset or --model_name_or_path, else attn_transformer.",
-                  "choices": tuple(MODEL_TYPES)},
-    )  # fmt: skip
+        metadata={
+            "help": "Model type. Default: the type of --preset or --model_name_or_path, else attn_transformer.",
+            "choices": tuple(MODEL_TYPES),
+        },
+    )
     preset: str | None = field(
         default=None, metadata={"help": "Model preset (`attn preset` lists them); default small / rnn-small."}
     )
@@ -145,9 +161,13 @@ class RecipeArguments:
     model_name_or_path: str | None = field(
         default=None, metadata={"help": "Fine-tune this model (local folder or Hub id) and keep its tokenizer."}
     )
-    tokenizer_name_or_path: str | None = field(default=None, metadata={"help": "Reuse this tokenizer instead of "
-                                                                        "training a BPE vocabulary.",
-                                                                        "aliases": ["--tokenizer_name", "--tokenizer-name"]})  # fmt: skip
+    tokenizer_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "Reuse this tokenizer instead of training a BPE vocabulary.",
+            "aliases": ["--tokenizer_name", "--tokenizer-name"],
+        },
+    )
     vocab_size: int = field(
         default=37000, metadata={"help": "Size of the joint BPE vocabulary to train (paper: 37000).", "range": COUNT}
     )
@@ -167,34 +187,45 @@ class RecipeArguments:
     )
     bpe_dropout: float = field(
         default=0.0,
-        metadata={"help": "BPE-dropout (Provilkov et al., 2020): while training, skip each BPE merge with this "
-                  "probability, so the training sentences are segmented anew each epoch (e.g. 0.1). 0: off.",
-                  "range": PROBABILITY},
-    )  # fmt: skip
+        metadata={
+            "help": "BPE-dropout (Provilkov et al., 2020): while training, skip each BPE merge with this "
+            "probability, so the training sentences are segmented anew each epoch (e.g. 0.1). 0: off.",
+            "range": PROBABILITY,
+        },
+    )
     max_tokens_per_batch: int = field(
         default=4096,
-        metadata={"help": "Padded source (and target) tokens per batch and process; 0 batches by "
-                  "--per_device_train_batch_size sentences. The paper: ~25000 per step over all processes.",
-                  "range": NATURAL},
-    )  # fmt: skip
+        metadata={
+            "help": "Padded source (and target) tokens per batch and process; 0 batches by "
+            "--per_device_train_batch_size sentences. The paper: ~25000 per step over all processes.",
+            "range": NATURAL,
+        },
+    )
     length_penalty: float = field(default=0.6, metadata={"help": "Beam search length penalty alpha (paper: 0.6)."})
     average_last_n: int = field(
         default=5,
-        metadata={"help": "Average the last N checkpoints at the end (paper: 5); 1 (no averaging) with "
-                  "--load_best_model_at_end, whose best checkpoint is the final model.", "range": COUNT},
-    )  # fmt: skip
+        metadata={
+            "help": "Average the last N checkpoints at the end (paper: 5); 1 (no averaging) with "
+            "--load_best_model_at_end, whose best checkpoint is the final model.",
+            "range": COUNT,
+        },
+    )
     overwrite_output_dir: bool = field(
         default=False,
-        metadata={"help": "Delete the checkpoints an earlier run left in --output_dir before training, and write into "
-                  "a folder holding files attn train did not write, replacing only its own (transformers' flag of that "
-                  "name; without it such a folder is refused unless --resume_from_checkpoint continues the run)."},
-    )  # fmt: skip
+        metadata={
+            "help": "Delete the checkpoints an earlier run left in --output_dir before training, and write into "
+            "a folder holding files attn train did not write, replacing only its own (transformers' flag of that "
+            "name; without it such a folder is refused unless --resume_from_checkpoint continues the run)."
+        },
+    )
     early_stopping_patience: int | None = field(
         default=None,
-        metadata={"help": "Stop when --metric_for_best_model has not improved for N evaluations (transformers' "
-                  "EarlyStoppingCallback; needs validation: --eval_strategy steps or epoch).",
-                  "range": COUNT},
-    )  # fmt: skip
+        metadata={
+            "help": "Stop when --metric_for_best_model has not improved for N evaluations (transformers' "
+            "EarlyStoppingCallback; needs validation: --eval_strategy steps or epoch).",
+            "range": COUNT,
+        },
+    )
     early_stopping_threshold: float = field(
         default=0.0,
         metadata={
@@ -208,20 +239,28 @@ class RecipeArguments:
     # Guided alignment training (training/alignment.py)
     alignment_file: str | None = field(
         default=None,
-        metadata={"help": "Word alignments of the training pairs, one Pharaoh line per pair (`0-0 1-2 ...`: source "
-                  "word - target word), e.g. from fast_align or eflomal: train with guided alignment (Garg et al. "
-                  "2019; Marian's --guided-alignment); the config records the supervised layer and head."},
-    )  # fmt: skip
+        metadata={
+            "help": "Word alignments of the training pairs, one Pharaoh line per pair (`0-0 1-2 ...`: source "
+            "word - target word), e.g. from fast_align or eflomal: train with guided alignment (Garg et al. "
+            "2019; Marian's --guided-alignment); the config records the supervised layer and head."
+        },
+    )
     guided_alignment_weight: float = field(
         default=GUIDED_ALIGNMENT_WEIGHT,
-        metadata={"help": "--alignment_file: weight of the alignment loss added to the translation loss (Marian's "
-                  "default; Garg et al. use 0.05).", "range": POSITIVE},
-    )  # fmt: skip
+        metadata={
+            "help": "--alignment_file: weight of the alignment loss added to the translation loss (Marian's "
+            "default; Garg et al. use 0.05).",
+            "range": POSITIVE,
+        },
+    )
     alignment_words: str = field(
         default="whitespace",
-        metadata={"help": "--alignment_file: what its words are: text between spaces, or runs of letters and digits "
-                  "with the punctuation around them (alnum).", "choices": tuple(WORD_PATTERNS)},
-    )  # fmt: skip
+        metadata={
+            "help": "--alignment_file: what its words are: text between spaces, or runs of letters and digits "
+            "with the punctuation around them (alnum).",
+            "choices": tuple(WORD_PATTERNS),
+        },
+    )
 
 
 def paper_learning_rate(d_model: int, warmup_steps: int) -> float:

@@ -22,8 +22,16 @@ from transformers import AutoModelForSeq2SeqLM
 
 logger = logging.getLogger(__name__)
 
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.json", "merges.txt",
-                    "source.spm", "target.spm", "sentencepiece.bpe.model")  # fmt: skip
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.json",
+    "merges.txt",
+    "source.spm",
+    "target.spm",
+    "sentencepiece.bpe.model",
+)
 
 
 # config.json fields that differ between checkpoints of one model without changing it
@@ -49,8 +57,10 @@ def first_difference(checkpoint: str | Path, reference: str | Path) -> str | Non
     ours, theirs = (checkpoint.name, reference.name) if checkpoint.name != reference.name else (checkpoint, reference)
     for key in sorted(set(config) | set(expected), key=lambda key: (key != "model_type", key)):  # the type first
         if key not in _VOLATILE_CONFIG_FIELDS and config.get(key, "<absent>") != expected.get(key, "<absent>"):
-            return (f"config.json field {key!r} is {config.get(key, '<absent>')!r} in {ours}, "
-                    f"{expected.get(key, '<absent>')!r} in {theirs}")  # fmt: skip
+            return (
+                f"config.json field {key!r} is {config.get(key, '<absent>')!r} in {ours}, "
+                f"{expected.get(key, '<absent>')!r} in {theirs}"
+            )
     for name in _TOKENIZER_FILES:
         here, there = (checkpoint / name).is_file(), (reference / name).is_file()
         if here != there:

@@ -37,8 +37,12 @@ def _as_lengths(lengths: Sequence[int] | np.ndarray) -> np.ndarray:
     return np.asarray(lengths, dtype=np.int64).reshape(-1)
 
 
-def pack_order(source_lengths: Sequence[int] | np.ndarray, target_lengths: Sequence[int] | np.ndarray,
-               max_tokens: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+def pack_order(
+    source_lengths: Sequence[int] | np.ndarray,
+    target_lengths: Sequence[int] | np.ndarray,
+    max_tokens: int,
+    seed: int = 0,
+) -> tuple[np.ndarray, np.ndarray]:
     """The batches of `pack_batches` as numpy arrays: the pair indices in batch order, and where each batch starts
     in it (batch k is `order[starts[k]:starts[k + 1]]`, the last one runs to the end)."""
     source, target = _as_lengths(source_lengths), _as_lengths(target_lengths)
@@ -65,15 +69,20 @@ def pack_order(source_lengths: Sequence[int] | np.ndarray, target_lengths: Seque
     return order, np.asarray(starts, dtype=np.int64)
 
 
-def pack_batches(source_lengths: Sequence[int] | np.ndarray, target_lengths: Sequence[int] | np.ndarray,
-                 max_tokens: int, seed: int = 0) -> list[list[int]]:  # fmt: skip
+def pack_batches(
+    source_lengths: Sequence[int] | np.ndarray,
+    target_lengths: Sequence[int] | np.ndarray,
+    max_tokens: int,
+    seed: int = 0,
+) -> list[list[int]]:
     """Length-sorted batches of indices with batch_size * max(length) <= max_tokens on each side."""
     order, starts = pack_order(source_lengths, target_lengths, max_tokens, seed)
     return [batch.tolist() for batch in np.split(order, starts[1:])] if len(order) else []
 
 
-def pack_into(source_lengths: Sequence[int], target_lengths: Sequence[int], max_tokens: int, count: int,
-              seed: int = 0) -> list[list[int]]:  # fmt: skip
+def pack_into(
+    source_lengths: Sequence[int], target_lengths: Sequence[int], max_tokens: int, count: int, seed: int = 0
+) -> list[list[int]]:
     """`pack_batches`, made exactly `count` batches (for lengths that change between epochs, `count` stays).
 
     Fewer batches: the batch of most pairs is halved until there are `count`. More: the budget grows in steps of 1%
@@ -93,8 +102,9 @@ def pack_into(source_lengths: Sequence[int], target_lengths: Sequence[int], max_
     return batches
 
 
-def padding_fraction(batches: list[list[int]], source_lengths: Sequence[int] | np.ndarray,
-                     target_lengths: Sequence[int] | np.ndarray) -> float:  # fmt: skip
+def padding_fraction(
+    batches: list[list[int]], source_lengths: Sequence[int] | np.ndarray, target_lengths: Sequence[int] | np.ndarray
+) -> float:
     """Share of padding among all padded source and target positions of `batches`."""
     if not batches:
         return 0.0
@@ -115,15 +125,22 @@ def _padding_fraction(order: np.ndarray, starts: np.ndarray, source: np.ndarray,
 class TokenBatchSampler(Sampler[list[int]]):
     """Yields the batches of `pack_batches` in a new seeded order each epoch."""
 
-    def __init__(self, source_lengths: Sequence[int], target_lengths: Sequence[int], max_tokens: int, seed: int = 0,
-                 shuffle: bool = True):  # fmt: skip
+    def __init__(
+        self,
+        source_lengths: Sequence[int],
+        target_lengths: Sequence[int],
+        max_tokens: int,
+        seed: int = 0,
+        shuffle: bool = True,
+    ):
         order, starts = pack_order(source_lengths, target_lengths, max_tokens, seed)
         # numpy views into one index array, not a Python list per pair (4.5M pairs: 36 MB instead of ~200 MB)
         self.batches: list[np.ndarray] | list[list[int]] = np.split(order, starts[1:]) if len(order) else []
         self.padding_fraction = (
             _padding_fraction(order, starts, _as_lengths(source_lengths), _as_lengths(target_lengths))
-            if len(order) else 0.0
-        )  # fmt: skip
+            if len(order)
+            else 0.0
+        )
         self.max_tokens, self.seed, self.shuffle, self.epoch = max_tokens, seed, shuffle, 0
 
     def set_epoch(self, epoch: int) -> None:
@@ -151,8 +168,7 @@ class StreamingTokenBatches(IterableDataset):
     a buffer has fewer pairs of each length.
     """
 
-    def __init__(self, pairs: Iterable[dict], max_tokens: int, buffer_pairs: int, collate_fn: Callable,
-                 seed: int = 0):  # fmt: skip
+    def __init__(self, pairs: Iterable[dict], max_tokens: int, buffer_pairs: int, collate_fn: Callable, seed: int = 0):
         if buffer_pairs < 1:
             raise ValueError(f"buffer_pairs must be positive, got {buffer_pairs}")
         self.pairs, self.max_tokens, self.buffer_pairs = pairs, max_tokens, buffer_pairs

@@ -52,8 +52,15 @@ class BPEDropoutPairs(Dataset):
     (keeping the end-of-sentence token).
     """
 
-    def __init__(self, sources: Sequence[str], targets: Sequence[str], tokenizer: PreTrainedTokenizerBase,
-                 dropout: float, max_source_length: int, max_target_length: int):  # fmt: skip
+    def __init__(
+        self,
+        sources: Sequence[str],
+        targets: Sequence[str],
+        tokenizer: PreTrainedTokenizerBase,
+        dropout: float,
+        max_source_length: int,
+        max_target_length: int,
+    ):
         if len(sources) != len(targets):
             raise ValueError(f"{len(sources)} sources but {len(targets)} targets")
         self.sources, self.targets = list(sources), list(targets)

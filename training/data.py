@@ -116,8 +116,9 @@ def _generate(rows, gen_kwargs: dict, files: list[Path], streaming: bool) -> Dat
     """The rows of `rows(**gen_kwargs)` as a memory-mapped Arrow Dataset, cached under a fingerprint of the files'
     paths, sizes and modification times (a changed file is read again); or, streaming, as an IterableDataset."""
     if streaming:
-        return IterableDataset.from_generator(_row_dicts, features=ROW_FEATURES,
-                                              gen_kwargs={"rows": rows, **gen_kwargs})  # fmt: skip
+        return IterableDataset.from_generator(
+            _row_dicts, features=ROW_FEATURES, gen_kwargs={"rows": rows, **gen_kwargs}
+        )
     fingerprint = Hasher.hash(
         [READER_VERSION, rows.__name__, sorted(gen_kwargs.items()), [_file_signature(f) for f in files]]
     )
@@ -165,8 +166,9 @@ def _empty_rows(table: Dataset, column: str) -> np.ndarray:
     return pc.equal(pc.utf8_length(table.data.column(column)), 0).to_numpy(zero_copy_only=False)
 
 
-def _load_folder(folder: Path, source_lang: str | None, target_lang: str | None, drop_empty: bool,
-                 streaming: bool = False) -> ParallelData:  # fmt: skip
+def _load_folder(
+    folder: Path, source_lang: str | None, target_lang: str | None, drop_empty: bool, streaming: bool = False
+) -> ParallelData:
     report = DataReport()
     if split_stem(folder, "train", "tsv") or split_stem(folder, "train", "jsonl"):
         kind = "tsv" if split_stem(folder, "train", "tsv") else "jsonl"
@@ -210,8 +212,9 @@ def _load_folder(folder: Path, source_lang: str | None, target_lang: str | None,
             path = find_split_file(folder, stem, kind)
             files, where = [path], partial("{0}:{1}".format, path)
             generator = tsv_rows if kind == "tsv" else jsonl_rows
-            gen_kwargs = {"path": str(path)} | ({} if kind == "tsv" else {"source_lang": source_lang,
-                                                                          "target_lang": target_lang})  # fmt: skip
+            gen_kwargs = {"path": str(path)} | (
+                {} if kind == "tsv" else {"source_lang": source_lang, "target_lang": target_lang}
+            )
         streamed = streaming and split == "train"
         table = _generate(generator, gen_kwargs, files, streamed)
         splits[split] = (
@@ -253,8 +256,14 @@ def _hub_rows(batch: dict, indices: list[int], name: str, split_name: str, sourc
     return {"source": sources, "target": targets, "line": indices}
 
 
-def _load_hub(name: str, config: str | None, source_lang: str | None, target_lang: str | None,
-              drop_empty: bool, streaming: bool = False) -> ParallelData:  # fmt: skip
+def _load_hub(
+    name: str,
+    config: str | None,
+    source_lang: str | None,
+    target_lang: str | None,
+    drop_empty: bool,
+    streaming: bool = False,
+) -> ParallelData:
     path = Path(name)
     if path.is_file():
         raise DataError(
@@ -299,17 +308,28 @@ def _load_hub(name: str, config: str | None, source_lang: str | None, target_lan
         else:
             if isinstance(table, IterableDataset):  # a small split of a streamed dataset: prepared in memory
                 table = Dataset.from_list(list(table), features=table.features)
-            table = table.map(rows, batched=True, with_indices=True, remove_columns=remove, features=ROW_FEATURES,
-                              desc=f"reading {split_name}")  # fmt: skip
+            table = table.map(
+                rows,
+                batched=True,
+                with_indices=True,
+                remove_columns=remove,
+                features=ROW_FEATURES,
+                desc=f"reading {split_name}",
+            )
             splits[split] = _check_empty(split, table, where, drop_empty, report)
     if "train" not in splits:
         raise DataError(f"dataset {name}: no 'train' split (has {list(loaded)})")
     return ParallelData(DatasetDict(splits), source_lang, target_lang, report)
 
 
-def load_parallel_data(data: str | None, source_lang: str | None = None, target_lang: str | None = None,
-                       data_config: str | None = None, drop_empty: bool = False,
-                       streaming: bool = False) -> ParallelData:  # fmt: skip
+def load_parallel_data(
+    data: str | None,
+    source_lang: str | None = None,
+    target_lang: str | None = None,
+    data_config: str | None = None,
+    drop_empty: bool = False,
+    streaming: bool = False,
+) -> ParallelData:
     """Load and check the parallel data named by `data` (see the module docstring); None gives the embedded task.
 
     `streaming`: the training split is an `IterableDataset`, read (and checked) as it is iterated instead of being

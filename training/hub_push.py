@@ -97,8 +97,14 @@ class CheckpointPush(TrainerCallback):
     def upload(self, args: Seq2SeqTrainingArguments, folder: Path, path_in_repo: str | None, message: str):
         """One folder uploaded in the background: a future (huggingface_hub's `run_as_future`)."""
         api = HfApi(token=args.hub_token)
-        return api.upload_folder(repo_id=self.repo_id, folder_path=folder, path_in_repo=path_in_repo,
-                                 commit_message=message, revision=args.hub_revision, run_as_future=True)  # fmt: skip
+        return api.upload_folder(
+            repo_id=self.repo_id,
+            folder_path=folder,
+            path_in_repo=path_in_repo,
+            commit_message=message,
+            revision=args.hub_revision,
+            run_as_future=True,
+        )
 
     def on_train_end(self, args: Seq2SeqTrainingArguments, state: TrainerState, control: TrainerControl, **kwargs):
         if self.push_in_progress is not None and not self.push_in_progress.is_done():

@@ -29,8 +29,9 @@ TOKENIZE_VERSION = 1
 _TEXTS_PER_READ = 10_000
 
 
-def iter_texts(table: Dataset | datasets.IterableDataset, columns: tuple[str, ...] = ("source", "target")
-               ) -> Iterator[str]:  # fmt: skip
+def iter_texts(
+    table: Dataset | datasets.IterableDataset, columns: tuple[str, ...] = ("source", "target")
+) -> Iterator[str]:
     """Every text of `columns`, column after column, read in slices (a whole column is never a Python list)."""
     for column in columns:
         for batch in table.select_columns(column).iter(batch_size=_TEXTS_PER_READ):

@@ -26,10 +26,34 @@ SPLIT_SIZES = {"train": 20_000, "validation": 300, "test": 1_000}
 
 _FIRST_DAY = datetime.date(1900, 1, 1).toordinal()
 _LAST_DAY = datetime.date(2099, 12, 31).toordinal()
-_MONTHS_EN = ["January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
-              "November", "December"]  # fmt: skip
-_MONTHS_DE = ["Januar", "Februar", "März", "April", "Mai", "Juni", "Juli", "August", "September", "Oktober",
-              "November", "Dezember"]  # fmt: skip
+_MONTHS_EN = [
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+]
+_MONTHS_DE = [
+    "Januar",
+    "Februar",
+    "März",
+    "April",
+    "Mai",
+    "Juni",
+    "Juli",
+    "August",
+    "September",
+    "Oktober",
+    "November",
+    "Dezember",
+]
 _DAYS_EN = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 _DAYS_DE = ["Montag", "Dienstag", "Mittwoch", "Donnerstag", "Freitag", "Samstag", "Sonntag"]
 

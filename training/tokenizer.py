@@ -18,9 +18,14 @@ from transformers import PreTrainedTokenizerBase, PreTrainedTokenizerFast
 SPECIAL_TOKENS = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 
 
-def train_bpe_tokenizer(texts: Iterable[str], vocab_size: int = 37000, min_frequency: int = 2,
-                        model_max_length: int = 1024, lowercase: bool = False,
-                        split_punctuation: bool = False) -> PreTrainedTokenizerFast:  # fmt: skip
+def train_bpe_tokenizer(
+    texts: Iterable[str],
+    vocab_size: int = 37000,
+    min_frequency: int = 2,
+    model_max_length: int = 1024,
+    lowercase: bool = False,
+    split_punctuation: bool = False,
+) -> PreTrainedTokenizerFast:
     """Learn a BPE vocabulary of at most `vocab_size` tokens on `texts` (source and target sentences together).
 
     `lowercase`: lowercase every text before BPE, at training and at use (source and target alike: the model then

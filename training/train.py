@@ -121,8 +121,9 @@ def _run_steps(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments,
     configure(model, recipe, training_args)
     train_dataset = training_set(parallel, tokenized, tokenizer, recipe, training_args)
     train_dataset, collator = collate(parallel, model, tokenizer, train_dataset, recipe, training_args)
-    trainer = build_trainer(model, tokenizer, train_dataset, tokenized.get("validation"), collator, recipe,
-                            training_args, repo_id)  # fmt: skip
+    trainer = build_trainer(
+        model, tokenizer, train_dataset, tokenized.get("validation"), collator, recipe, training_args, repo_id
+    )
     trainer.add_callback(record)
     if training_args.do_train:
         train(trainer, recipe, training_args)
@@ -187,14 +188,23 @@ def load_data(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) 
     start = time.perf_counter()
     # The first process writes the Arrow cache; the others then open what it wrote.
     with training_args.main_process_first(desc="reading the data"):
-        parallel = load_parallel_data(recipe.data, recipe.source_lang, recipe.target_lang, recipe.data_config,
-                                      recipe.drop_empty_pairs, recipe.streaming)  # fmt: skip
+        parallel = load_parallel_data(
+            recipe.data,
+            recipe.source_lang,
+            recipe.target_lang,
+            recipe.data_config,
+            recipe.drop_empty_pairs,
+            recipe.streaming,
+        )
     needed = (["train"] if training_args.do_train else []) + (
         ["validation"] if training_args.eval_strategy != "no" else []
     )
     require_splits(parallel, needed, recipe.data)
-    limits = {"train": recipe.max_train_samples, "validation": recipe.max_eval_samples,
-              "test": recipe.max_predict_samples}  # fmt: skip
+    limits = {
+        "train": recipe.max_train_samples,
+        "validation": recipe.max_eval_samples,
+        "test": recipe.max_predict_samples,
+    }
     for split, limit in limits.items():
         if limit is not None and split in parallel.splits:
             table = parallel.splits[split]
@@ -205,18 +215,21 @@ def load_data(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) 
             )
     logger.info(
         f"data {recipe.data or 'embedded dates task'} ({parallel.source_lang} -> {parallel.target_lang}): "
-        + ", ".join(f"{split} {len(table) if isinstance(table, datasets.Dataset) else 'streamed'} pairs"
-                    for split, table in parallel.splits.items())
+        + ", ".join(
+            f"{split} {len(table) if isinstance(table, datasets.Dataset) else 'streamed'} pairs"
+            for split, table in parallel.splits.items()
+        )
         + f"; read and checked in {time.perf_counter() - start:.1f} s"
-    )  # fmt: skip
+    )
     return parallel
 
 
 # -- 3. tokenizer -----------------------------------------------------------------------------------------------
 
 
-def build_tokenizer(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments,
-                    parallel: ParallelData) -> PreTrainedTokenizerBase:  # fmt: skip
+def build_tokenizer(
+    recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, parallel: ParallelData
+) -> PreTrainedTokenizerBase:
     """An existing tokenizer (given, of the fine-tuned model, or of the resumed checkpoint) or a new joint BPE."""
     existing = recipe.tokenizer_name_or_path or recipe.model_name_or_path
     resumed = training_args.resume_from_checkpoint
@@ -238,8 +251,10 @@ def _reused_tokenizer(existing: str, recipe: RecipeArguments) -> PreTrainedToken
     """The tokenizer of `existing`, which must do what --lowercase and --split_punctuation ask (checked here: they
     can be checked only against the loaded tokenizer)."""
     tokenizer = AutoTokenizer.from_pretrained(existing)
-    asked = {"--lowercase": (recipe.lowercase, writes_lowercase), "--split_punctuation":
-             (recipe.split_punctuation, splits_punctuation)}  # fmt: skip
+    asked = {
+        "--lowercase": (recipe.lowercase, writes_lowercase),
+        "--split_punctuation": (recipe.split_punctuation, splits_punctuation),
+    }
     if unmet := [flag for flag, (wanted, has) in asked.items() if wanted and not has(tokenizer)]:
         raise ValueError(
             f"{' and '.join(unmet)}: the reused tokenizer of {existing} does not do that (these flags shape a "
@@ -251,8 +266,11 @@ def _reused_tokenizer(existing: str, recipe: RecipeArguments) -> PreTrainedToken
 def _new_bpe_tokenizer(train: datasets.Dataset, recipe: RecipeArguments) -> PreTrainedTokenizerBase:
     """A joint BPE vocabulary of the training split, or the one trained earlier on the same data and settings."""
     start = time.perf_counter()
-    settings = {"vocab_size": recipe.vocab_size, "lowercase": recipe.lowercase,
-                "split_punctuation": recipe.split_punctuation}  # fmt: skip
+    settings = {
+        "vocab_size": recipe.vocab_size,
+        "lowercase": recipe.lowercase,
+        "split_punctuation": recipe.split_punctuation,
+    }
     cached = bpe_cache_folder(train, settings)
     if cached is not None and (cached / "tokenizer.json").is_file():
         logger.info(f"reusing the joint BPE vocabulary trained on the same data and settings: {cached}")
@@ -303,8 +321,12 @@ def pretrained_model(recipe: RecipeArguments) -> PreTrainedModel:
 # -- 5. tokenized data, the learning rate and the decoding ------------------------------------------------------
 
 
-def tokenize(parallel: ParallelData, tokenizer: PreTrainedTokenizerBase, recipe: RecipeArguments,
-             training_args: Seq2SeqTrainingArguments) -> datasets.DatasetDict:  # fmt: skip
+def tokenize(
+    parallel: ParallelData,
+    tokenizer: PreTrainedTokenizerBase,
+    recipe: RecipeArguments,
+    training_args: Seq2SeqTrainingArguments,
+) -> datasets.DatasetDict:
     """`tokenize_splits`, by the first process first (the others open what it cached)."""
     start = time.perf_counter()
     with training_args.main_process_first(desc="tokenizing"):
@@ -333,8 +355,15 @@ def tokenize_splits(parallel: ParallelData, tokenizer: PreTrainedTokenizerBase, 
     for split, table in parallel.splits.items():
         if isinstance(table, datasets.IterableDataset):  # --streaming: tokenized as the stream is read, uncounted
             ids = datasets.List(datasets.Value("int64"))
-            features = datasets.Features({"target": datasets.Value("string"), "input_ids": ids, "labels": ids,
-                                          "attention_mask": ids, "truncated": datasets.Value("bool")})  # fmt: skip
+            features = datasets.Features(
+                {
+                    "target": datasets.Value("string"),
+                    "input_ids": ids,
+                    "labels": ids,
+                    "attention_mask": ids,
+                    "truncated": datasets.Value("bool"),
+                }
+            )
             streamed = table.map(encode, batched=True, remove_columns=["source"], features=features)
             tokenized[split] = streamed.remove_columns("truncated")
             continue
@@ -376,8 +405,13 @@ def decoding(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -
     return asked
 
 
-def training_set(parallel: ParallelData, tokenized: datasets.DatasetDict, tokenizer: PreTrainedTokenizerBase,
-                 recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments):  # fmt: skip
+def training_set(
+    parallel: ParallelData,
+    tokenized: datasets.DatasetDict,
+    tokenizer: PreTrainedTokenizerBase,
+    recipe: RecipeArguments,
+    training_args: Seq2SeqTrainingArguments,
+):
     """The tokenized training split, or with --bpe_dropout its pairs segmented anew at each epoch; None without
     --do_train. Its longest pair is checked against --max_tokens_per_batch here, where the lengths are known."""
     if not training_args.do_train:
@@ -385,10 +419,18 @@ def training_set(parallel: ParallelData, tokenized: datasets.DatasetDict, tokeni
     train_dataset = tokenized["train"]
     if recipe.bpe_dropout:
         train_pairs = parallel.splits["train"]
-        train_dataset = BPEDropoutPairs(train_pairs["source"], train_pairs["target"], tokenizer, recipe.bpe_dropout,
-                                        recipe.max_source_length, recipe.max_target_length)  # fmt: skip
-        growth = [sum(new) / sum(len(ids) for ids in tokenized["train"][column])
-                  for new, column in zip(train_dataset.lengths(), ("input_ids", "labels"), strict=True)]  # fmt: skip
+        train_dataset = BPEDropoutPairs(
+            train_pairs["source"],
+            train_pairs["target"],
+            tokenizer,
+            recipe.bpe_dropout,
+            recipe.max_source_length,
+            recipe.max_target_length,
+        )
+        growth = [
+            sum(new) / sum(len(ids) for ids in tokenized["train"][column])
+            for new, column in zip(train_dataset.lengths(), ("input_ids", "labels"), strict=True)
+        ]
         logger.info(
             f"BPE-dropout {recipe.bpe_dropout}: the training set is segmented anew at each epoch; this segmentation "
             f"has {100 * (growth[0] - 1):.1f}% (source) / {100 * (growth[1] - 1):.1f}% (target) more tokens"
@@ -421,8 +463,14 @@ def _check_token_budget(train_dataset, max_tokens: int) -> None:
 # -- 6. train ---------------------------------------------------------------------------------------------------
 
 
-def collate(parallel: ParallelData, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, train_dataset,
-            recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments):  # fmt: skip
+def collate(
+    parallel: ParallelData,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train_dataset,
+    recipe: RecipeArguments,
+    training_args: Seq2SeqTrainingArguments,
+):
     """The training set and the collator of its batches; with --alignment_file, each training pair carries its word
     alignment and the collator pads it (guided alignment training, training/alignment.py)."""
     collator = DataCollatorForSeq2Seq(tokenizer, model=model)
@@ -431,9 +479,16 @@ def collate(parallel: ParallelData, model: PreTrainedModel, tokenizer: PreTraine
     return train_dataset, collator
 
 
-def build_trainer(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, train_dataset, eval_dataset, collator,
-                  recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments,
-                  repo_id: str | None) -> TranslationTrainer:  # fmt: skip
+def build_trainer(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    train_dataset,
+    eval_dataset,
+    collator,
+    recipe: RecipeArguments,
+    training_args: Seq2SeqTrainingArguments,
+    repo_id: str | None,
+) -> TranslationTrainer:
     """`TranslationTrainer` with token batches, BLEU/chrF/TER as `compute_metrics`, and the callbacks the flags ask
     for: the checkpoint pushes of --hub_strategy (`repo_id`: --push_to_hub) and --early_stopping_patience."""
     callbacks = [CheckpointPush(repo_id)] if repo_id is not None else []
@@ -469,8 +524,10 @@ def train(trainer: TranslationTrainer, recipe: RecipeArguments, training_args: S
     trainer.save_metrics("train", result.metrics)
     trainer.save_state()
     if training_args.load_best_model_at_end:
-        logger.info(f"final model: the best checkpoint, {trainer.state.best_model_checkpoint} (eval "
-                    f"{training_args.metric_for_best_model} {trainer.state.best_metric})")  # fmt: skip
+        logger.info(
+            f"final model: the best checkpoint, {trainer.state.best_model_checkpoint} (eval "
+            f"{training_args.metric_for_best_model} {trainer.state.best_metric})"
+        )
     if trainer.is_world_process_zero() and plot_history(trainer.state.log_history, output_dir / "training_curves.png"):
         logger.info(f"training curves: {output_dir / 'training_curves.png'}")
 
@@ -497,8 +554,13 @@ def average(trainer: TranslationTrainer, recipe: RecipeArguments, training_args:
 # -- 8. report (and push) ---------------------------------------------------------------------------------------
 
 
-def report(trainer: TranslationTrainer, parallel: ParallelData, tokenized: datasets.DatasetDict,
-           recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments) -> None:  # fmt: skip
+def report(
+    trainer: TranslationTrainer,
+    parallel: ParallelData,
+    tokenized: datasets.DatasetDict,
+    recipe: RecipeArguments,
+    training_args: Seq2SeqTrainingArguments,
+) -> None:
     """--do_predict: the test set translated and scored (`test_results.json`, samples printed, an attention picture);
     else --do_eval: the validation scores (`eval_results.json`)."""
     if training_args.do_predict:
@@ -533,19 +595,28 @@ def _write_alignment_picture(trainer: TranslationTrainer, sentence: str, path: P
     logger.info(f"attention picture: {path}")
 
 
-def _write_final_results(trainer: TranslationTrainer, test_dataset, parallel: ParallelData, recipe: RecipeArguments,
-                         output_dir: Path) -> dict:  # fmt: skip
+def _write_final_results(
+    trainer: TranslationTrainer, test_dataset, parallel: ParallelData, recipe: RecipeArguments, output_dir: Path
+) -> dict:
     """The test set translated and scored: test_results.json with what the card reports, and samples printed."""
     raw_test, metrics_fn = parallel.splits["test"], trainer.compute_metrics
     output = trainer.predict(test_dataset, metric_key_prefix="test")
     hypotheses = metrics_fn.last_hypotheses
     scores = translation_scores(hypotheses, list(raw_test["target"]), lowercase=metrics_fn.lowercase)
     # What the model card (`attn push`) reports with the scores: data, languages, decoding.
-    results = {**output.metrics, "test_bleu_signature": scores["bleu_signature"],
-               "test_chrf_signature": scores["chrf_signature"], "test_ter_signature": scores["ter_signature"],
-               "data": local_or_hub(recipe.data) or EMBEDDED_TASK, "data_config": recipe.data_config, "split": "test", "source_lang": parallel.source_lang, "target_lang": parallel.target_lang,
-               "sentences": len(hypotheses),
-               "generation": decoding_settings(trainer.model.generation_config)}  # fmt: skip
+    results = {
+        **output.metrics,
+        "test_bleu_signature": scores["bleu_signature"],
+        "test_chrf_signature": scores["chrf_signature"],
+        "test_ter_signature": scores["ter_signature"],
+        "data": local_or_hub(recipe.data) or EMBEDDED_TASK,
+        "data_config": recipe.data_config,
+        "split": "test",
+        "source_lang": parallel.source_lang,
+        "target_lang": parallel.target_lang,
+        "sentences": len(hypotheses),
+        "generation": decoding_settings(trainer.model.generation_config),
+    }
     if trainer.is_world_process_zero():
         samples = [
             {"source": s, "reference": r, "hypothesis": h}
@@ -567,8 +638,13 @@ def _write_final_results(trainer: TranslationTrainer, test_dataset, parallel: Pa
 def push_final_model(trainer: TranslationTrainer, repo_id: str, training_args: Seq2SeqTrainingArguments) -> None:
     """--push_to_hub: upload --output_dir with the files of `attn push`, its test scores in the card."""
     if trainer.is_world_process_zero():
-        url = push_to_hub(training_args.output_dir, repo_id, training_args.hub_private_repo,
-                          training_args.hub_revision, training_args.hub_token)  # fmt: skip
+        url = push_to_hub(
+            training_args.output_dir,
+            repo_id,
+            training_args.hub_private_repo,
+            training_args.hub_revision,
+            training_args.hub_token,
+        )
         logger.info(f"pushed {training_args.output_dir} to {url}")
 
 

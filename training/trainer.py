@@ -77,8 +77,11 @@ def _one_module_per_tied_embedding(model) -> None:
     `save_pretrained` writes anyway); `from_pretrained` ties the others to it.
     """
     weight = model.get_input_embeddings().weight
-    holders = [(name, module) for name, module in model.named_modules(remove_duplicate=False)
-               if isinstance(module, nn.Embedding) and module.weight is weight]  # fmt: skip
+    holders = [
+        (name, module)
+        for name, module in model.named_modules(remove_duplicate=False)
+        if isinstance(module, nn.Embedding) and module.weight is weight
+    ]
     owner = holders[0][1]
     for name, _ in holders[1:]:
         parent_name, _, attribute = name.rpartition(".")
@@ -104,8 +107,9 @@ class TranslationTrainer(Seq2SeqTrainer):
     With `max_tokens_per_batch=None` the batches are Trainer's usual `per_device_train_batch_size` sentences.
     """
 
-    def __init__(self, *args, max_tokens_per_batch: int | None = None, streaming_buffer_pairs: int = 100_000,
-                 **kwargs):  # fmt: skip
+    def __init__(
+        self, *args, max_tokens_per_batch: int | None = None, streaming_buffer_pairs: int = 100_000, **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self.max_tokens_per_batch, self.streaming_buffer_pairs = max_tokens_per_batch, streaming_buffer_pairs
         self.token_sampler: TokenBatchSampler | None = None
@@ -239,8 +243,9 @@ class TranslationTrainer(Seq2SeqTrainer):
         this process: the recipe's `validate` refuses more processes or DataLoader workers)."""
         dataset = self._remove_unused_columns(self.train_dataset, description="Training")
         seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        batches = StreamingTokenBatches(dataset, self.max_tokens_per_batch, self.streaming_buffer_pairs,
-                                        self.data_collator, seed)  # fmt: skip
+        batches = StreamingTokenBatches(
+            dataset, self.max_tokens_per_batch, self.streaming_buffer_pairs, self.data_collator, seed
+        )
         logger.info(
             f"token batches of at most {self.max_tokens_per_batch} padded tokens per side, packed from a buffer of "
             f"{self.streaming_buffer_pairs} streamed pairs at a time"

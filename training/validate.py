@@ -32,8 +32,12 @@ from .averaging import find_checkpoints
 from .trainer import STAGING_DIR
 
 # Trainer flags that shape sentence batches: token batches (--max_tokens_per_batch > 0) decide the batches instead.
-SENTENCE_BATCH_FLAGS = ("per_device_train_batch_size", "auto_find_batch_size", "train_sampling_strategy",
-                        "dataloader_drop_last")  # fmt: skip
+SENTENCE_BATCH_FLAGS = (
+    "per_device_train_batch_size",
+    "auto_find_batch_size",
+    "train_sampling_strategy",
+    "dataloader_drop_last",
+)
 # Config fields the recipe sets from the tokenizer when it builds a new model: not for --config_overrides.
 TOKENIZER_FIELDS = ("vocab_size", "pad_token_id", "bos_token_id", "eos_token_id", "decoder_start_token_id")
 
@@ -70,11 +74,14 @@ def _check_one_process_flags(recipe: RecipeArguments, training_args: Seq2SeqTrai
     processes, workers = training_args.world_size, training_args.dataloader_num_workers
     if recipe.bpe_dropout:
         if not recipe.max_tokens_per_batch:
-            raise ValueError("--bpe_dropout needs token batches (--max_tokens_per_batch > 0): they are packed anew "
-                             "for each epoch's segmentation")  # fmt: skip
+            raise ValueError(
+                "--bpe_dropout needs token batches (--max_tokens_per_batch > 0): they are packed anew "
+                "for each epoch's segmentation"
+            )
         if recipe.streaming:
-            raise ValueError("--streaming with --bpe_dropout: BPE-dropout segments the whole training set in memory "
-                             "at each epoch")  # fmt: skip
+            raise ValueError(
+                "--streaming with --bpe_dropout: BPE-dropout segments the whole training set in memory at each epoch"
+            )
         if training_args.do_train and (processes > 1 or workers > 0):
             raise ValueError(
                 "--bpe_dropout segments the training set anew in this process at each epoch: it needs one training "
@@ -86,8 +93,10 @@ def _check_one_process_flags(recipe: RecipeArguments, training_args: Seq2SeqTrai
         if processes > 1:
             raise ValueError(f"--streaming reads the stream in one training process, not {processes}")
         if training_args.do_train and recipe.max_tokens_per_batch and workers > 0:
-            raise ValueError("--streaming packs the token batches of the stream in this process: it needs "
-                             f"--dataloader_num_workers 0, got {workers}")  # fmt: skip
+            raise ValueError(
+                "--streaming packs the token batches of the stream in this process: it needs "
+                f"--dataloader_num_workers 0, got {workers}"
+            )
 
 
 def config_overrides(text: str | None) -> dict:
@@ -113,8 +122,10 @@ def _check_model_flags(recipe: RecipeArguments) -> None:
     is loaded (`train.pretrained_model`)."""
     if recipe.preset is not None and recipe.preset not in available_presets():
         near = difflib.get_close_matches(recipe.preset, available_presets(), n=1)
-        raise ValueError(f"--preset: unknown preset {recipe.preset!r}; "
-                         + (f"did you mean {near[0]!r}?" if near else f"one of {available_presets()}"))  # fmt: skip
+        raise ValueError(
+            f"--preset: unknown preset {recipe.preset!r}; "
+            + (f"did you mean {near[0]!r}?" if near else f"one of {available_presets()}")
+        )
     if recipe.model_name_or_path is not None:
         if recipe.preset is not None:
             raise ValueError(
@@ -133,8 +144,10 @@ def _check_model_flags(recipe: RecipeArguments) -> None:
     if unknown := sorted(set(overrides) - fields):
         raise ValueError(f"--config_overrides: {unknown} are not fields of the {preset!r} preset's config")
     if from_tokenizer := [name for name in TOKENIZER_FIELDS if name in overrides]:
-        raise ValueError(f"--config_overrides: {from_tokenizer} are set from the tokenizer (--vocab_size sizes a new "
-                         "BPE vocabulary)")  # fmt: skip
+        raise ValueError(
+            f"--config_overrides: {from_tokenizer} are set from the tokenizer (--vocab_size sizes a new "
+            "BPE vocabulary)"
+        )
     try:
         config = load_preset(preset, **overrides)
     except (ValueError, StrictDataclassError) as error:  # the config's own checks; the reason is on the last line
@@ -185,11 +198,15 @@ def _check_best_model_flags(recipe: RecipeArguments, training_args: Seq2SeqTrain
         recipe.average_last_n = 1
     if recipe.early_stopping_patience is not None:
         if training_args.eval_strategy == "no" or not training_args.do_eval:
-            raise ValueError("--early_stopping_patience watches the validation metric: it needs --eval_strategy steps "
-                             "(or epoch) and --do_eval true")  # fmt: skip
+            raise ValueError(
+                "--early_stopping_patience watches the validation metric: it needs --eval_strategy steps "
+                "(or epoch) and --do_eval true"
+            )
         if training_args.metric_for_best_model is None:
-            raise ValueError("--early_stopping_patience: name the validation metric it watches with "
-                             "--metric_for_best_model (bleu, chrf, ter, exact_match or loss)")  # fmt: skip
+            raise ValueError(
+                "--early_stopping_patience: name the validation metric it watches with "
+                "--metric_for_best_model (bleu, chrf, ter, exact_match or loss)"
+            )
     metric = (training_args.metric_for_best_model or "").removeprefix("eval_")
     if metric == "ter" and "greater_is_better" not in given:
         # Trainer guesses the direction from the name (only a "loss" is lower-is-better); TER is an error rate
@@ -281,8 +298,10 @@ def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgu
     if training_args.process_index == 0 and output_dir.is_dir():  # the other processes share process 0's lock
         check_not_in_use(output_dir)
     if recipe.overwrite_output_dir and resumed:
-        raise ValueError("--overwrite_output_dir deletes the checkpoints of --output_dir, --resume_from_checkpoint "
-                         "continues from one: give one of them")  # fmt: skip
+        raise ValueError(
+            "--overwrite_output_dir deletes the checkpoints of --output_dir, --resume_from_checkpoint "
+            "continues from one: give one of them"
+        )
     existing = find_checkpoints(output_dir) if output_dir.is_dir() else []
     if not existing and not resumed and not recipe.overwrite_output_dir and training_args.do_train:
         _check_foreign_files(output_dir)

@@ -75,10 +75,19 @@ def train(args: argparse.Namespace, extra: list[str]) -> tuple[list[str], float]
     from modeling_attn.cli.train import train as attn_train
 
     command = [
-        "--data", args.data, "--source_lang", args.source_lang, "--target_lang", args.target_lang,
-        "--model_type", args.model_type, "--output_dir", args.output_dir,
-        *recipe_flags(args.model_type), *extra,
-    ]  # fmt: skip
+        "--data",
+        args.data,
+        "--source_lang",
+        args.source_lang,
+        "--target_lang",
+        args.target_lang,
+        "--model_type",
+        args.model_type,
+        "--output_dir",
+        args.output_dir,
+        *recipe_flags(args.model_type),
+        *extra,
+    ]
     start = time.perf_counter()
     status = attn_train(command)
     if status != 0:
@@ -109,9 +118,14 @@ def evaluate(args: argparse.Namespace) -> dict:
 
     def translate(split, length_penalty: float) -> tuple[dict, list[str]]:
         return translate_and_score(
-            model, tokenizer, list(split["source"]), list(split["target"]), args.batch_size,
-            num_beams=args.num_beams, length_penalty=length_penalty,
-        )  # fmt: skip
+            model,
+            tokenizer,
+            list(split["source"]),
+            list(split["target"]),
+            args.batch_size,
+            num_beams=args.num_beams,
+            length_penalty=length_penalty,
+        )
 
     selection = {}
     if validation is not None:
@@ -164,11 +178,15 @@ def main(argv: list[str] | None = None) -> int:
         )
     results.update(evaluate(args))
     results["machine"] = (
-        f"{platform.machine()} CPU x{torch.get_num_threads()} threads" if not torch.cuda.is_available()
+        f"{platform.machine()} CPU x{torch.get_num_threads()} threads"
+        if not torch.cuda.is_available()
         else torch.cuda.get_device_name()
-    )  # fmt: skip
-    results["versions"] = {"python": platform.python_version(), "torch": torch.__version__,
-                           "transformers": transformers.__version__}  # fmt: skip
+    )
+    results["versions"] = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+    }
     results_path.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))
     return 0

@@ -50,8 +50,10 @@ def zipf_words(rng: np.random.Generator, vocabulary: np.ndarray, count: int) -> 
 
 def write_split(folder: Path, stem: str, pairs: int, rng: np.random.Generator, vocabularies: dict) -> None:
     with contextlib.ExitStack() as stack:
-        handles = {lang: stack.enter_context(gzip.open(folder / f"{stem}.{lang}.gz", "wt", encoding="utf-8",
-                                                       compresslevel=1)) for lang in vocabularies}  # fmt: skip
+        handles = {
+            lang: stack.enter_context(gzip.open(folder / f"{stem}.{lang}.gz", "wt", encoding="utf-8", compresslevel=1))
+            for lang in vocabularies
+        }
         for start in range(0, pairs, CHUNK):
             count = min(CHUNK, pairs - start)
             lengths = dict(zip(vocabularies, sentence_lengths(rng, count), strict=True))

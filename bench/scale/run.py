@@ -55,10 +55,38 @@ def main() -> None:
     args, extra = parser.parse_known_args()  # the rest: more `attn train` flags (after --)
     extra = [flag for flag in extra if flag != "--"]
     output_dir = args.output_dir or Path(tempfile.mkdtemp(prefix="attn-scale-"))
-    command = [sys.executable, "-m", "modeling_attn.training", "--data", str(args.data), "--source_lang", "en", "--target_lang", "de",
-               "--preset", "small", "--output_dir", str(output_dir), "--max_steps", "20",
-               "--logging_steps", "1", "--eval_strategy", "no", "--save_strategy", "no", "--do_eval", "False", "--do_predict", "False",
-               "--report_to", "none", "--average_last_n", "1", *extra]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "modeling_attn.training",
+        "--data",
+        str(args.data),
+        "--source_lang",
+        "en",
+        "--target_lang",
+        "de",
+        "--preset",
+        "small",
+        "--output_dir",
+        str(output_dir),
+        "--max_steps",
+        "20",
+        "--logging_steps",
+        "1",
+        "--eval_strategy",
+        "no",
+        "--save_strategy",
+        "no",
+        "--do_eval",
+        "False",
+        "--do_predict",
+        "False",
+        "--report_to",
+        "none",
+        "--average_last_n",
+        "1",
+        *extra,
+    ]
     log_path = args.log or output_dir.with_suffix(".log")
     load_start = os.getloadavg()
     start = time.monotonic()

@@ -85,21 +85,33 @@ def reference(args: argparse.Namespace, pool: list[str], folder: Path) -> tuple[
     source = folder / "pool.txt"
     source.write_text("".join(f"{line}\n" for line in pool))
     start = time.perf_counter()
-    done = subprocess.run(attn("translate", "--model", args.model, "--input", str(source), "--no_progress",
-                               "--threads", str(args.threads)), capture_output=True, text=True, check=True)  # fmt: skip
+    done = subprocess.run(
+        attn(
+            "translate", "--model", args.model, "--input", str(source), "--no_progress", "--threads", str(args.threads)
+        ),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     total = time.perf_counter() - start
     translations = done.stdout.splitlines()
     # the same command on no sentence: the process start and the model load alone
     empty = folder / "empty.txt"
     empty.write_text("")
     start = time.perf_counter()
-    subprocess.run(attn("translate", "--model", args.model, "--input", str(empty), "--no_progress"), check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        attn("translate", "--model", args.model, "--input", str(empty), "--no_progress"),
+        check=True,
+        capture_output=True,
+    )
     startup = time.perf_counter() - start
     start = time.perf_counter()
     for line in pool[: args.per_process]:
-        subprocess.run(attn("translate", "--model", args.model, "--no_progress", "--threads", str(args.threads), line),
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            attn("translate", "--model", args.model, "--no_progress", "--threads", str(args.threads), line),
+            check=True,
+            capture_output=True,
+        )
     per_process = (time.perf_counter() - start) / max(1, args.per_process)
     timings = {
         "sentences": len(pool),
@@ -118,9 +130,22 @@ def server(args: argparse.Namespace, folder: Path) -> Iterator[str]:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     log = open(folder / "serve.log", "w")  # noqa: SIM115 (closed below)
-    process = subprocess.Popen(attn("serve", "--model", args.model, "--port", str(port), "--threads",
-                                    str(args.threads), "--log_level", "warning", *shlex.split(args.serve_flags)),
-                               stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+    process = subprocess.Popen(
+        attn(
+            "serve",
+            "--model",
+            args.model,
+            "--port",
+            str(port),
+            "--threads",
+            str(args.threads),
+            "--log_level",
+            "warning",
+            *shlex.split(args.serve_flags),
+        ),
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 300
@@ -140,8 +165,14 @@ def server(args: argparse.Namespace, folder: Path) -> Iterator[str]:
         log.close()
 
 
-def load(url: str, clients: int, requests: int, pool: list[str], expected: dict[str, str],
-         sentences_per_request: tuple[int, int] = (1, 1)) -> dict:  # fmt: skip
+def load(
+    url: str,
+    clients: int,
+    requests: int,
+    pool: list[str],
+    expected: dict[str, str],
+    sentences_per_request: tuple[int, int] = (1, 1),
+) -> dict:
     """`clients` closed-loop clients sharing `requests` requests; throughput, latency, and what went wrong."""
     counter = iter(range(requests))
     lock = threading.Lock()
@@ -224,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             "torch": torch.__version__,
             "transformers": transformers.__version__,
             "httpx": httpx.__version__,
-        },  # fmt: skip
+        },
         "model": args.model,
         "threads": args.threads,
         "attn_translate": baseline,
@@ -233,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
             str(run["clients"]): round(run["requests_per_s"] / one["requests_per_s"], 2) for run in runs
         }
         if one
-        else None,  # fmt: skip
+        else None,
         "stress": stress,
         "server_health_at_end": health,
     }

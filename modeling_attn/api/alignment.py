@@ -347,9 +347,12 @@ def translate_aligned(
         return results
     encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
     outputs = model.generate(
-        input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], output_attentions=True,
-        return_dict_in_generate=True, **generate_kwargs,
-    )  # fmt: skip
+        input_ids=encoded["input_ids"],
+        attention_mask=encoded["attention_mask"],
+        output_attentions=True,
+        return_dict_in_generate=True,
+        **generate_kwargs,
+    )
     for index, row in enumerate(rows):
         results[row] = _aligned(model, tokenizer, (outputs, encoded), index, (row, sentences[row]), words)
     return results
@@ -377,12 +380,21 @@ def translate_aligned_nbest(
         return results
     encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
     outputs = model.generate(
-        input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"], output_attentions=True,
-        return_dict_in_generate=True, num_return_sequences=num_return_sequences, **generate_kwargs,
-    )  # fmt: skip
+        input_ids=encoded["input_ids"],
+        attention_mask=encoded["attention_mask"],
+        output_attentions=True,
+        return_dict_in_generate=True,
+        num_return_sequences=num_return_sequences,
+        **generate_kwargs,
+    )
     length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
-    scores = sequence_scores(model, encoded["input_ids"], encoded["attention_mask"], outputs.sequences,
-                             1.0 if length_penalty is None else length_penalty).tolist()  # fmt: skip
+    scores = sequence_scores(
+        model,
+        encoded["input_ids"],
+        encoded["attention_mask"],
+        outputs.sequences,
+        1.0 if length_penalty is None else length_penalty,
+    ).tolist()
     for index, row in enumerate(rows):
         block = range(index * num_return_sequences, (index + 1) * num_return_sequences)
         found = [
@@ -416,9 +428,11 @@ def align_pairs(
         input_ids, attention_mask = _padded([ids for ids, _, _ in source_sides], pad or 0)
         labels, _ = _padded([ids for ids, _, _ in target_sides], -100)
         outputs = model(
-            input_ids=input_ids.to(model.device), attention_mask=attention_mask.to(model.device),
-            labels=labels.to(model.device), output_attentions=True,
-        )  # fmt: skip
+            input_ids=input_ids.to(model.device),
+            attention_mask=attention_mask.to(model.device),
+            labels=labels.to(model.device),
+            output_attentions=True,
+        )
         weights = alignment_attention(outputs.cross_attentions, model.config).float().cpu()  # (B, T, S)
         for index, ((_, s_spans, s_text), (_, t_spans, t_text)) in enumerate(
             zip(source_sides, target_sides, strict=True)

@@ -118,8 +118,10 @@ def load_models(
             model, tokenizer = load_model(str(spec), device, eager=True)
             name = Path(spec).name or str(spec)
         if model.config.model_type not in ("attn_transformer", "attn_rnn"):
-            raise ExplainError(f"model {number} ({name}) is a {model.config.model_type!r} model; the explainer "
-                               "knows attn_transformer and attn_rnn")  # fmt: skip
+            raise ExplainError(
+                f"model {number} ({name}) is a {model.config.model_type!r} model; the explainer "
+                "knows attn_transformer and attn_rnn"
+            )
         loaded.append((name, model, tokenizer))
     return loaded
 
@@ -238,8 +240,9 @@ def beam_tree(recorder: SearchRecorder, generated: Sequence[int], labels: dict[i
     if best not in dict(ranked):
         raise RuntimeError("the recorded search does not end with the translation generate() returned")
     ranks = {path: rank for rank, (path, _) in enumerate(ranked)}
-    nodes: list[dict[str, Any]] = [{"parent": None, "step": -1, "token": "<start>", "score": 0, "status": "start",
-                                    "best": True}]  # fmt: skip
+    nodes: list[dict[str, Any]] = [
+        {"parent": None, "step": -1, "token": "<start>", "score": 0, "status": "start", "best": True}
+    ]
     ids = {(): 0}
     for step, candidates in enumerate(recorder.steps):
         for candidate in sorted(candidates, key=lambda c: -c.score):
@@ -247,21 +250,34 @@ def beam_tree(recorder: SearchRecorder, generated: Sequence[int], labels: dict[i
                 raise RuntimeError(f"step {step}: a candidate continues a hypothesis that was not kept")
             ids[candidate.path] = len(nodes)
             status = "finished" if candidate.finished_score is not None else "kept" if candidate.kept else "dropped"
-            nodes.append({
-                "parent": ids[candidate.path[:-1]], "step": step, "token": labels[candidate.path[-1]],
-                "score": _number(candidate.score), "status": status, "stops": candidate.stops,
-                "final_score": None if candidate.finished_score is None else _number(candidate.finished_score),
-                "rank": ranks.get(candidate.path), "best": best[: len(candidate.path)] == candidate.path,
-            })  # fmt: skip
+            nodes.append(
+                {
+                    "parent": ids[candidate.path[:-1]],
+                    "step": step,
+                    "token": labels[candidate.path[-1]],
+                    "score": _number(candidate.score),
+                    "status": status,
+                    "stops": candidate.stops,
+                    "final_score": None if candidate.finished_score is None else _number(candidate.finished_score),
+                    "rank": ranks.get(candidate.path),
+                    "best": best[: len(candidate.path)] == candidate.path,
+                }
+            )
     settings = recorder.settings
-    return {"method": "beam", "num_beams": settings.num_beams, "candidates": settings.candidates,
-            "length_penalty": settings.length_penalty, "nodes": nodes}  # fmt: skip
+    return {
+        "method": "beam",
+        "num_beams": settings.num_beams,
+        "candidates": settings.candidates,
+        "length_penalty": settings.length_penalty,
+        "nodes": nodes,
+    }
 
 
 def greedy_tree(log_probs: torch.Tensor, generated: Sequence[int], labels: dict[int, str]) -> dict[str, Any]:
     """Greedy search as a tree: per step the token kept (generate()'s) and the most likely other token, dropped."""
-    nodes: list[dict[str, Any]] = [{"parent": None, "step": -1, "token": "<start>", "score": 0, "status": "start",
-                                    "best": True}]  # fmt: skip
+    nodes: list[dict[str, Any]] = [
+        {"parent": None, "step": -1, "token": "<start>", "score": 0, "status": "start", "best": True}
+    ]
     total, parent = 0.0, 0
     for step, token in enumerate(generated):
         runner_up = next(int(i) for i in log_probs[step].topk(2).indices if int(i) != token)
@@ -270,10 +286,19 @@ def greedy_tree(log_probs: torch.Tensor, generated: Sequence[int], labels: dict[
             score = total + float(log_probs[step, candidate])
             last = step == len(generated) - 1
             status = ("finished" if last else "kept") if candidate == token else "dropped"
-            nodes.append({"parent": parent, "step": step, "token": labels[candidate], "score": _number(score),
-                          "status": status, "stops": last and candidate == token,
-                          "final_score": _number(score) if status == "finished" else None,
-                          "rank": 0 if status == "finished" else None, "best": candidate == token})  # fmt: skip
+            nodes.append(
+                {
+                    "parent": parent,
+                    "step": step,
+                    "token": labels[candidate],
+                    "score": _number(score),
+                    "status": status,
+                    "stops": last and candidate == token,
+                    "final_score": _number(score) if status == "finished" else None,
+                    "rank": 0 if status == "finished" else None,
+                    "best": candidate == token,
+                }
+            )
             if candidate == token:
                 kept_id = len(nodes) - 1
         total, parent = total + float(log_probs[step, token]), kept_id
@@ -348,8 +373,9 @@ def head_walkthrough(module: nn.Module, call: tuple, kind: str, layer: int) -> d
     def split(states: torch.Tensor) -> torch.Tensor:  # (L, E) -> (H, L, D)
         return states.view(states.shape[0], num_heads, head_dim).transpose(0, 1)
 
-    query, key, value = (split(project(p, x)) for p, x in ((module.q_proj, hidden), (module.k_proj, source),
-                                                          (module.v_proj, source)))  # fmt: skip
+    query, key, value = (
+        split(project(p, x)) for p, x in ((module.q_proj, hidden), (module.k_proj, source), (module.v_proj, source))
+    )
     dots = query @ key.transpose(-1, -2)  # (H, T, S) q.k
     visible = _visible(kwargs.get("attention_mask"), dots.shape[-2:])
     probabilities = torch.softmax((dots * module.scaling).masked_fill(~visible, float("-inf")), dim=-1)  # Eq. 1
@@ -357,15 +383,24 @@ def head_walkthrough(module: nn.Module, call: tuple, kind: str, layer: int) -> d
     merged = heads.transpose(0, 1).reshape(-1, d_model)  # Concat(head_1, ..., head_H), (T, E)
     projected = project(module.out_proj, merged)  # MultiHead(Q, K, V) = Concat(...) W^O, (T, E)
     return {
-        "kind": kind, "layer": layer, "num_heads": num_heads, "head_dim": head_dim, "d_model": d_model,
-        "scaling": module.scaling, "q": values_data(query), "k": values_data(key), "v": values_data(value),
-        "dots": values_data(dots), "visible": visible.int().tolist(), "heads": values_data(heads),
+        "kind": kind,
+        "layer": layer,
+        "num_heads": num_heads,
+        "head_dim": head_dim,
+        "d_model": d_model,
+        "scaling": module.scaling,
+        "q": values_data(query),
+        "k": values_data(key),
+        "v": values_data(value),
+        "dots": values_data(dots),
+        "visible": visible.int().tolist(),
+        "heads": values_data(heads),
         "output": values_data(projected),
         "check": {
             "weights": float((probabilities - weights[0].double().cpu()).abs().max()),
             "output": float((projected - output[0].double().cpu()).abs().max()),
         },
-    }  # fmt: skip
+    }
 
 
 def transformer_data(model: PreTrainedModel, encoded: dict, sequence: torch.Tensor, walkthrough: tuple[str, int]):
@@ -407,15 +442,19 @@ def rnn_data(model: PreTrainedModel, encoded: dict, sequence: torch.Tensor):
     return outputs, {
         "cross": weights_data(model_alignment[None, None]),  # one "layer" with one "head"
         "rnn": {
-            "style": config.decoder_style, "score": config.attention_score, "rnn_type": config.rnn_type,
-            "energies": values_data(energies), "query": values_data(queries), "annotations": values_data(annotations),
+            "style": config.decoder_style,
+            "score": config.attention_score,
+            "rnn_type": config.rnn_type,
+            "energies": values_data(energies),
+            "query": values_data(queries),
+            "annotations": values_data(annotations),
             "context": values_data(context),
             "check": {
                 "alignment": float((alignment - model_alignment).abs().max()),
                 "context": float((context - used).abs().max()),
             },
         },
-    }  # fmt: skip
+    }
 
 
 # -- one model, one sentence -----------------------------------------------------------------------------------
@@ -425,10 +464,14 @@ def describe(model: PreTrainedModel) -> str:
     config = model.config
     millions = sum(parameter.numel() for parameter in model.parameters()) / 1e6
     if config.model_type == "attn_transformer":
-        return (f"Transformer: {config.encoder_layers} encoder and {config.decoder_layers} decoder layers, "
-                f"{config.num_heads} heads, d_model {config.d_model}, {millions:.2f}M parameters")  # fmt: skip
-    return (f"RNN: bidirectional {config.rnn_type.upper()} encoder, {config.decoder_style.capitalize()} decoder, "
-            f"{config.attention_score} score, {millions:.2f}M parameters")  # fmt: skip
+        return (
+            f"Transformer: {config.encoder_layers} encoder and {config.decoder_layers} decoder layers, "
+            f"{config.num_heads} heads, d_model {config.d_model}, {millions:.2f}M parameters"
+        )
+    return (
+        f"RNN: bidirectional {config.rnn_type.upper()} encoder, {config.decoder_style.capitalize()} decoder, "
+        f"{config.attention_score} score, {millions:.2f}M parameters"
+    )
 
 
 @torch.no_grad()
@@ -466,20 +509,30 @@ def explain_model(
         search = greedy_tree(log_probs, generated, labels)
     top = log_probs.exp().topk(TOP_ALTERNATIVES, dim=-1)
     steps = [
-        {"p": _probability(log_probs[step, token].exp()),
-         "top": [[labels[int(i)], _probability(p)] for p, i in zip(top.values[step], top.indices[step], strict=True)]}
+        {
+            "p": _probability(log_probs[step, token].exp()),
+            "top": [
+                [labels[int(i)], _probability(p)] for p, i in zip(top.values[step], top.indices[step], strict=True)
+            ],
+        }
         for step, token in enumerate(generated)
-    ]  # fmt: skip
+    ]
     return {
-        "name": name, "model_type": model.config.model_type, "description": describe(model),
-        "config": {key: getattr(model.config, key, None) for key in ("encoder_layers", "decoder_layers", "num_heads",
-                                                                     "d_model")},
+        "name": name,
+        "model_type": model.config.model_type,
+        "description": describe(model),
+        "config": {
+            key: getattr(model.config, key, None)
+            for key in ("encoder_layers", "decoder_layers", "num_heads", "d_model")
+        },
         "source_tokens": _labels(tokenizer, encoded["input_ids"][0].tolist()),
         "target_tokens": [labels[token] for token in generated],
         "decoder_input_tokens": _labels(tokenizer, sequence[:-1].tolist()),
         "translation": tokenizer.decode(generated, skip_special_tokens=True),
-        "steps": steps, "search": search, **attention,
-    }  # fmt: skip
+        "steps": steps,
+        "search": search,
+        **attention,
+    }
 
 
 def _path_tokens(recorder: SearchRecorder, tokenizer: PreTrainedTokenizerBase) -> tuple[list[int], list[str]]:

@@ -141,8 +141,13 @@ class DecoderStepGraph(nn.Module):
         return (outputs.logits[:, -1], *present)
 
 
-def example_inputs(model: AttnTransformerForConditionalGeneration, batch_size: int = 3, source_length: int = 5,
-                   past_length: int = 2, seed: int = 0) -> dict[str, tuple]:  # fmt: skip
+def example_inputs(
+    model: AttnTransformerForConditionalGeneration,
+    batch_size: int = 3,
+    source_length: int = 5,
+    past_length: int = 2,
+    seed: int = 0,
+) -> dict[str, tuple]:
     """Inputs to trace and verify with: a padded source batch, and random past keys/values (sizes above 1, which
     torch.export would take for constants)."""
     config = model.config

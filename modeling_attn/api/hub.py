@@ -162,8 +162,12 @@ def record_origin(folder: str | Path, source: str | Path, how: str) -> Path:
     from .. import __version__
 
     path = Path(folder) / ORIGIN_FILE
-    origin = {"how": how, "source": local_or_hub(str(source)), "hub_id": hub_id(str(source)),
-              "by": f"modeling-attn {__version__}"}  # fmt: skip
+    origin = {
+        "how": how,
+        "source": local_or_hub(str(source)),
+        "hub_id": hub_id(str(source)),
+        "by": f"modeling-attn {__version__}",
+    }
     path.write_text(json.dumps(origin, indent=2) + "\n")
     return path
 
@@ -265,8 +269,11 @@ def _describe_generation(config: GenerationConfig) -> str:
     elif config.max_length is not None:
         parts.append(f"at most {config.max_length} tokens")
     if beams > 1:
-        parts.append("stopping once every beam has ended" if config.early_stopping is True else
-                     f"`early_stopping={config.early_stopping}`")  # fmt: skip
+        parts.append(
+            "stopping once every beam has ended"
+            if config.early_stopping is True
+            else f"`early_stopping={config.early_stopping}`"
+        )
     return ", ".join(parts)
 
 

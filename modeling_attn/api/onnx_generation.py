@@ -72,8 +72,9 @@ def keep_sentences(processors: LogitsProcessorList, kept: torch.Tensor) -> Logit
 class OnnxTranslator:
     """Greedy and beam-search decoding with the two graphs of an ONNX export (module docstring)."""
 
-    def __init__(self, model_dir: str | Path, providers: Sequence[str] = ("CPUExecutionProvider",),
-                 threads: int | None = None):  # fmt: skip
+    def __init__(
+        self, model_dir: str | Path, providers: Sequence[str] = ("CPUExecutionProvider",), threads: int | None = None
+    ):
         """`threads`: onnxruntime's intra-op threads (default: its own choice, one per core)."""
         onnxruntime = import_onnxruntime()
         self.model_dir = Path(model_dir)
@@ -102,8 +103,9 @@ class OnnxTranslator:
         feeds = (input_ids.cpu().numpy().astype(np.int64), attention_mask.cpu().numpy().astype(np.int64))
         return self.encoder.run(None, dict(zip(self.names["encoder_inputs"], feeds, strict=True)))
 
-    def step(self, tokens: torch.Tensor, attention_mask: np.ndarray, past: list[np.ndarray],
-             cross: list[np.ndarray]) -> tuple[torch.Tensor, list[np.ndarray]]:  # fmt: skip
+    def step(
+        self, tokens: torch.Tensor, attention_mask: np.ndarray, past: list[np.ndarray], cross: list[np.ndarray]
+    ) -> tuple[torch.Tensor, list[np.ndarray]]:
         """Logits (R, V) of the next token after `tokens` (R, 1), and the keys/values with their position."""
         feeds = [tokens.cpu().numpy().astype(np.int64), attention_mask, *past, *cross]
         logits, *present = self.decoder.run(None, dict(zip(self.names["decoder_inputs"], feeds, strict=True)))
@@ -140,8 +142,9 @@ class OnnxTranslator:
         setattr(config, SOURCE_LIMIT_FIELD, None if explicit else offset)
         return config
 
-    def length_limits(self, config: GenerationConfig, eos: list[int], input_ids: torch.Tensor,
-                      attention_mask: torch.Tensor) -> tuple[int, LogitsProcessorList]:  # fmt: skip
+    def length_limits(
+        self, config: GenerationConfig, eos: list[int], input_ids: torch.Tensor, attention_mask: torch.Tensor
+    ) -> tuple[int, LogitsProcessorList]:
         """max_length (the decoder start token included) and the length processors, in generate()'s order: the
         minimum lengths (transformers'), then the per-sentence limit (`SourceRelativeLengthMixin.generate`)."""
         processors = LogitsProcessorList()
@@ -162,8 +165,9 @@ class OnnxTranslator:
     # ------------------------------------------------------------------------------------------------------------
     # search
 
-    def generate(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                 **overrides) -> torch.LongTensor:  # fmt: skip
+    def generate(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, **overrides
+    ) -> torch.LongTensor:
         """Token ids as `model.generate(input_ids, attention_mask=attention_mask, **overrides)` returns them:
         (B * num_return_sequences, 1 + longest translation), the decoder start token first, padding after ends."""
         if attention_mask is None:

@@ -116,8 +116,9 @@ def folder_lock(folder: PathLike, command: str) -> Iterator[None]:
                 holder = json.loads(path.read_text(encoding="utf-8"))
                 pid = int(holder["pid"])
             except (OSError, ValueError, KeyError, TypeError):
-                raise OutputError(f"{folder} is locked by {path}, which cannot be read; delete it if no command "
-                                  "is writing there") from None  # fmt: skip
+                raise OutputError(
+                    f"{folder} is locked by {path}, which cannot be read; delete it if no command is writing there"
+                ) from None
             if pid != os.getpid() and _pid_alive(pid):
                 raise _in_use(folder, pid, holder) from None
             path.unlink(missing_ok=True)  # its process is gone
@@ -177,8 +178,10 @@ def _disk_full(error: OSError, where: Path) -> OutputError | None:
 def describe_files(names: list[str]) -> str:
     """Relative file names as a short list for a message: their top-level entries (a folder once, not each of its
     files), code files last, three shown and the count of the others."""
-    entries = sorted({name.split("/")[0] + ("/" if "/" in name else "") for name in names},
-                     key=lambda entry: (entry.endswith(".py"), entry))  # fmt: skip
+    entries = sorted(
+        {name.split("/")[0] + ("/" if "/" in name else "") for name in names},
+        key=lambda entry: (entry.endswith(".py"), entry),
+    )
     return ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
 
 
@@ -254,9 +257,11 @@ def _move_into(staging: Path, target: Path) -> None:
 
 
 def check_output_file(
-    path: PathLike, inputs: Mapping[str, PathLike | None] | None = None, overwrite: bool = False,
+    path: PathLike,
+    inputs: Mapping[str, PathLike | None] | None = None,
+    overwrite: bool = False,
     output_name: str = "--output",
-) -> None:  # fmt: skip
+) -> None:
     """The refusals of `output_file`, without writing: for a command to check its outputs before any work."""
     target = Path(path)
     check_apart(target, inputs or {}, output_name)

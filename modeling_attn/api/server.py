@@ -152,9 +152,10 @@ class ScoredText(BaseModel):
     text: str
     score: float | None = Field(description="log-probability / length ** length_penalty; null for an empty sentence")
     alignment: list[tuple[int, int]] | SoftAlignment | None = Field(
-        None, description='With "alignment": hard, [[source word, target word], ...] in target order; soft, the '
-        "words and the weights."
-    )  # fmt: skip
+        None,
+        description='With "alignment": hard, [[source word, target word], ...] in target order; soft, the '
+        "words and the weights.",
+    )
 
 
 class Translation(ScoredText):
@@ -206,8 +207,9 @@ def _translate_group(
     if group.alignment_words is None:
         return translate_nbest(model, tokenizer, texts, group.num_return_sequences, **group.options)
     with eager_attention(model):
-        return translate_aligned_nbest(model, tokenizer, texts, group.num_return_sequences,
-                                       words=group.alignment_words, **group.options)  # fmt: skip
+        return translate_aligned_nbest(
+            model, tokenizer, texts, group.num_return_sequences, words=group.alignment_words, **group.options
+        )
 
 
 @dataclass
@@ -280,8 +282,9 @@ class Batcher:
         if self._thread.is_alive():
             self._thread.join()
 
-    def submit(self, sentences: list[str], tokens: list[int], key: tuple, group: _Group,
-               loop: asyncio.AbstractEventLoop) -> asyncio.Future:  # fmt: skip
+    def submit(
+        self, sentences: list[str], tokens: list[int], key: tuple, group: _Group, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future:
         """Queue a request's sentences (all or none) under `key`; a future of their hypotheses in input order."""
         job = _Job([None] * len(sentences), len(sentences), loop.create_future(), loop)
         now = time.monotonic()
@@ -513,8 +516,7 @@ def _group_for(model: PreTrainedModel, request: TranslateRequest) -> tuple[tuple
     # Sentences with and without alignments (or with other definitions of a word) never share a generate() call;
     # hard and soft do: they are two writings of the same alignment (`_answer`).
     words = (request.alignment_words or "whitespace") if request.alignment else None
-    key = (tuple(sorted(options.items())), request.num_return_sequences, words,
-           ("seed", object()) if seeded else None)  # fmt: skip
+    key = (tuple(sorted(options.items())), request.num_return_sequences, words, ("seed", object()) if seeded else None)
     group = _Group(options, request.num_return_sequences, beams, request.seed if seeded else None, words)
     return key, group
 
@@ -609,9 +611,15 @@ def create_app(
     @app.get("/health")
     async def health() -> dict[str, Any]:
         """The server is up; its queue and counts."""
-        return {"status": "ok", "waiting_sentences": batcher.waiting, "requests_in_flight": state["in_flight"],
-                "requests": state["requests"], "refused_queue_full": state["refused_full"],
-                "batches": batcher.batches, "sentences_translated": batcher.sentences_translated}  # fmt: skip
+        return {
+            "status": "ok",
+            "waiting_sentences": batcher.waiting,
+            "requests_in_flight": state["in_flight"],
+            "requests": state["requests"],
+            "refused_queue_full": state["refused_full"],
+            "batches": batcher.batches,
+            "sentences_translated": batcher.sentences_translated,
+        }
 
     @app.get("/model")
     async def model_card() -> dict[str, Any]:

@@ -147,8 +147,13 @@ def _strings(sentences: Iterable[str]) -> Iterator[str]:
         yield sentence
 
 
-def _encode(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sentences: list[str], rows: list[int],
-            generate_kwargs: dict[str, Any]) -> BatchEncoding:  # fmt: skip
+def _encode(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: list[str],
+    rows: list[int],
+    generate_kwargs: dict[str, Any],
+) -> BatchEncoding:
     """The tokenized `sentences[row] for row in rows`, padded, on the model's device; SentenceTooLong (naming its
     index in `sentences`) for a sentence the position table cannot hold, never cut."""
     encoded = tokenizer(
@@ -252,9 +257,11 @@ def sequence_scores(
             if isinstance(value, torch.Tensor):
                 encoded[key] = value.repeat_interleave(per_source, dim=0)
         logits = model(
-            attention_mask=attention_mask[sources].repeat_interleave(per_source, dim=0), encoder_outputs=encoded,
-            decoder_input_ids=decoder_input_ids[rows], use_cache=False,
-        ).logits.float()  # fmt: skip
+            attention_mask=attention_mask[sources].repeat_interleave(per_source, dim=0),
+            encoder_outputs=encoded,
+            decoder_input_ids=decoder_input_ids[rows],
+            use_cache=False,
+        ).logits.float()
         token_logits = logits.gather(-1, targets[rows, :, None]).squeeze(-1)
         log_probs = token_logits - logits.logsumexp(dim=-1)
         totals.append((log_probs * counted[rows]).sum(dim=1))
@@ -298,9 +305,11 @@ def translate_nbest(
         return hypotheses
     encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
     sequences = model.generate(
-        input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"],
-        num_return_sequences=num_return_sequences, **generate_kwargs,
-    )  # fmt: skip
+        input_ids=encoded["input_ids"],
+        attention_mask=encoded["attention_mask"],
+        num_return_sequences=num_return_sequences,
+        **generate_kwargs,
+    )
     length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
     scores = sequence_scores(
         model,
@@ -342,8 +351,11 @@ def translate(
     (`num_beams=0`, a NaN `length_penalty`...) at the first batch, naming the setting (`modeling_attn.generation`)."""
     if isinstance(sentences, str | bytes):  # it would be translated character by character
         raise TypeError(f"sentences: give a list of sentences, not one {type(sentences).__name__}: {sentences!r:.40}")
-    return (translation for batch in batches(_strings(sentences), batch_size)
-            for translation in translate_batch(model, tokenizer, batch, **generate_kwargs)[0])  # fmt: skip
+    return (
+        translation
+        for batch in batches(_strings(sentences), batch_size)
+        for translation in translate_batch(model, tokenizer, batch, **generate_kwargs)[0]
+    )
 
 
 __all__ = [

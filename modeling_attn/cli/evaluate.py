@@ -51,14 +51,19 @@ class EvaluateArguments:
 
     model: str | None = field(
         default=None,
-        metadata={"help": "Model folder or Hub repo to translate with (not needed with --hypotheses_file).",
-                  "aliases": ["--model_name_or_path"]},
-    )  # fmt: skip
+        metadata={
+            "help": "Model folder or Hub repo to translate with (not needed with --hypotheses_file).",
+            "aliases": ["--model_name_or_path"],
+        },
+    )
     data: str | None = field(
         default=None,
-        metadata={"help": "Data as `attn train --data` reads it (folder of {split}.{lang} / .tsv / .jsonl files, "
-                  "save_to_disk folder, dataset name); default: the embedded dates task.", "aliases": ["--dataset_name"]},
-    )  # fmt: skip
+        metadata={
+            "help": "Data as `attn train --data` reads it (folder of {split}.{lang} / .tsv / .jsonl files, "
+            "save_to_disk folder, dataset name); default: the embedded dates task.",
+            "aliases": ["--dataset_name"],
+        },
+    )
     data_config: str | None = field(
         default=None,
         metadata={"help": "Dataset configuration, e.g. de-en for wmt14.", "aliases": ["--dataset_config_name"]},
@@ -85,9 +90,11 @@ class EvaluateArguments:
     hypotheses: str | None = field(default=None, metadata={"help": "Write the model's translations to this file."})
     overwrite: bool = field(
         default=False,
-        metadata={"help": "Replace existing --output / --hypotheses files that attn did not write (its own earlier "
-                  "outputs are replaced without it)."},
-    )  # fmt: skip
+        metadata={
+            "help": "Replace existing --output / --hypotheses files that attn did not write (its own earlier "
+            "outputs are replaced without it)."
+        },
+    )
 
     def __post_init__(self) -> None:
         data_flags = [f"--{name}" for name in ("data", "data_config") if getattr(self, name) is not None]
@@ -182,8 +189,10 @@ def _split_stems(folder: Path, split: str) -> list[str]:
 
     stems = [stem for stem in SPLIT_STEMS[split] if present(stem)]
     if len(stems) > 1:
-        raise DataError(f"{folder}: files {' and '.join(f'{stem}.*' for stem in stems)} could both be the {split} "
-                        "split; keep one of them, or choose with --sources_file/--references_file")  # fmt: skip
+        raise DataError(
+            f"{folder}: files {' and '.join(f'{stem}.*' for stem in stems)} could both be the {split} "
+            "split; keep one of them, or choose with --sources_file/--references_file"
+        )
     if stems or split != "test":
         return stems
     found = sorted({path.name.split(".")[0] for path in folder.glob("test*.*")})
@@ -192,8 +201,9 @@ def _split_stems(folder: Path, split: str) -> list[str]:
     return found
 
 
-def _pairs(rows: Iterator[tuple[str, str, int]], where: Callable[[int], str],
-           empty_targets: bool = False) -> tuple[list[str], list[str]]:  # fmt: skip
+def _pairs(
+    rows: Iterator[tuple[str, str, int]], where: Callable[[int], str], empty_targets: bool = False
+) -> tuple[list[str], list[str]]:
     """Sources and references of the recipe's row readers (`modeling_attn.api.corpus`: stripped, file and line checked);
     an empty source or reference names its place (`where(line)`), unless `empty_targets` allows empty second sides."""
     firsts, seconds = [], []
@@ -212,15 +222,20 @@ def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> Evalua
     where = f"the {args.split} split of {folder}"
     if path := _file(folder, f"{stem}.tsv"):
         sources, references = _pairs(tsv_rows(str(path)), lambda number: f"{path}:{number}")
-        return EvaluationSet(sources, references, where, {**details, "source_lang": args.source_lang or "src",
-                                                        "target_lang": args.target_lang or "tgt"})  # fmt: skip
+        return EvaluationSet(
+            sources,
+            references,
+            where,
+            {**details, "source_lang": args.source_lang or "src", "target_lang": args.target_lang or "tgt"},
+        )
     if path := _file(folder, f"{stem}.jsonl"):
         if not (args.source_lang and args.target_lang):
             raise DataError(f"{path}: JSONL data needs --source_lang and --target_lang (the JSON keys)")
         rows = jsonl_rows(str(path), args.source_lang, args.target_lang)
         sources, references = _pairs(rows, lambda number: f"{path}:{number}")
-        return EvaluationSet(sources, references, where,
-                       {**details, "source_lang": args.source_lang, "target_lang": args.target_lang})  # fmt: skip
+        return EvaluationSet(
+            sources, references, where, {**details, "source_lang": args.source_lang, "target_lang": args.target_lang}
+        )
     languages = sorted(
         {path.name.removesuffix(".gz").split(".", 1)[1] for path in folder.glob(f"{stem}.*")} - set(_TEXT_FORMATS)
     )
@@ -239,8 +254,9 @@ def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> Evalua
         raise DataError(f"{folder}: {missing}[.gz] is missing (the {args.split} split needs one file per language)")
     rows = text_pair_rows(str(source_path), str(target_path))
     sources, references = _pairs(rows, lambda number: f"{source_path}:{number} / {target_path}:{number}")
-    return EvaluationSet(sources, references, where,
-                   {**details, "source_lang": source_lang, "target_lang": target_lang})  # fmt: skip
+    return EvaluationSet(
+        sources, references, where, {**details, "source_lang": source_lang, "target_lang": target_lang}
+    )
 
 
 def _loaded_split(args: SimpleNamespace) -> EvaluationSet:
@@ -251,8 +267,13 @@ def _loaded_split(args: SimpleNamespace) -> EvaluationSet:
     require_splits(parallel, [args.split], args.data)
     table = parallel.splits[args.split]
     name = args.data or "the embedded dates task"
-    details = {"data": local_or_hub(args.data) or EMBEDDED_TASK, "data_config": args.data_config, "split": args.split,
-               "source_lang": parallel.source_lang, "target_lang": parallel.target_lang}  # fmt: skip
+    details = {
+        "data": local_or_hub(args.data) or EMBEDDED_TASK,
+        "data_config": args.data_config,
+        "split": args.split,
+        "source_lang": parallel.source_lang,
+        "target_lang": parallel.target_lang,
+    }
     return EvaluationSet(list(table["source"]), list(table["target"]), f"the {args.split} split of {name}", details)
 
 
@@ -263,11 +284,16 @@ def load_evaluation_set(args: SimpleNamespace) -> EvaluationSet:
         key = "hypotheses_file" if args.hypotheses_file else "sources_file"
         details = {key: str(first), "references_file": args.references_file}
         if args.hypotheses_file:  # a translation may be empty; a reference may not
-            references, hypotheses = _pairs(text_pair_rows(args.references_file, str(first)),
-                                            lambda number: f"{args.references_file}:{number}", empty_targets=True)  # fmt: skip
+            references, hypotheses = _pairs(
+                text_pair_rows(args.references_file, str(first)),
+                lambda number: f"{args.references_file}:{number}",
+                empty_targets=True,
+            )
             return EvaluationSet(None, references, str(first), details, hypotheses=hypotheses)
-        sources, references = _pairs(text_pair_rows(str(first), args.references_file),
-                                     lambda number: f"{first}:{number} / {args.references_file}:{number}")  # fmt: skip
+        sources, references = _pairs(
+            text_pair_rows(str(first), args.references_file),
+            lambda number: f"{first}:{number} / {args.references_file}:{number}",
+        )
         return EvaluationSet(sources, references, str(first), details)
     folder = Path(args.data) if args.data else None
     if folder is not None and folder.is_dir() and not (folder / "dataset_dict.json").is_file():
@@ -318,8 +344,16 @@ def _evaluate(args: SimpleNamespace) -> int:
         model = quantize(model, args.quantize, args.int8_engine)
         overrides = generation_overrides(args)
         try:
-            scores, hypotheses = evaluate(model, tokenizer, tests.sources, tests.references, args.batch_size,
-                                          progress=args.progress, lowercase=args.lowercase, **overrides)  # fmt: skip
+            scores, hypotheses = evaluate(
+                model,
+                tokenizer,
+                tests.sources,
+                tests.references,
+                args.batch_size,
+                progress=args.progress,
+                lowercase=args.lowercase,
+                **overrides,
+            )
         except SentenceTooLong as error:
             raise TranslateError(f"{tests.where}, pair {error.row + 1}: the source sentence {error.detail}") from None
         settings = decoding_settings(model.generation_config, overrides)  # as attn train records it, for attn push
@@ -332,8 +366,11 @@ def _evaluate(args: SimpleNamespace) -> int:
             (args.output, "--output", text + "\n"),
             (args.hypotheses, "--hypotheses", "".join(f"{h}\n" for h in hypotheses)),
         ]
-        outputs = [(files.enter_context(output_file(path, inputs, args.overwrite, flag)), content)
-                   for path, flag, content in outputs if path]  # fmt: skip
+        outputs = [
+            (files.enter_context(output_file(path, inputs, args.overwrite, flag)), content)
+            for path, flag, content in outputs
+            if path
+        ]
         for handle, content in outputs:
             handle.write(content)
     print(text)

@@ -34,9 +34,13 @@ class ExplainArguments:
     # swallow the sentence as a third model)
     model: str | None = field(
         default=None,
-        metadata={"help": "Model folder or Hub repo (with its tokenizer); give --model twice to show two models "
-                          "side by side.", "action": "append", "aliases": ["--model_name_or_path"]},
-    )  # fmt: skip
+        metadata={
+            "help": "Model folder or Hub repo (with its tokenizer); give --model twice to show two models "
+            "side by side.",
+            "action": "append",
+            "aliases": ["--model_name_or_path"],
+        },
+    )
     output: str | None = field(default=None, metadata={"help": "The HTML file to write.", "metavar": "FILE"})
     force: bool = field(default=False, metadata={"help": "Replace --output even if it is not an explainer page."})
     num_beams: int | None = field(
@@ -87,10 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     layer = None if args.walkthrough_layer is None else args.walkthrough_layer - 1
     try:
         path = write_explainer(
-            args.model, args.sentence[0], args.output, force=args.force, device=args.device,
+            args.model,
+            args.sentence[0],
+            args.output,
+            force=args.force,
+            device=args.device,
             walkthrough=(args.walkthrough, layer),
             **{name: value for name, value in generation.items() if value is not None},
-        )  # fmt: skip
+        )
     except (OSError, ExplainError, TranslateError) as error:
         print(f"{PROG}: error: {' '.join(str(error).split())}", file=sys.stderr)
         return 2

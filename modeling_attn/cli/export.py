@@ -26,17 +26,21 @@ class ExportArguments:
     )
     onnx: str | None = dataclasses.field(
         default=None,
-        metadata={"help": "output folder of ONNX encoder and decoder-with-past graphs (the onnx extra; docs/export.md)",
-                  "metavar": "DIR"},
-    )  # fmt: skip
+        metadata={
+            "help": "output folder of ONNX encoder and decoder-with-past graphs (the onnx extra; docs/export.md)",
+            "metavar": "DIR",
+        },
+    )
     quantization: Literal[QUANTIZATIONS] = dataclasses.field(
         default="float32", metadata={"help": "weight type (--ctranslate2)"}
     )
     force: bool = dataclasses.field(
         default=False,
-        metadata={"help": "write into a folder that holds files this command did not write, replacing only the files "
-                  "it writes (nothing is deleted)"},
-    )  # fmt: skip
+        metadata={
+            "help": "write into a folder that holds files this command did not write, replacing only the files "
+            "it writes (nothing is deleted)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if (self.ctranslate2 is None) == (self.onnx is None):

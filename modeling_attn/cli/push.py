@@ -68,8 +68,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 written = sorted(path.name for path in staging.iterdir())
             print(f"wrote {', '.join(written)} to {args.save_to}")
             return 0
-        url = push_to_hub(args.model, args.repo_id, args.private, args.revision, args.token, args.results,
-                          args.commit_message)  # fmt: skip
+        url = push_to_hub(
+            args.model, args.repo_id, args.private, args.revision, args.token, args.results, args.commit_message
+        )
     except (HfHubHTTPError, LocalTokenNotFoundError) as error:  # no token, no access, no network: the Hub's answer
         parser.error(f"the upload to {args.repo_id} failed: {str(error).strip().splitlines()[0]}")
     except ValueError as error:  # an evaluation JSON without scores, a tokenizer that does not fit the model

@@ -112,15 +112,20 @@ class RuntimeArguments:
     )
     quantize: str | None = field(
         default=None,
-        metadata={"help": "int8: dynamic int8 Linear layers, on the CPU (modeling_attn.api.quantize); int8_rowwise: "
-                  "one scale per row: slower, translations (nearly) independent of the batch.",
-                  "choices": list(QUANTIZE_CHOICES)},
-    )  # fmt: skip
+        metadata={
+            "help": "int8: dynamic int8 Linear layers, on the CPU (modeling_attn.api.quantize); int8_rowwise: "
+            "one scale per row: slower, translations (nearly) independent of the batch.",
+            "choices": list(QUANTIZE_CHOICES),
+        },
+    )
     int8_engine: str | None = field(
         default=None,
-        metadata={"help": "torch's int8 kernels for --quantize int8 (default: auto, onednn on a CPU with AMX, else "
-                  "torch's own).", "choices": list(INT8_ENGINES)},
-    )  # fmt: skip
+        metadata={
+            "help": "torch's int8 kernels for --quantize int8 (default: auto, onednn on a CPU with AMX, else "
+            "torch's own).",
+            "choices": list(INT8_ENGINES),
+        },
+    )
 
     def __post_init__(self) -> None:
         quantize_device(self.device, self.quantize)  # a GPU with --quantize: one line, before any loading
@@ -149,9 +154,11 @@ class TranslateArguments:
     )
     overwrite: bool = field(
         default=False,
-        metadata={"help": "Replace an existing --output or attention picture file that attn did not write (its own "
-                  "earlier outputs are replaced without it)."},
-    )  # fmt: skip
+        metadata={
+            "help": "Replace an existing --output or attention picture file that attn did not write (its own "
+            "earlier outputs are replaced without it)."
+        },
+    )
     num_return_sequences: int | None = field(
         default=None,
         metadata={
@@ -196,14 +203,18 @@ class PictureArguments:
     attention_png: str | None = field(default=None, metadata={"help": "Cross-attention heatmap.", "metavar": "FILE"})
     attention_mode: str = field(
         default="average",
-        metadata={"help": "Average over layers and heads, or one panel per layer averaged over heads.",
-                  "choices": ALIGNMENT_MODES},
-    )  # fmt: skip
+        metadata={
+            "help": "Average over layers and heads, or one panel per layer averaged over heads.",
+            "choices": ALIGNMENT_MODES,
+        },
+    )
     self_attention_png: str | None = field(
         default=None,
-        metadata={"help": "Transformer self-attention head grids, as FILE's name + .encoder / .decoder.",
-                  "metavar": "FILE"},
-    )  # fmt: skip
+        metadata={
+            "help": "Transformer self-attention head grids, as FILE's name + .encoder / .decoder.",
+            "metavar": "FILE",
+        },
+    )
     attention_json: str | None = field(
         default=None, metadata={"help": "Tokens and attention in bertviz's layout.", "metavar": "FILE"}
     )
@@ -215,15 +226,22 @@ class AlignmentArguments:
 
     align: str | None = field(
         default=None,
-        metadata={"help": "Write `translation ||| i-j ...` (Pharaoh pairs: source word i, target word j; --align or "
-                  "--align hard), or JSON lines with the soft weights (--align soft).", "nargs": "?",
-                  "const": "hard", "choices": ALIGN_FORMATS},
-    )  # fmt: skip
+        metadata={
+            "help": "Write `translation ||| i-j ...` (Pharaoh pairs: source word i, target word j; --align or "
+            "--align hard), or JSON lines with the soft weights (--align soft).",
+            "nargs": "?",
+            "const": "hard",
+            "choices": ALIGN_FORMATS,
+        },
+    )
     align_words: str = field(
         default="whitespace",
-        metadata={"help": "What a word is: text between spaces, or runs of letters and digits with the punctuation "
-                  "around them (alnum).", "choices": tuple(WORD_PATTERNS)},
-    )  # fmt: skip
+        metadata={
+            "help": "What a word is: text between spaces, or runs of letters and digits with the punctuation "
+            "around them (alnum).",
+            "choices": tuple(WORD_PATTERNS),
+        },
+    )
 
 
 TRANSLATE_ARGUMENTS = (
@@ -351,8 +369,10 @@ class Pictures:
             if template := getattr(self.args, flag):
                 suffix = Path(template).suffix.lstrip(".").lower()
                 if suffix not in (formats := picture_formats()):
-                    raise TranslateError(f"--{flag} {template}: {suffix or 'no suffix'} is not a picture format; "
-                                         f"end the name with one of .{', .'.join(sorted(formats))}")  # fmt: skip
+                    raise TranslateError(
+                        f"--{flag} {template}: {suffix or 'no suffix'} is not a picture format; "
+                        f"end the name with one of .{', .'.join(sorted(formats))}"
+                    )
         for flag, path, _ in self.files(0, first=True):
             check_output_file(path, inputs, self.args.overwrite, f"--{flag}")
 
@@ -367,8 +387,11 @@ class Pictures:
                 if flag == "attention_json":
                     handle.write(bertviz_json(attention).encode("utf-8"))
                     continue
-                figure = (plot_alignment(attention, mode=self.args.attention_mode) if stack is None
-                          else plot_self_attention(attention, stack))  # fmt: skip
+                figure = (
+                    plot_alignment(attention, mode=self.args.attention_mode)
+                    if stack is None
+                    else plot_self_attention(attention, stack)
+                )
                 save_figure(figure, handle, path.suffix.lstrip(".").lower())
 
     def finish(self) -> None:

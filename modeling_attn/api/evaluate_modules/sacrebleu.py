@@ -64,7 +64,13 @@ class Sacrebleu(DefaultSettings, evaluate.Metric):
         use_effective_order: bool = False,
     ) -> dict:
         streams = reference_streams("sacrebleu", predictions, references)
-        bleu = BLEU(lowercase=lowercase, force=force, tokenize=tokenize, smooth_method=smooth_method,
-                    smooth_value=smooth_value, effective_order=use_effective_order)  # fmt: skip
+        bleu = BLEU(
+            lowercase=lowercase,
+            force=force,
+            tokenize=tokenize,
+            smooth_method=smooth_method,
+            smooth_value=smooth_value,
+            effective_order=use_effective_order,
+        )
         score = bleu.corpus_score(predictions, streams)
         return result(score, BLEU_KEYS, str(bleu.get_signature()))

@@ -56,7 +56,11 @@ class Ter(DefaultSettings, evaluate.Metric):
         case_sensitive: bool = False,
     ) -> dict:
         streams = reference_streams("ter", predictions, references)
-        ter = TER(normalized=normalized, no_punct=ignore_punct, asian_support=support_zh_ja_chars,
-                  case_sensitive=case_sensitive)  # fmt: skip
+        ter = TER(
+            normalized=normalized,
+            no_punct=ignore_punct,
+            asian_support=support_zh_ja_chars,
+            case_sensitive=case_sensitive,
+        )
         score = ter.corpus_score(predictions, streams)
         return result(score, ("num_edits", "ref_length"), str(ter.get_signature()))
