@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
@@ -57,8 +58,9 @@ def random_marian(seed: int = 0, weight_std: float = 0.3, **overrides) -> Marian
 def marian_tokenizer(folder: Path) -> MarianTokenizer:
     """A MarianTokenizer over a SentencePiece model trained on SENTENCES, with Marian's vocabulary layout:
     </s> = 0, <unk> = 1, the pieces, <pad> last (the Marian model's vocab_size is len(tokenizer))."""
-    import sentencepiece
-
+    sentencepiece = pytest.importorskip(
+        "sentencepiece", reason="MarianTokenizer needs sentencepiece (the interop extra)"
+    )
     folder.mkdir(parents=True, exist_ok=True)
     sentencepiece.SentencePieceTrainer.train(
         sentence_iterator=iter(SENTENCES),

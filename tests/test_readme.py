@@ -355,6 +355,18 @@ def test_the_readme_shows_the_commands_ci_runs():
     assert shown == [["pytest"], ["pytest", "-m", "slow"]] and ci == ["pytest", "pytest -m slow"]
 
 
+def test_ci_installs_with_the_readmes_set_up_command():
+    """.ci/run runs the first line of the README's "Set up and run" block as written (the same extras), and no other
+    pip install: a test that passes in CI passes after the README's set-up."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("\n## Set up and run\n", 1)[1].split("\n## ", 1)[0]
+    setup = next(code_blocks(section))[1].splitlines()[0]
+    ci = (ROOT / ".ci/run").read_text(encoding="utf-8")
+    assert setup.startswith("python3 -m venv .venv") and "pip install -e" in setup
+    assert "setup=\"$(grep -m1 '^python3 -m venv .venv' README.md)\"" in ci and 'eval "$setup"' in ci
+    assert "pip install" not in ci.replace(setup, "")
+
+
 def test_the_readme_is_a_front_door():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 200, len(lines)
