@@ -1,5 +1,7 @@
-"""Beam search on a trained model and real sentences: ours, where a sentence whose search is over leaves the
-batch (`modeling_attn.beam_search.CompactBeamSearchMixin`), against transformers' beam search on the same model,
+"""Beam search on a trained model and real sentences: ours against transformers' and Marian's.
+
+Ours is the one where a sentence whose search is over leaves the batch
+(`modeling_attn.beam_search.CompactBeamSearchMixin`); it runs against transformers' beam search on the same model,
 and against `MarianMTModel` with the same weights where the model converts (post-LN models only).
 
     python bench/beam_search.py --model outputs/m30k-en-de-8k --threads 1 \

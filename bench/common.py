@@ -1,5 +1,7 @@
-"""What the bench scripts share: token batches of realistic lengths, the reference model and the models built
-from its weights, training and generation tasks, interleaved timing, the FLOP count for MFU, and the flags and
+"""What the bench scripts share.
+
+Token batches of realistic lengths, the reference model and the models built from its weights, training and
+generation tasks, interleaved timing, the FLOP count for MFU, and the flags and
 table of the training-step scripts.
 
 The scripts in this folder import it as `common` (each puts bench/ on `sys.path`); no script imports another.

@@ -3,8 +3,8 @@
     python bench/cpu_bf16.py --preset base --threads 1
 
 On CPUs with AMX-BF16 / AVX512-BF16 (Sapphire Rapids and later Xeons) oneDNN runs bfloat16 matmuls much faster than
-float32. Measured with bench/common.py's peers, tasks and timing (`common.interleaved`: one warm-up round, then `--reps`
-rounds in rotating order, CPU clock of this process) on one batch of 32 sentences of Multi30k lengths
+float32. Measured with bench/common.py's peers, tasks and timing (`common.interleaved`: one warm-up round, then
+`--reps` rounds in rotating order, CPU clock of this process) on one batch of 32 sentences of Multi30k lengths
 (`common.make_batches`, seed 0):
 
 - training step (forward, backward, Adam): float32, and `torch.autocast("cpu", dtype=torch.bfloat16)` (what

@@ -2,13 +2,14 @@
 
     python bench/cpu_train_step.py --preset multi30k-transformer --batch_size 256 --threads 2
 
-The fast paths (modeling_attn/loss.py, modeling_attn/dropout.py): `linear_token_loss`, the output projection and the label-smoothed loss
-computed in chunks with their gradients, without a (tokens x vocabulary) tensor; and `dropout`, masks from a uniform
-draw instead of Bernoulli sampling. Each variant switches them on or off where they are looked up (`dropout` in
-`modeling_attn.modeling_transformer`, the loss's `fuses_output_loss` in `modeling_attn.loss`) and runs the same
-training step (forward with `skip_logits=True` as `attn train` does, backward, Adam; label smoothing 0.1, dropout from the preset) on the same batch of Multi30k-like lengths
-(`common.make_batches`, seed 0); timing is `common.interleaved` (one warm-up round, then `--reps` rounds in rotating
-order, the CPU clock of this process), the median is reported. Each variant trains its own copy of the same weights.
+The fast paths (modeling_attn/loss.py, modeling_attn/dropout.py): `linear_token_loss`, the output projection and the
+label-smoothed loss computed in chunks with their gradients, without a (tokens x vocabulary) tensor; and `dropout`,
+masks from a uniform draw instead of Bernoulli sampling. Each variant switches them on or off where they are looked up
+(`dropout` in `modeling_attn.modeling_transformer`, the loss's `fuses_output_loss` in `modeling_attn.loss`) and runs
+the same training step (forward with `skip_logits=True` as `attn train` does, backward, Adam; label smoothing 0.1,
+dropout from the preset) on the same batch of Multi30k-like lengths (`common.make_batches`, seed 0); timing is
+`common.interleaved` (one warm-up round, then `--reps` rounds in rotating order, the CPU clock of this process), the
+median is reported. Each variant trains its own copy of the same weights.
 """
 
 from __future__ import annotations

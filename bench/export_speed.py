@@ -1,5 +1,7 @@
-"""One attn_transformer in four runtimes, side by side: PyTorch eager, PyTorch compiled with a static cache,
-onnxruntime (the ONNX export) and CTranslate2 (its export), greedy and beam 4, on the CPU.
+"""One attn_transformer in four runtimes, side by side, greedy and beam 4, on the CPU.
+
+The runtimes: PyTorch eager, PyTorch compiled with a static cache, onnxruntime (the ONNX export) and CTranslate2
+(its export).
 
     python bench/export_speed.py --preset small base --threads 1 --clock cpu
     python bench/export_speed.py --quick      # the tiny preset, one round, torch.compile's "eager" backend (CI)

@@ -1,5 +1,6 @@
-"""Dynamic int8 quantization (`--quantize int8`, `modeling_attn.api.quantize.quantize_int8`) against float32 and
-against CTranslate2 int8 of the same weights, on the CPU.
+"""Dynamic int8 quantization against float32 and against CTranslate2 int8 of the same weights, on the CPU.
+
+The quantization is `--quantize int8` (`modeling_attn.api.quantize.quantize_int8`).
 
 Two parts, written to `--output` (default bench/results/int8-cpu.{json,md}):
 

@@ -1,9 +1,8 @@
-"""modeling-attn: the attention models of "Attention Is All You Need" and of classic seq2seq translation,
-as Hugging Face transformers models.
+"""modeling-attn: the attention models of "Attention Is All You Need" and of classic seq2seq translation.
 
-Importing the package registers the model types (`registry.MODEL_TYPES`) with transformers' Auto classes and
-the translation pipeline, for any encoder-decoder model, with transformers' pipeline registry
-(`pipeline_translation.register_translation_pipeline` says exactly what that changes in transformers).
+They are Hugging Face transformers models. Importing the package registers the model types (`registry.MODEL_TYPES`)
+with transformers' Auto classes and the translation pipeline, for any encoder-decoder model, with transformers'
+pipeline registry (`pipeline_translation.register_translation_pipeline` says exactly what that changes).
 """
 
 from .configuration_rnn import AttnRNNConfig

@@ -1,19 +1,12 @@
 """A beam search that stops computing sentences whose search is over, with transformers' results.
 
-transformers' beam search keeps every sentence of a batch in the decoder until the last one is done: a sentence
-whose best translations are final still has its beams run through the model at every step.
+transformers' beam search keeps every sentence of a batch in the decoder until the last one is done.
 `CompactBeamSearchMixin._beam_search` is transformers' algorithm step for step on the sentences still open only:
 once none of a sentence's finished beams can change, they are written out and its rows leave the decoder input,
 the cache and the encoder outputs (`OpenSentences.keep`, `select_rows`). It returns transformers' token ids for the
-settings it accepts (tests/test_beam_search.py compares them over 216 settings); settings whose outputs,
-processors, criteria or cache depend on the batch layout or on time (`return_dict_in_generate`, sampling,
-`synced_gpus`, `max_time`, logits processors or stopping criteria it does not know to be per-row, static caches)
-go to transformers' own beam search.
-
-The search steps (`OpenSentences.expand`, `.advance`) restate transformers 5.23's beam-search helpers
-(`GenerationMixin._get_top_k_continuations`, `_get_running_beams_for_next_iteration`, `_update_finished_beams`,
-`_check_early_stop_heuristic`) operation for operation, so that scores round alike; of transformers' private
-generation API only `_prefill` (the first forward) and `_update_model_kwargs_for_generation` are called.
+settings it accepts (tests/test_beam_search.py); the others go to transformers' own beam search
+(docs/model.md, "Beam search"). The search steps (`OpenSentences.expand`, `.advance`) restate transformers 5.23's
+beam-search helpers operation for operation, so that scores round alike.
 
 Shapes: N open sentences, K beams, C candidates per sentence and step, L max_length, G = L - prompt length.
 """

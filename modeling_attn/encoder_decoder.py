@@ -1,28 +1,15 @@
 """The encoder-decoder scaffold both model types build on; each model file adds its own encoder and decoder.
 
-- `EncoderDecoderPreTrainedModel`: safetensors-only loading (`loading.py`) and saving with the model code, both
-  heads in `auto_map` and the translation pipeline (`remote_code.py`).
+- `EncoderDecoderPreTrainedModel`: safetensors-only loading (`loading.py`), saving with the code (`remote_code.py`).
 - `EncoderDecoderModel`: one embedding matrix for source and target when `config.share_encoder_decoder_embeddings`
-  (Vaswani et al. 2017, Sec. 3.4), and `forward`: the encoder (unless `encoder_outputs` are given), then the
-  decoder attending to its output.
+  (Vaswani et al. 2017, Sec. 3.4); `forward` runs the encoder (unless `encoder_outputs` are given), then the decoder.
 - `EncoderDecoderForConditionalGeneration`: the output projection (tied to the target embeddings when
-  `config.tie_word_embeddings`, Sec. 3.4), an optional fixed bias on the logits (Marian's), the decoder input
-  built from `labels`, and the loss.
+  `config.tie_word_embeddings`, Sec. 3.4), an optional fixed bias on the logits (Marian's), the decoder input built
+  from `labels`, and the loss. Training settings are call-time arguments of `forward`, never config fields:
+  `smoothing` (label smoothing, Sec. 5.4), `skip_logits`, and guided alignment (Garg et al. 2019).
 - `embed_inputs`: a stack's token embeddings from ids or given vectors, scaled, with whole-word dropout.
 
-The loss, from `labels` (B, T): token-level cross-entropy summed over the non -100 positions and divided by their
-count, or by `num_items_in_batch` when Trainer passes it (gradient accumulation). Training settings are call-time
-arguments of `forward`, never config fields: `smoothing` (label smoothing epsilon_ls, Sec. 5.4; the loss of
-Trainer's `label_smoothing_factor`; no "label" in its name, which Trainer would take for a label column) and `skip_logits` (the output projection and the loss on the labelled positions only,
-`logits=None`: what a training step needs, without the (B, T, V) logits of the padding). Guided alignment training
-(Garg et al. 2019) is one more: `alignment` (B, T, S), the reference links of each target token, adds
-`alignment_weight` times `loss.guided_alignment_loss` of the attention `alignment_attention` selects (the config's
-`alignment_layer` / `alignment_heads` for the Transformer, which then needs the eager attention; the alignment
-weights alpha for the RNN).
-
-transformers 5.24 renamed the cache argument and output field from `past_key_values` to `cache` (the old name is
-deprecated there). Remote code runs on whatever transformers the loading user has, so `forward` takes both names
-(`cache_argument`) and outputs carry the cache under the installed version's name (`CACHE_FIELD`).
+The loss and the two names of the cache argument (transformers 5.24) are explained in docs/model.md.
 
 Shapes: B batch, S source length, T target length, E decoder output width, V target vocabulary.
 """

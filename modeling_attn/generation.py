@@ -1,25 +1,13 @@
-"""Decoding shared by both model types: the paper's per-sentence output limit.
+"""Decoding shared by both model types: the paper's per-sentence output limit, and checks of generate()'s arguments.
 
 "We set the maximum output length during inference to input length + 50, but terminate early when possible"
-(Vaswani et al., 2017, Sec. 6.1). `GenerationConfig.max_length` is one number for the whole batch, so a short
-sentence batched with a long one would get the long one's limit, and its translation would depend on its batch.
-Here the limit is per sentence: `generation_config.max_length_over_source = 50` (saved in generation_config.json)
-makes `generate()` force the end-of-sentence token once a translation has `source length + 50` tokens (the end
-token included; the source length counts the source's own tokens, padding excluded). It replaces the config's
-`max_length`; an explicit `max_length` or `max_new_tokens` given to `generate()`, or `max_new_tokens` set in the
-generation config, takes precedence over it.
-A model with a position table (`config.max_position_embeddings`, the Transformer) caps the limit at the table's
-size: the decoder has no position for a longer translation.
+(Vaswani et al., 2017, Sec. 6.1). Deviation from transformers: `GenerationConfig.max_length` is one number for the
+whole batch; here the limit is per sentence. `generation_config.max_length_over_source = 50` makes `generate()` force
+the end-of-sentence token once a translation has `source length + 50` tokens (source padding excluded). An explicit
+`max_length` or `max_new_tokens` takes precedence; a position table (`config.max_position_embeddings`) caps it.
 
-`generate()` of our models also refuses, with a ValueError naming the argument before any decoding step
-(`check_generate_arguments`), what transformers' `generate()` takes and then fails on deep inside or decodes wrongly
-with (issue 34): `num_beams` or `num_return_sequences` not a positive integer (transformers: ZeroDivisionError or a
-negative tensor size), a `length_penalty` that is not finite (transformers: NaN scores, an arbitrary beam), and an
-empty batch (0 rows of `input_ids`, `inputs_embeds` or `encoder_outputs`; transformers' own models fail in a reshape
-of 0 elements). A negative `length_penalty` is taken, as transformers documents it (it favours shorter translations);
-a temperature of 0, below or NaN with `do_sample=True` is refused by transformers' own `TemperatureLogitsWarper`,
-naming `temperature`, as are `top_k` and `top_p` out of range.
-
+`check_generate_arguments` refuses, naming the argument before any decoding step, what transformers' `generate()`
+takes and then fails on deep inside or decodes wrongly with (issue 34). The details of both are in docs/model.md.
 The beam search that drops finished sentences from the batch is in `beam_search.py`.
 """
 

@@ -1,12 +1,11 @@
-"""The training loss of both model types: token-level cross-entropy, with label smoothing, on the full logits or on
-the labelled positions only; and the guided alignment loss (`guided_alignment_loss`, Garg et al. 2019) added to it
-when reference word alignments are given.
+"""The training loss of both model types: token-level cross-entropy with label smoothing, and guided alignment.
 
 `token_loss` takes logits; `labelled_token_loss` takes the decoder's outputs and the output layer and computes the
 logits of the labelled positions only (`skip_logits=True`); on the CPU it goes through `linear_token_loss`, which
 computes the projection, the loss and its gradients a chunk of rows at a time without holding the logits (its
 autograd function `_LinearTokenLoss`). All of them compute the same loss as `torch.nn.functional.cross_entropy`
-and Trainer's `LabelSmoother` (tests/test_loss.py, tests/test_padding_free.py).
+and Trainer's `LabelSmoother` (tests/test_loss.py, tests/test_padding_free.py). `guided_alignment_loss` (Garg et
+al. 2019) is added to it when reference word alignments are given.
 """
 
 from __future__ import annotations

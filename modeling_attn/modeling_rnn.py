@@ -1,46 +1,17 @@
 """The classic attention-based RNN encoder-decoder (Bahdanau et al. 2015; Luong et al. 2015), as transformers models.
 
-At every target step the decoder scores all encoder annotations h_j against its state, turns the scores into
-an alignment alpha (softmax over the real source tokens), forms the context c = sum_j alpha_j h_j and
-predicts the next word from the context, its state and the previous word.
-
 Bahdanau et al. 2015, "Neural Machine Translation by Jointly Learning to Align and Translate":
 - Sec. 3.2 / A.2.1 encoder: a bidirectional RNN, annotations h_j = [h_j->; h_j<-] (`AttnRNNEncoder`).
 - Sec. 3.1 decoder, Eqs. 4-6: e_ij = a(s_{i-1}, h_j), alpha_ij = softmax_j(e_ij), c_i = sum_j alpha_ij h_j,
-  s_i = f(s_{i-1}, y_{i-1}, c_i) (`AttnRNNDecoder._bahdanau_step`).
-- A.2.2 initial state s_0 = tanh(W_s h_1<-), additive alignment model, maxout readout
-  t_i = max-out(U_o s_i + V_o E y_{i-1} + C_o c_i), p(y_i) = softmax(W_o t_i).
+  s_i = f(s_{i-1}, y_{i-1}, c_i) (`AttnRNNDecoder._bahdanau_step`); A.2.2 initial state s_0 = tanh(W_s h_1<-),
+  maxout readout t_i = max-out(U_o s_i + V_o E y_{i-1} + C_o c_i), p(y_i) = softmax(W_o t_i).
 Luong et al. 2015, "Effective Approaches to Attention-based Neural Machine Translation":
-- Sec. 3 / 3.1 global attention: a_t = softmax(score(h_t, h_s)) with the current state h_t (Eq. 7), the
-  scores of Eq. 8 (`scores.py`), h~_t = tanh(W_c [c_t; h_t]) (Eq. 5), p(y_t) = softmax(W_s h~_t) (Eq. 6)
-  (`AttnRNNDecoder._luong_step`).
-- Sec. 3.3 input feeding: h~_{t-1} is concatenated to the next RNN input (`config.input_feeding`).
+- Sec. 3.1 global attention: a_t = softmax(score(h_t, h_s)) (Eqs. 7-8, `scores.py`), h~_t = tanh(W_c [c_t; h_t])
+  (Eq. 5), p(y_t) = softmax(W_s h~_t) (Eq. 6) (`AttnRNNDecoder._luong_step`); Sec. 3.3 input feeding.
 
-Deviations:
-- PyTorch's GRU applies the reset gate after the recurrent product, r * (U s + b), where Bahdanau's
-  (A.1.1, after Cho et al. 2014) uses U (r * s). The context enters the GRU as part of its input
-  [E y_{i-1}; c_i], which equals the paper's separate C c_i terms in each gate.
-- The readout reads the new state s_i as Eq. 4 says; Appendix A.2.2 writes U_o s_{i-1}.
-- Stacked decoders attend with (and Luong's h~_t reads) the top layer; the context enters the bottom layer.
-  Every layer starts from its own s_0 = tanh(W_s h_1<-) (one W_s, split per layer); LSTM cells start at 0.
-- The Luong decoder also uses the bidirectional encoder and this initial state (Luong's encoder is a
-  unidirectional stacked LSTM whose last state initialises the decoder). Local attention (Sec. 3.2) and the
-  "location" score (Eq. 9) are not implemented.
-- Parameters start uniform in [-0.1, 0.1] (Luong Sec. 4.1) for both styles (Bahdanau App. B.1 uses orthogonal
-  recurrent matrices and Gaussian weights).
-- The "scaled_dot" score is in neither paper (it is the Transformer's scaling); dropout follows Luong Sec. 4.1
-  in spirit (embeddings, between stacked layers, decoder output), the rates are `config.dropout`.
-
-Decoding step by step (generate): the decoder state lives in an `AttnRNNCache` passed as `past_key_values`:
-the recurrent state, Luong's fed-back h~_{t-1} and the encoder keys projected once per sentence. Each
-step runs the decoder on the newest token only and updates the cache in place; beam search reorders it
-with `reorder_cache`. That state has a fixed size already, so transformers' preallocated key/value caches
-(`cache_implementation="static"` and the others) do not apply: generate() refuses them.
-
-Tracing: the recurrent layers are `recurrent.Recurrent` (nn.GRU / nn.LSTM's parameters and, eagerly, their fused
-kernels) and the step-by-step decoder loop is `recurrent.step_loop`; exported or compiled for inference both run as
-`scan` loops with no data-dependent branch, so the model traces with dynamic batch and lengths (torch.export, the
-dynamo ONNX export, `torch.compile(fullgraph=True)`). The input checks that read values run eagerly only.
+Deviations, each explained in docs/model.md: PyTorch's GRU reset gate; the readout reads s_i (Eq. 4; A.2.2 writes
+s_{i-1}); stacked decoders attend with the top layer; Luong's decoder gets the bidirectional encoder and s_0, no local
+attention (Sec. 3.2) or "location" score; uniform [-0.1, 0.1] init; the "scaled_dot" score. Decoding: `AttnRNNCache`.
 
 Shapes: B batch, S source length, T target length, L decoder layers, H decoder units, V target vocabulary.
 """
@@ -281,7 +252,10 @@ class AttnRNNDecoder(nn.Module):
         return (hidden, torch.zeros_like(hidden)) if self.config.rnn_type == "lstm" else hidden
 
     def _bahdanau_step(self, embed, state, keys, values, mask):
-        """Target step i (Sec. 3.1): c_i from s_{i-1} (Eqs. 5-6), s_i = f(s_{i-1}, y_{i-1}, c_i), readout t_i (A.2.2)."""
+        """Target step i (Sec. 3.1).
+
+        c_i from s_{i-1} (Eqs. 5-6), s_i = f(s_{i-1}, y_{i-1}, c_i), readout t_i (A.2.2).
+        """
         top = state[0][-1] if isinstance(state, tuple) else state[-1]
         context, alignment = attend(self.score(top[:, None], keys), values, mask)  # (B, 1, 2 He), (B, 1, S)
         output, state = self.rnn(torch.cat([embed, context], dim=-1), state)  # s_i, (B, 1, H)

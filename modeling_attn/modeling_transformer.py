@@ -5,20 +5,12 @@ Paper sections in this file:
   `AttnTransformerDecoderLayer` (masked self-attention + encoder-decoder attention + feed-forward), each
   sub-layer wrapped as LayerNorm(x + Dropout(Sublayer(x))) (post-LN, the paper) or x + Sublayer(LN(x))
   (pre-LN, `config.norm_first`).
-- Sec. 3.2 attention: `attention.MultiHeadAttention`.
-- Sec. 3.3 position-wise feed-forward: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2 (Eq. 2).
+- Sec. 3.2 attention: `attention.MultiHeadAttention`; Sec. 3.3 feed-forward FFN(x) = max(0, x W_1 + b_1) W_2 + b_2.
 - Sec. 3.4 embeddings scaled by sqrt(d_model), shared between source, target and the pre-softmax projection.
 - Sec. 3.5 sinusoidal positional encoding: `sinusoid_table`.
 Deviations: the padding embedding row starts at zero (as fairseq); `norm_first`, the activation and
-the positional layout are documented variants of `AttnTransformerConfig`.
-
-Decoding with a cache: an `EncoderDecoderCache` whose self-attention part grows by one position per step and whose
-cross-attention part holds the encoder keys/values, computed at the first step only (fairseq's static encoder
-K/V). Both parts may be transformers' dynamic caches (the default) or static ones
-(`generate(cache_implementation="static")`, preallocated for the longest translation and the source length), which
-`torch.compile(fullgraph=True)` turns into one graph per decoding step: the position offset is then a tensor
-(`AttnTransformerPositionalEncoding`), and the sizes are checked once per cache (`check_static_cache`) instead of
-at every step.
+the positional layout are documented variants of `AttnTransformerConfig`. Decoding with a cache (dynamic or static,
+encoder keys/values computed once) is explained in docs/model.md.
 
 Shapes: B batch, S source length, T target length, E d_model, V vocabulary.
 """
@@ -146,7 +138,7 @@ class AttnTransformerEncoderLayer(GradientCheckpointingLayer):
         token_rows: torch.Tensor | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        """`token_rows` (flat indices of the real tokens, `padding_free.kept_rows`) restricts the feed-forward to them."""
+        """`token_rows` (flat indices of the real tokens, `padding_free.kept_rows`) restricts the FFN to them."""
         if self.norm_first:
             hidden_states = hidden_states + self._sa_block(
                 self.self_attn_layer_norm(hidden_states), attention_mask, **kwargs
@@ -247,7 +239,10 @@ class AttnTransformerPreTrainedModel(EncoderDecoderPreTrainedModel):
 
 
 class AttnTransformerStack(AttnTransformerPreTrainedModel):
-    """What the encoder and decoder stacks share: embeddings + positions, N layers (+ a final LayerNorm when pre-LN)."""
+    """What the encoder and decoder stacks share.
+
+    Embeddings + positions, N layers (+ a final LayerNorm when pre-LN).
+    """
 
     def __init__(self, config: AttnTransformerConfig, vocab_field: str, layer_class: type, num_layers: int):
         super().__init__(config)

@@ -1,5 +1,7 @@
-"""Padding-free position-wise work: the rows of a padded (B, L, E) batch that hold real tokens, and running a
-position-wise function (the feed-forward network) on those rows only."""
+"""Padding-free position-wise work: the rows of a padded (B, L, E) batch that hold real tokens.
+
+A position-wise function (the feed-forward network) then runs on those rows only.
+"""
 
 from __future__ import annotations
 

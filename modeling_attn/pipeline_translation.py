@@ -1,34 +1,16 @@
-"""The `translation` pipeline of transformers 4, for any encoder-decoder model (ours, MarianMTModel, any
-`AutoModelForSeq2SeqLM`), in transformers 5, which removed it.
+"""The `translation` pipeline of transformers 4, for any encoder-decoder model, in transformers 5, which removed it.
 
-After `import modeling_attn`, `pipeline("translation", model=..., tokenizer=...)` and
-`pipeline("translation_en_to_de", ...)` build this pipeline from model objects, a folder or a Hub id
-(`register_translation_pipeline`, called by the package's `__init__`). It also travels with every checkpoint of ours:
-`save_pretrained` (`remote_code.save_with_remote_code`) writes `config.custom_pipelines["translation"]` and copies this
-file beside the model code, so `pipeline("translation", model=FOLDER_OR_REPO, trust_remote_code=True)` builds it from
-there with or without this package installed (transformers then asks for `trust_remote_code=True` for the task
-name "translation" on such a folder, whatever is registered).
+It serves ours, MarianMTModel and any `AutoModelForSeq2SeqLM`. After `import modeling_attn`,
+`pipeline("translation", model=..., tokenizer=...)` and `pipeline("translation_en_to_de", ...)` build this pipeline
+from model objects, a folder or a Hub id (`register_translation_pipeline`, called by the package's `__init__`). It
+also travels with every checkpoint of ours (`remote_code.save_with_remote_code`), so
+`pipeline("translation", model=FOLDER_OR_REPO, trust_remote_code=True)` builds it without this package installed.
 
-Call and output are transformers 4's `TranslationPipeline`: a sentence gives `[{"translation_text": ...}]` (one dict
-per returned sequence with `num_return_sequences`), a list of sentences with one translation each a flat list of such
-dicts, otherwise one list per sentence; an iterable or a dataset streams. `batch_size=N` translates N sentences per
-`generate()` call. Keyword arguments: generation settings (`num_beams`, `max_new_tokens`, a `generation_config`...),
-on top of the model's `generation_config`; `src_lang` / `tgt_lang` (default: from a task name
-`translation_XX_to_YY`) for tokenizers that take languages (NLLB, M2M100, mBART: their `_build_translation_inputs`
-sets the target language), no effect on single-pair models (Marian, ours), as in transformers 4; `truncation`;
-`clean_up_tokenization_spaces`; `return_tensors` / `return_text` (`translation_token_ids` instead of or beside the
-text); `stop_sequence`. A model config's `prefix`, or the `prefix` and generation settings of its
-`task_specific_params` entry for the task (T5), apply as in transformers 4; deviation: they are not written into the
-model's config, they are defaults of this pipeline's calls.
-
+Call and output are transformers 4's `TranslationPipeline` (docs/evaluate.md, "The translation pipeline"); deviation:
+a config's `prefix` and `task_specific_params` are defaults of this pipeline's calls, not written into the config.
 `register_translation_pipeline` is the one change to transformers that importing the package makes (docs/evaluate.md,
-"What importing modeling_attn changes in transformers, exactly"): transformers 5.23-5.24 refuse the task names
-`translation` and `translation_*` in `pipeline()` before looking at the public pipeline registry
-(`pipelines.REMOVED_TASKS`, read by `_resolve_deprecated_task`), and the registry knows no `translation_XX_to_YY`
-names (transformers 4's registry parsed them). So it (1) drops the entry "translation" from `REMOVED_TASKS`, (2)
-registers this class under "translation" with `PIPELINE_REGISTRY.register_pipeline` (public), (3) lets
-`PIPELINE_REGISTRY.check_task` resolve `translation_XX_to_YY` to it, as transformers 4 did. It checks the result and
-raises ImportError naming what changed on a transformers version where that table or lookup is not as expected.
+"What importing modeling_attn changes in transformers, exactly"); it raises ImportError naming what changed on a
+transformers version where the tables it changes are not as expected.
 """
 
 from __future__ import annotations

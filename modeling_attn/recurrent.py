@@ -2,30 +2,14 @@
 
 - `Recurrent`: a stacked GRU or LSTM (Cho et al. 2014; Hochreiter & Schmidhuber 1997) holding exactly the parameters
   of `nn.GRU` / `nn.LSTM` (same names and shapes, so checkpoints are unchanged). Run eagerly it calls their fused
-  kernels, packing right-padded inputs so that each direction reads the real tokens only. Traced (`traced_loops`) it
-  runs `masked_forward`: the same cell equations over the same parameters, one step per position, where a padded
-  position leaves the state unchanged. The backward direction then starts from the initial state at each sentence's
-  last token, exactly as the packed sequence does, and the outputs at padding are zero, as `pad_packed_sequence`
-  leaves them.
+  kernels on packed inputs; traced (`traced_loops`) it runs `masked_forward`: the same cell equations over the same
+  parameters, one step per position, where a padded position leaves the state unchanged.
 - `step_loop`: `carry, output_t = step(carry, input_t)` over the positions; a Python loop in eager mode, and
   `torch._higher_order_ops.scan` when traced, so that the number of steps can be a dynamic dimension.
-- `traced_loops`: whether the loops are traced as `scan`: when no gradient is recorded, under torch.export (and so
-  the dynamo ONNX export) and torch.compile (inference, generate()). torch.compile with gradients keeps the eager path
-  (a graph break at each recurrent layer), because inductor in torch 2.13 computes a wrong gradient for a bias used
-  inside a scan (the GRU's b_hn came out as b_in's gradient; tests/test_recurrent.py checks compiled training
-  gradients against eager ones). An export that records gradients is refused with a message saying to export under
-  `torch.no_grad()`: torch 2.13 fails to trace a scan with gradients and dynamic shapes.
+- `traced_loops`: whether the loops are traced as `scan` (no gradient recorded, under torch.export or torch.compile).
 
-Why two paths: TorchDynamo refuses to trace `nn.GRU` / `nn.LSTM` modules (`torch._dynamo.config.allow_rnn`),
-torch.export unrolls their op over the example's length (a dynamic length fails), and packing needs the lengths on the
-CPU (a host sync). `Recurrent` subclasses `nn.RNNBase`, not `nn.GRU` / `nn.LSTM`, so Dynamo traces it as a plain
-module. The two paths agree to float rounding (tests/test_recurrent.py); eager results are those of `nn.GRU` /
-`nn.LSTM`, bit for bit.
-
-Cell equations (PyTorch's, gates in the order of its weight rows):
-GRU:  r = sigma(W_ir x + b_ir + W_hr h + b_hr), z = sigma(W_iz x + b_iz + W_hz h + b_hz),
-      n = tanh(W_in x + b_in + r * (W_hn h + b_hn)), h' = (1 - z) * n + z * h.
-LSTM: [i, f, g, o] = W_ih x + b_ih + W_hh h + b_hh, c' = sigma(f) * c + sigma(i) * tanh(g), h' = sigma(o) * tanh(c').
+Why two paths, where torch 2.13 limits them, and the cell equations: docs/model.md, "Recurrent layers". The two paths
+agree to float rounding (tests/test_recurrent.py); eager results are those of `nn.GRU` / `nn.LSTM`, bit for bit.
 
 Shapes: B batch, T steps, I input width, H hidden units, L layers, D directions (1 or 2).
 """

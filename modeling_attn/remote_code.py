@@ -1,5 +1,4 @@
-"""Saving, for both model types: what `trust_remote_code` loading needs beyond transformers' defaults, and a save that
-is all or nothing.
+"""Saving, for both model types: what `trust_remote_code` loading needs, and a save that is all or nothing.
 
 transformers' `save_pretrained` writes the code files, then the config (validating it), then the weights, straight
 into the target folder: a failure part-way leaves a folder that looks like a checkpoint and does not load.

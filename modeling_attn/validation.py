@@ -1,8 +1,8 @@
-"""Config checks shared by both model types, so every bad value gets the same kind of message, and the part of
-the two configs that is the same (`EncoderDecoderConfigMixin`).
+"""Config checks shared by both model types, so every bad value gets the same kind of message.
 
-Each check raises `ValueError` naming the config class, the field and the value; the `@strict` config
-classes call them from their `validate_*` methods, so an invalid config fails at construction.
+It also holds the part of the two configs that is the same (`EncoderDecoderConfigMixin`). Each check raises
+`ValueError` naming the config class, the field and the value; the `@strict` config classes call them from their
+`validate_*` methods, so an invalid config fails at construction.
 """
 
 from __future__ import annotations

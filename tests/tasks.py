@@ -50,7 +50,10 @@ def one_thread() -> Iterator[None]:
 def fit_reverse_task(
     model, optimizer, steps: int, schedule=None, clip_norm: float | None = None, batch_size: int = 64
 ):
-    """Train `model` on `reverse_task` batches (generator seed 1) for `steps` optimizer steps; return it in eval mode."""
+    """Train `model` on `reverse_task` batches (generator seed 1) for `steps` optimizer steps.
+
+    Returns it in eval mode.
+    """
     model.train()
     generator = torch.Generator().manual_seed(1)
     for _ in range(steps):

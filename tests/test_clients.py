@@ -123,7 +123,7 @@ def test_peft_lora_trains_saves_reloads_and_merges_with_equal_logits(tmp_path, k
     assert torch.equal(logits_of(load(tmp_path / "merged"), batches[0]), logits_of(merged, batches[0]))
 
 
-# --- accelerate: the documented loop with save_state / load_state ------------------------------------------------------
+# --- accelerate: the documented loop with save_state / load_state ----------------------------------------------------
 
 
 def accelerate_run(kind: str, batches: list[dict], state_dir, stop_at: int | None = None, resume: bool = False):
@@ -176,7 +176,7 @@ def test_accelerate_save_state_and_load_state_resume_to_the_same_weights(tmp_pat
         assert resumed.lm_head.weight is resumed.get_decoder().embed_tokens.weight
 
 
-# --- loading: bf16, device_map, low_cpu_mem_usage ---------------------------------------------------------------------
+# --- loading: bf16, device_map, low_cpu_mem_usage --------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("kind", MODELS)

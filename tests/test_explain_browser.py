@@ -1,11 +1,12 @@
 """The explainer page in a real browser (headless Chromium, tests/browser.py): it loads from file:// with no console
 error and no network request, and what it shows are the models' own numbers.
 
-The page is written for two models trained on the reverse task (tests/tasks.py): a Transformer (tests/test_learning.py's
-reverser) and Bahdanau's GRU model (`tasks.train_rnn_reverser`), so their alignments are the anti-diagonal. Choosing
-another layer, head, step, query or model changes the weights the page shows, and the weights read back from the DOM
-equal the models' attention tensors (`output_attentions` of a forward pass over the translation). Hovering or focusing
-a target token lights its source tokens by weight; the controls work from the keyboard.
+The page is written for two models trained on the reverse task (tests/tasks.py): a Transformer
+(tests/test_learning.py's reverser) and Bahdanau's GRU model (`tasks.train_rnn_reverser`), so their alignments are the
+anti-diagonal. Choosing another layer, head, step, query or model changes the weights the page shows, and the weights
+read back from the DOM equal the models' attention tensors (`output_attentions` of a forward pass over the
+translation). Hovering or focusing a target token lights its source tokens by weight; the controls work from the
+keyboard.
 
 Screenshots of every view go to $ATTN_EXPLAIN_SCREENSHOTS (a folder; default: the test's temporary folder).
 docs/explain-*.png are made by `python tests/explain_screenshots.py` from models trained on the dates task.

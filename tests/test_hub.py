@@ -304,7 +304,8 @@ def test_base_model_follows_local_folders_to_the_hub_model_they_came_from(tmp_pa
     assert json.loads((finetuned / "origin.json").read_text())["source"] == str(converted.resolve())
     assert model_origin(converted) == (
         "Helsinki-NLP/opus-mt-en-de",
-        "converted from the Marian model [Helsinki-NLP/opus-mt-en-de](https://huggingface.co/Helsinki-NLP/opus-mt-en-de)",
+        "converted from the Marian model "
+        "[Helsinki-NLP/opus-mt-en-de](https://huggingface.co/Helsinki-NLP/opus-mt-en-de)",
     )
     base, text = model_origin(finetuned)
     assert base == "Helsinki-NLP/opus-mt-en-de"
@@ -539,7 +540,10 @@ def test_push_to_the_real_hub(hub, tmp_path):
 
 
 def test_a_results_file_that_is_not_a_json_object_of_scores_is_named(tmp_path):
-    """`attn push --results FILE`: a file that is not UTF-8, not JSON or not an object is named, with what it should be."""
+    """`attn push --results FILE`: a file that is not UTF-8, not JSON or not an object is named.
+
+    The message says what it should be.
+    """
     cases = {
         "binary.json": (b"\x92\xff\x00", r"binary\.json: the evaluation results .* is not UTF-8 text"),
         "table.tsv": (

@@ -174,9 +174,11 @@ def test_a_planted_upward_import_and_a_planted_cycle_fail_the_checks(tmp_path):
     dirs = _tree(
         tmp_path,
         {
-            "modeling_attn.attention": "def f():\n    from .api import translation\n",  # core -> api, inside a function
+            # core -> api, inside a function
+            "modeling_attn.attention": "def f():\n    from .api import translation\n",
             "modeling_attn.api.translation": "from ..training import data\n",  # api -> training
-            "modeling_attn.training.data": "from modeling_attn.cli.parser import CommandParser\n",  # training -> commands
+            # training -> commands
+            "modeling_attn.training.data": "from modeling_attn.cli.parser import CommandParser\n",
             "modeling_attn.cli.parser": "",
             "modeling_attn.cli.push": "from .main import COMMANDS\n",  # a command imports the dispatcher
             "modeling_attn.cli.main": "from . import push\n",

@@ -74,7 +74,10 @@ def inline_spans(text: str) -> list[str]:
 
 def shell_commands(text: str, readme: bool) -> Iterator[tuple[str, bool]]:
     """(command line, whole): each line of the shell blocks (continuations joined), whole=True, and each inline span
-    that starts with a project command, whole=False. README's unlabelled blocks count as shell (label output `text`)."""
+    that starts with a project command, whole=False.
+
+    README's unlabelled blocks count as shell (label output `text`).
+    """
     for language, code in code_blocks(text):
         if language in SHELL_LANGUAGES or (readme and language == ""):
             for line in code.replace("\\\n", " ").splitlines():

@@ -130,7 +130,7 @@ def as_kwargs(batch: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
 @pytest.mark.parametrize("variant", [dict(VARIANTS[0], encoder_layers=2, decoder_layers=2), *VARIANTS[1:]], ids=IDS)
 @torch.no_grad()
 def test_the_traced_path_of_the_model_equals_eager(monkeypatch, variant):
-    """What torch.export / torch.compile run (every recurrent layer as masked steps), eagerly, against the fused path."""
+    """What torch.export / torch.compile run (every recurrent layer as masked steps), eagerly, equals fused."""
     model = make_model(**variant)
     batch = as_kwargs(padded_batch(vocab=VOCAB))
     eager = model(**batch, use_cache=False).logits

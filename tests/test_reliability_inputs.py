@@ -2,8 +2,8 @@
 wrong and where (config field, file and line, token id, tensor shape), never an index error deep inside.
 
 Four layers, one table each: the model (tensors in, both model types), the command line (`attn translate`,
-`attn evaluate`, `attn train`, `attn average` through `modeling_attn.cli.main.main`), the data loaders (training/data.py)
-and loading (config.json, safetensors, tokenizer, model type).
+`attn evaluate`, `attn train`, `attn average` through `modeling_attn.cli.main.main`), the data loaders
+(training/data.py) and loading (config.json, safetensors, tokenizer, model type).
 
 Covered elsewhere, not repeated here (they count towards the catalogue, 64 cases): tests/test_inputs.py (token id
 beyond the vocabulary, negative ids, labels beyond the vocabulary and all -100, float ids, masks of wrong shape,
@@ -336,7 +336,8 @@ CLI_CASES = [
             "--batch_size",
             "2",
         ],
-        r"the validation split of .*long_pair, pair 3: the source sentence \('the cat sat on the mat the cat sat on th'",
+        r"the validation split of .*long_pair, pair 3: "
+        r"the source sentence \('the cat sat on the mat the cat sat on th'",
     ),
     (
         lambda w, t: ["evaluate", "--model", str(w.model), "--max_samples", "0"],
@@ -364,7 +365,7 @@ CLI_CASES = [
     ),
     (
         lambda w, t: ["translate", "--model", str(w.root / "truncated"), "x"],
-        r"truncated: the safetensors weights are corrupt or truncated",
+        r"truncated/model.safetensors: the safetensors weights are corrupt or truncated",
     ),
     (
         lambda w, t: ["evaluate", "--model", str(w.model), "--data", str(t / "absent")],
@@ -402,7 +403,8 @@ def test_stdin_errors_name_the_line(stdin, pattern, world, monkeypatch):
 
 
 TRAIN_CASES = [
-    # (extra argv, pattern of the error line): one line on stderr and exit status 2 (issue 25), before any training step
+    # (extra argv, pattern of the error line): one line on stderr and exit status 2 (issue 25),
+    # before any training step
     (["--preset", "tinyy"], r"--preset: unknown preset 'tinyy'; did you mean 'tiny'\?"),
     (["--config_overrides", "d_model=30"], r".*d_model \(30\) must be divisible by num_heads.*"),
     (

@@ -1,10 +1,11 @@
-"""Killed training (issue 8, check 2): SIGKILL `python -m modeling_attn.training` at random moments, during checkpoint saves
-among them, resume with `--resume_from_checkpoint last`, and end with the same weights as a run never killed.
+"""Killed training (issue 8, check 2): SIGKILL `python -m modeling_attn.training` at random moments, during
+checkpoint saves among them, resume with `--resume_from_checkpoint last`, and end with the same weights as a run
+never killed.
 
-After every kill each `checkpoint-*` folder on disk must be complete and loadable (modeling_attn.training.trainer writes a
-checkpoint into `.checkpoint-staging/` and renames it into place). The final weights must equal the uninterrupted
-run's bitwise: on one CPU thread, with the same seed, a resumed run restores the model, optimizer, scheduler, RNG
-states and the position in the token-batch order exactly, so there is no tolerance to allow for.
+After every kill each `checkpoint-*` folder on disk must be complete and loadable (modeling_attn.training.trainer
+writes a checkpoint into `.checkpoint-staging/` and renames it into place). The final weights must equal the
+uninterrupted run's bitwise: on one CPU thread, with the same seed, a resumed run restores the model, optimizer,
+scheduler, RNG states and the position in the token-batch order exactly, so there is no tolerance to allow for.
 """
 
 from __future__ import annotations

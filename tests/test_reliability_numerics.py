@@ -72,7 +72,10 @@ def test_transformer_long_source_in_three_dtypes():
 
 @pytest.mark.slow
 def test_transformer_long_source_and_target_in_three_dtypes():
-    """4,096 tokens on both sides: the causal decoder self-attention at full length too (20 s on 2 shared CPU cores)."""
+    """4,096 tokens on both sides: the causal decoder self-attention at full length too.
+
+    20 s on 2 shared CPU cores.
+    """
     check_long_inputs(transformer, LONG)
 
 

@@ -165,7 +165,8 @@ def test_a_size_that_drops_a_special_token_is_refused_and_nothing_changes(varian
     config = model.config.to_dict()
     with pytest.raises(
         ValueError,
-        match=rf"(?s){method}: .*decoder_vocab_size=2 would make the config invalid; nothing was changed.*eos_token_id must be a token id in \[0, decoder_vocab_size=2\), got 2",
+        match=rf"(?s){method}: .*decoder_vocab_size=2 would make the config invalid; nothing was changed"
+        r".*eos_token_id must be a token id in \[0, decoder_vocab_size=2\), got 2",
     ):
         getattr(model, method)(2)
     with pytest.raises(ValueError, match=f"{method}: new_num_tokens must be a positive integer or None, got 0"):

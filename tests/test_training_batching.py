@@ -60,7 +60,7 @@ def test_multi30k_padding_below_ten_percent(max_tokens, multi30k_lengths, record
 
 @pytest.fixture(scope="module")
 def multi30k_lengths():
-    """Token lengths of Multi30k's EN-DE training pairs under a joint BPE vocabulary trained on them (as the recipe)."""
+    """Token lengths of Multi30k's EN-DE training pairs under a joint BPE vocabulary trained on them (the recipe's)."""
     from modeling_attn.training.data import load_parallel_data
     from modeling_attn.training.tokenizer import train_bpe_tokenizer
 

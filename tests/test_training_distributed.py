@@ -1,7 +1,8 @@
 """Training in several processes on CPU (gloo, 2 processes), through the launchers the README documents.
 
-- DDP: `torchrun --nproc_per_node 2 -m modeling_attn.training` equals `python -m modeling_attn.training --gradient_accumulation_steps 2` (the
-  same global batch: Accelerate deals token batch i to process i % 2, and one process accumulates batches 2k, 2k+1).
+- DDP: `torchrun --nproc_per_node 2 -m modeling_attn.training` equals
+  `python -m modeling_attn.training --gradient_accumulation_steps 2` (the same global batch: Accelerate deals token
+  batch i to process i % 2, and one process accumulates batches 2k, 2k+1).
 - FSDP2: `accelerate launch --config_file configuration/accelerate-fsdp.yaml --num_processes 2 --mixed_precision no`
   (the shipped file; `--mixed_precision no` overrides its bf16, the one field a CPU run changes) trains, matches the
   DDP losses, saves a full model that `from_pretrained` loads, and resumes from a checkpoint.

@@ -150,7 +150,8 @@ def test_every_declared_default_is_in_its_range():
         # a preset's config with the overrides is built here, before any work: its own checks run
         (
             ["--config_overrides", "d_model=30"],
-            r"--config_overrides d_model=30: AttnTransformerConfig\.d_model \(30\) must be divisible by num_heads \(4\)$",
+            r"--config_overrides d_model=30: "
+            r"AttnTransformerConfig\.d_model \(30\) must be divisible by num_heads \(4\)$",
         ),
         (
             ["--config_overrides", "dropout=0.1,colour=1"],
@@ -391,8 +392,11 @@ def test_load_best_model_at_end_and_early_stopping(tmp_path):
 
 
 def test_trained_and_pushed_folders_decode_alike_and_the_card_says_how(tmp_path):
-    """The paper's decoding (beam 4, length penalty 0.6, source length + 50, early stop) is the generation config of
-    the trained folder, of its checkpoints, of what `attn push` uploads, and what test_results.json / the card state."""
+    """The paper's decoding (beam 4, length penalty 0.6, source length + 50, early stop) is used everywhere.
+
+    It is the generation config of the trained folder, of its checkpoints, of what `attn push` uploads, and what
+    test_results.json / the card state.
+    """
     out = tmp_path / "out"
     assert (
         run_tiny(

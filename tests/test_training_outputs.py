@@ -4,8 +4,8 @@ training/train.py, training/trainer.py, modeling_attn/api/outputs.py):
   previous whole checkpoint with the flag that resumes from it;
 - a folder holding files attn train did not write (a README of the user's, another model): refused unless
   --overwrite_output_dir, which replaces only attn train's files; a folder attn train wrote is not refused;
-- a disk that fills during a checkpoint save (a real tmpfs, as root: tests/full_disk.py): "No space left on device", the folder and the
-  last whole checkpoint, no partial checkpoint left.
+- a disk that fills during a checkpoint save (a real tmpfs, as root: tests/full_disk.py): "No space left on device",
+  the folder and the last whole checkpoint, no partial checkpoint left.
 Real files (torch.save, safetensors, JSON) cut short with truncate, and real in-process `attn train` runs of a
 tiny model (about a second each)."""
 

@@ -441,8 +441,8 @@ def test_a_second_run_into_the_same_output_dir_is_refused_with_the_first_ones_pi
         assert second.returncode == 2, second.stderr[-2000:]
         lines = [line for line in second.stderr.splitlines() if line.strip()]
         assert (
-            lines[-1]
-            == f"attn train: error: {out} is in use by process {first.pid} (attn train); wait for it to end, or write somewhere else"
+            lines[-1] == f"attn train: error: {out} is in use by process {first.pid} (attn train); "
+            "wait for it to end, or write somewhere else"
         )
         assert first.poll() is None  # the first run goes on
     finally:

@@ -1,5 +1,6 @@
-"""`attn translate` and `attn evaluate` (modeling_attn/cli/translate.py, cli/evaluate.py, modeling_attn/api/translation.py)
-on tiny saved models of both types, each with a real BPE tokenizer trained by the recipe's `train_bpe_tokenizer`.
+"""`attn translate` and `attn evaluate` (modeling_attn/cli/translate.py, cli/evaluate.py,
+modeling_attn/api/translation.py) on tiny saved models of both types, each with a real BPE tokenizer trained by the
+recipe's `train_bpe_tokenizer`.
 
 Reference checks: the command's output equals `model.generate` run in Python one sentence at a time, for stdin,
 a file and arguments, for every batch size; n-best scores equal generate()'s `sequences_scores` (beam search) and
@@ -25,7 +26,6 @@ from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, set_seed
 
 from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration, AttnTransformerConfig
 from modeling_attn import AttnTransformerForConditionalGeneration as Transformer
-from modeling_attn.api.outputs import MANIFEST
 from modeling_attn.api.translation import TranslateError, load_model, translate, translate_batch, translate_nbest
 from modeling_attn.cli.evaluate import main as evaluate_main
 from modeling_attn.cli.translate import main as translate_main
@@ -492,8 +492,9 @@ def test_output_file_holds_what_stdout_would(transformer_dir, tmp_path, capsys, 
         == []
     )
     assert output.read_text().splitlines() == printed
-    # no temporary file left; the record of what attn wrote (api/outputs.py) lets a second run replace it
-    assert sorted(path.name for path in tmp_path.iterdir()) == [MANIFEST, "out.txt"]
+    # no temporary file left, nor a record beside it; the record of what attn wrote (in the user's state folder,
+    # api/outputs.py) lets a second run replace it
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.txt"]
     assert run_translate(["--model", str(transformer_dir), "--output", str(output), "x"], capsys, monkeypatch) == []
 
 
@@ -652,8 +653,8 @@ def test_evaluate_never_writes_over_its_references(transformer_dir, tmp_path, ca
     argv = ["--model", str(transformer_dir), "--sources_file", str(sources), "--references_file", str(references)]
     line = error_line(evaluate_main, [*argv, "--output", str(references), "--overwrite"], capsys)
     assert (
-        line
-        == f"attn evaluate: error: --output {references} is --references_file {references}: writing it would destroy the input"
+        line == f"attn evaluate: error: --output {references} is --references_file {references}: "
+        "writing it would destroy the input"
     )
     assert references.read_text() == "ein Haus\n"
     line = error_line(evaluate_main, [*argv, "--hypotheses", str(sources)], capsys)

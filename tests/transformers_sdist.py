@@ -162,7 +162,8 @@ def load_common_tests() -> tuple[types.ModuleType, types.ModuleType]:
     global GENERATION_TESTER_SHIPPED
     if importlib.util.find_spec("parameterized") is None:
         raise ModuleNotFoundError(
-            "transformers' test_modeling_common.py imports `parameterized`: install it (it belongs in the `test` extra)"
+            "transformers' test_modeling_common.py imports `parameterized`: "
+            "install it (it belongs in the `test` extra)"
         )
     if PACKAGE not in sys.modules:
         tests_dir = sdist_tests_dir()

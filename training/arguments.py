@@ -1,7 +1,6 @@
-"""The flags of `attn train`: ours (`RecipeArguments`), and the paper's recipe as the defaults of transformers' own
-`Seq2SeqTrainingArguments` flags (`PAPER_DEFAULTS`, Sec. 5.3-5.4, 6.1); `paper_learning_rate` is Eq. 3's peak rate.
+"""The flags of `attn train`: ours (`RecipeArguments`), and the paper's recipe as Trainer's defaults.
 
-The paper's recipe as defaults:
+`PAPER_DEFAULTS` sets the defaults of transformers' own `Seq2SeqTrainingArguments` flags (Sec. 5.3-5.4, 6.1):
 - Adam with beta1 0.9, beta2 0.98, eps 1e-9 (`--optim adamw_torch` with `--weight_decay 0` is Adam);
 - lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) with warmup 4000 (Eq. 3): transformers'
   `inverse_sqrt` schedule with peak `--learning_rate` d_model^-0.5 * warmup^-0.5 (`paper_learning_rate`);
@@ -10,7 +9,6 @@ The paper's recipe as defaults:
   (`--average_last_n`).
 Deviations: gradients are clipped at norm 1 (Trainer's default `--max_grad_norm`; the paper does not say), and
 Trainer's scheduler applies the rate of step n-1 at update n (the logged rate at step n is the paper's).
-
 The values of the number flags are declared here (`"range"` in a field's metadata, `TRAINER_RANGES` for Trainer's
 flags) and checked when the command line is parsed (`modeling_attn.cli.parser.CommandParser`); the checks of their
 combinations are `modeling_attn.training.validate.validate`.

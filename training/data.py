@@ -1,23 +1,16 @@
 """Parallel data for training, as a `datasets.DatasetDict` of {"source", "target"} strings.
 
 Three sources, chosen by `--data`:
-- a folder of plain-text parallel files `{split}.{lang}` (optionally `.gz`), one sentence per line (the Multi30k /
-  fairseq layout); a folder of `{split}.tsv` (source TAB target) or `{split}.jsonl` files
-  (`{"translation": {"en": ..., "de": ...}}` or `{"en": ..., "de": ...}` per line), also optionally `.gz`;
+- a folder of plain-text parallel files `{split}.{lang}`, of `{split}.tsv` (source TAB target) or of `{split}.jsonl`
+  files (`{"translation": {"en": ..., "de": ...}}` or `{"en": ..., "de": ...}` per line), each optionally `.gz`;
 - a folder written by `DatasetDict.save_to_disk`, or any dataset `datasets.load_dataset` can open by name or path
   (a Hub dataset with a `translation` column, WMT style, e.g. `--data wmt14 --data_config de-en`);
 - nothing: the embedded dates task of `modeling_attn.training.synthetic`.
-
-Every file is read and checked before training starts, as a stream: text, TSV and JSONL files are written to an
-Arrow file in the `datasets` cache (`cache_folder()`, keyed by the files' paths, sizes and modification times, so a
-second run opens it memory-mapped instead of reading the text again), datasets are converted with `Dataset.map`; no
-split is ever held as Python lists. Non-UTF-8 bytes, a wrong number of fields and mismatched line counts raise
-`DataError` naming the file and line. Empty sentences raise too, unless `drop_empty=True`, which drops them and
-reports how many and where. A UTF-8 byte-order mark at the start of a file is dropped (Windows editors write one). A
-`--data` that is neither a folder nor a dataset `datasets` can open raises `DataError` naming it.
-
-`streaming=True` (`--streaming`) makes the training split a `datasets.IterableDataset` read as it is iterated, checked
-as it goes (a bad line stops training when it is reached, not before it starts).
+Every file is read and checked before training starts, as a stream, into an Arrow file in the `datasets` cache
+(`cache_folder()`); no split is ever held as Python lists. Non-UTF-8 bytes, a wrong number of fields, mismatched line
+counts and empty sentences (unless `drop_empty=True`) raise `DataError` naming the file and line; a UTF-8 byte-order
+mark is dropped. `streaming=True` (`--streaming`) makes the training split a `datasets.IterableDataset`, checked as it
+is read. docs/training.md, "Your own data", and "The recipe's modules in detail" say more.
 """
 
 from __future__ import annotations
@@ -77,7 +70,8 @@ class DataReport:
     def log(self) -> None:
         for split, count in self.dropped.items():
             logger.warning(
-                f"dropped {count} pair(s) with an empty side from split {split!r}, e.g. at {', '.join(self.locations[split])}"
+                f"dropped {count} pair(s) with an empty side from split {split!r}, "
+                f"e.g. at {', '.join(self.locations[split])}"
             )
 
 

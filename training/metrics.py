@@ -1,5 +1,6 @@
-"""`compute_metrics` for the recipe's Trainer: the scores of `modeling_attn.api.metrics` (sacreBLEU BLEU, chrF,
-TER) of the generated translations of an evaluation set.
+"""`compute_metrics` for the recipe's Trainer: BLEU, chrF and TER of the translations of an evaluation set.
+
+The scores are those of `modeling_attn.api.metrics` (sacreBLEU), on the generated translations.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ class TranslationMetrics:
     """`compute_metrics` for `Seq2SeqTrainer(predict_with_generate=True)`.
 
     Hypotheses are the generated ids decoded without special tokens. References are the raw target sentences of the
-    dataset being evaluated (set `references` before evaluating, as `modeling_attn.training.trainer.TranslationTrainer` does);
-    without them the labels are decoded instead.
+    dataset being evaluated (set `references` before evaluating, as
+    `modeling_attn.training.trainer.TranslationTrainer` does); without them the labels are decoded instead.
     """
 
     def __init__(self, tokenizer: PreTrainedTokenizerBase):

@@ -1,10 +1,10 @@
-"""Preparing the training data at scale: the joint BPE vocabulary trained once per data set and settings, the
-tokenized splits cached by `datasets` under a key of data and tokenizer, and token batches for streamed data.
+"""Preparing the training data at scale: the joint BPE vocabulary, the tokenized splits and streamed token batches.
 
-Caches (all under the `datasets` cache, `HF_DATASETS_CACHE`, default ~/.cache/huggingface/datasets; delete a folder
-to clear it):
-- `attn_text/`: the Arrow files read from text, TSV and JSONL files (`modeling_attn.training.data`), keyed by the files' paths,
-  sizes and modification times;
+The joint BPE vocabulary is trained once per data set and settings, and the tokenized splits are cached by `datasets`
+under a key of data and tokenizer. Caches (all under the `datasets` cache, `HF_DATASETS_CACHE`, default
+~/.cache/huggingface/datasets; delete a folder to clear it):
+- `attn_text/`: the Arrow files read from text, TSV and JSONL files (`modeling_attn.training.data`), keyed by the
+  files' paths, sizes and modification times;
 - beside them, the tokenized splits (`cache-<fingerprint>*.arrow`, written by `Dataset.map`), keyed by the split's
   fingerprint, the tokenizer (its `tokenizer.json`, class and special tokens) and the length limits; Hub datasets
   keep theirs in their own folder of the same cache;

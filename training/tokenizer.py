@@ -1,11 +1,11 @@
 """A joint (shared source/target) BPE vocabulary trained with the `tokenizers` library, as a transformers tokenizer.
 
-The paper uses one byte-pair-encoding vocabulary of about 37k tokens shared by English and German (Sec. 5.1), so
-that source, target and output embeddings can be one matrix (Sec. 3.4). Here sentences are split on whitespace
-with the SentencePiece-style `Metaspace` marker, so decoding restores the original spacing exactly and BLEU is
-computed on detokenized text. Digits are split one by one before BPE (as in SentencePiece's `split_digits`; not in
-the paper), which keeps numbers and dates from being cut at arbitrary places. Special tokens: <pad>=0, <s>=1 (decoder start), </s>=2 (appended to every
-sentence), <unk>=3, the ids the model presets expect.
+The paper uses one byte-pair-encoding vocabulary of about 37k tokens shared by English and German (Sec. 5.1), so that
+source, target and output embeddings can be one matrix (Sec. 3.4). Here sentences are split on whitespace with the
+SentencePiece-style `Metaspace` marker, so decoding restores the original spacing exactly and BLEU is computed on
+detokenized text. Digits are split one by one before BPE (as in SentencePiece's `split_digits`; not in the paper),
+which keeps numbers and dates from being cut at arbitrary places. Special tokens: <pad>=0, <s>=1 (decoder start),
+</s>=2 (appended to every sentence), <unk>=3, the ids the model presets expect.
 """
 
 from __future__ import annotations

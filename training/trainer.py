@@ -1,38 +1,18 @@
-"""`TranslationTrainer`: transformers' `Seq2SeqTrainer` with token-budget batches, raw-text references and
-checkpoints that are never half-written.
+"""`TranslationTrainer`: transformers' `Seq2SeqTrainer` with token batches, raw-text references, whole checkpoints.
 
-The changes, nothing else: the training batches come from `modeling_attn.training.batching.TokenBatchSampler` when
-`max_tokens_per_batch` is set (Accelerate shards them over processes as it shards any batch sampler; a
-`modeling_attn.training.bpe_dropout.BPEDropoutPairs` training set gets its `BPEDropoutBatchSampler`, one process only); BLEU is
-computed against the raw target sentences of the dataset being evaluated, not against decoded labels; and a
-checkpoint is written into a staging folder (`.checkpoint-staging/`) and renamed to `checkpoint-<step>` only once
-complete. Trainer 5.23 writes weights, optimizer, scheduler, RNG and trainer state straight into `checkpoint-<step>`
-and deletes old checkpoints with `shutil.rmtree`, so a job killed during a save or a rotation leaves a folder that
-`get_last_checkpoint` (and `--resume_from_checkpoint last`) would pick and fail on. Here a `checkpoint-*` folder
-appears whole (one `os.replace`) and disappears whole (renamed away before it is deleted); a disk that fills
-during a save leaves no partial checkpoint and is named, with the last whole checkpoint (`disk_full`). The guarantee is against
-killed processes; the files are not fsync'ed, so a power cut can still lose what the OS had not yet written.
-A run resumed from the checkpoint of its final step trains no further step (Trainer 5.23 would train one). Last, the
-end-of-training throughput (`train_samples_per_second`, and `train_target_tokens_per_second`) counts the sentences
-and target tokens the steps consumed, not `per_device_train_batch_size` times the steps.
-
-And the training loss skips the logits of padding: with a model whose forward takes `smoothing` (ours), the
-`label_smoothing_factor` is passed to the model's own loss at every call (the same loss as Trainer's
-`LabelSmoother`, tests/test_padding_free.py; nothing is written into the model's config, so a saved checkpoint
-trains later with whatever its next Trainer says), and training steps call the model with `skip_logits=True` when
-it takes it, so the output projection runs on labelled positions only. Evaluation and prediction still get the
-full logits, and their loss is smoothed alike (`prediction_step`).
-
-A streamed training set (`datasets.IterableDataset`, `--streaming`) gets token batches packed from a bounded buffer
-of the stream. The trainer checks no flags (`modeling_attn.training.validate` does, before any work), and pushes
-nothing to the Hub (`modeling_attn.training.hub_push.CheckpointPush`, a callback, does).
-
-Four private Trainer methods are overridden, each because no public hook does the job (see each one's comment):
-`_save_checkpoint` and `_get_output_dir` (the staging folder), `_save` (FSDP2's class) and `_run_epoch` (the resumed
-final step).
-
-Under FSDP2, two more: the tied source/target embedding is held by one module (FSDP2 refuses a parameter shared by
-two of its units), and models are saved under their own class, not the `FSDP<Name>` class `fully_shard` derives.
+The changes, nothing else (docs/training.md, "The recipe's modules in detail", explains each):
+- the training batches come from `modeling_attn.training.batching.TokenBatchSampler` when `max_tokens_per_batch` is
+  set (a BPE-dropout training set gets its `BPEDropoutBatchSampler`; a streamed one, batches packed from a buffer);
+- BLEU is computed against the raw target sentences of the dataset being evaluated, not against decoded labels;
+- a checkpoint is written into a staging folder (`.checkpoint-staging/`) and renamed to `checkpoint-<step>` only once
+  complete, and a full disk during a save is named (`disk_full`);
+- a run resumed from the checkpoint of its final step trains no further step; the end-of-training throughput counts
+  the sentences and target tokens the steps consumed;
+- the training loss skips the logits of padding: `label_smoothing_factor` goes to the model's own loss as
+  `smoothing`, and training steps pass `skip_logits=True`;
+- under FSDP2, the tied embedding held by one module, and models saved under their own class.
+The trainer checks no flags (`modeling_attn.training.validate` does, before any work) and pushes nothing to the Hub
+(`modeling_attn.training.hub_push.CheckpointPush`, a callback, does).
 """
 
 from __future__ import annotations

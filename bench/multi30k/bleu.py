@@ -1,5 +1,6 @@
-"""BLEU on lowercased, Moses-tokenized text: the way the published Multi30k numbers are computed (Moses'
-`lowercase.perl | normalize-punctuation.perl | tokenizer.perl`, then `multi-bleu.perl`), on the command line.
+"""BLEU on lowercased, Moses-tokenized text, on the command line: how the published Multi30k numbers are computed.
+
+That is Moses' `lowercase.perl | normalize-punctuation.perl | tokenizer.perl`, then `multi-bleu.perl`.
 
 The implementation is the package's `evaluate` module `multi30k_bleu`
 (`modeling_attn/api/evaluate_modules/multi30k_bleu.py`, where the steps are described; loadable offline with

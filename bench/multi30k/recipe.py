@@ -1,18 +1,19 @@
 """The Multi30k recipe: train with `attn train`, translate test2016 with beam search, score it three ways.
 
     python bench/multi30k/recipe.py --source_lang en --target_lang de --output_dir outputs/m30k-en-de
-    python bench/multi30k/recipe.py --source_lang de --target_lang en --model_type attn_rnn --output_dir outputs/m30k-rnn
+    python bench/multi30k/recipe.py --source_lang de --target_lang en --model_type attn_rnn \
+        --output_dir outputs/m30k-rnn
     python bench/multi30k/recipe.py ... --evaluate_only          # score the model already in --output_dir
 
-1. Training: `attn train` (`modeling_attn.cli.train.train`) with the flags of `configuration/multi30k-transformer.yaml` or
-   `multi30k-rnn.yaml`, then any `attn train` flag given after ours (they win: `--max_steps 500`). The data is read
-   in place from `--data` (default `../shared/data/multi30k`); its test split is `test_2016_flickr`. Training ends
-   with the average of the last checkpoints (the flags' `average_last_n`), saved in `--output_dir`.
+1. Training: `attn train` (`modeling_attn.cli.train.train`) with the flags of `configuration/multi30k-transformer.yaml`
+   or `multi30k-rnn.yaml`, then any `attn train` flag given after ours (they win: `--max_steps 500`). The data is read
+   in place from `--data` (default `../shared/data/multi30k`); its test split is `test_2016_flickr`. Training ends with
+   the average of the last checkpoints (the flags' `average_last_n`), saved in `--output_dir`.
 2. Test: the saved model translates test2016 with `--num_beams` (5, as the reference), via
    `modeling_attn.cli.evaluate.evaluate`, with the length penalty of `--length_penalties` that scores best on the
    validation split (lowercased tokenized BLEU; 0.6, 1.0, 1.5, 2.0 by default; the choice and the beam size are written
-   into the model's generation_config.json by `modeling_attn.api.hub.paper_generation_config`, the function `attn train`
-   and `attn push` write it with). The test split plays no part in the choice.
+   into the model's generation_config.json by `modeling_attn.api.hub.paper_generation_config`, the function
+   `attn train` and `attn push` write it with). The test split plays no part in the choice.
 3. Scores: sacreBLEU (cased, 13a) and chrF on the raw text, with signatures, and BLEU on lowercased Moses-tokenized
    text (`bleu.py`: the reference numbers' way). Written to `--output_dir/multi30k_results.json`, the
    translations to `test2016.hyp.<lang>`.
@@ -134,8 +135,8 @@ def evaluate(args: argparse.Namespace) -> dict:
             score, _ = lowercased_tokenized_bleu(hypotheses, list(validation["target"]), args.target_lang)
             selection[length_penalty] = round(score.score, 2)
     length_penalty = args.length_penalties[0] if validation is None else max(selection, key=selection.get)  # 1st tie
-    # The model's decoding (modeling_attn.api.hub's one owner of it) with the test's beams and length penalty: the folder
-    # saved here, and what `attn push` uploads with multi30k_results.json, decode as the test did.
+    # The model's decoding (modeling_attn.api.hub's one owner of it) with the test's beams and length penalty:
+    # the folder saved here, and what `attn push` uploads with multi30k_results.json, decode as the test did.
     chosen = {"num_beams": args.num_beams, "length_penalty": length_penalty}
     model.generation_config = paper_generation_config(model, chosen)
     model.generation_config.save_pretrained(output_dir)

@@ -1,12 +1,13 @@
-"""Run `attn train` on a big corpus and measure it: peak memory of the whole process tree, preprocessing throughput,
-time to the first training step.
+"""Run `attn train` on a big corpus and measure its memory, preprocessing throughput and time to the first step.
+
+Memory is the peak of the whole process tree.
 
 `python bench/scale/run.py /tmp/wmt-synth --label 4.5M -- --max_steps 20` runs
 `attn train --data /tmp/wmt-synth --preset small --max_steps 20 ...` (extra flags after `--`), samples the resident
-memory of the command and all its children every 0.2 s, and prints one JSON line: peak RSS summed over the
-process tree (and of the largest single process), peak PSS summed over the tree, seconds from start to the first logged training step, the
-recipe's own timings of reading and tokenizing (from its log), and the load average at start and end (the machine
-is shared). Run it twice on the same data to measure a run that reuses the cache.
+memory of the command and all its children every 0.2 s, and prints one JSON line: peak RSS summed over the process tree
+(and of the largest single process), peak PSS summed over the tree, seconds from start to the first logged training
+step, the recipe's own timings of reading and tokenizing (from its log), and the load average at start and end (the
+machine is shared). Run it twice on the same data to measure a run that reuses the cache.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""`attn serve` under load on loopback: throughput and latency at 1, 8 and 32 concurrent clients, against
-`attn translate` on the same sentences, and a stress run (32 clients x 500 requests) counting lost or wrong answers.
+"""`attn serve` under load on loopback: throughput, latency, and lost or wrong answers.
+
+Throughput and latency at 1, 8 and 32 concurrent clients, against `attn translate` on the same sentences, and a
+stress run (32 clients x 500 requests) counting lost or wrong answers.
 
 1. Sentences: a pool of distinct human-written dates of the embedded dates task (`training.synthetic.generate_pairs`,
    seed 12345, a seed the task's own splits do not use), one sentence per request.

@@ -1,38 +1,17 @@
 """Word alignments from the attention of a translation model: which source word each target word comes from.
 
-What is aligned: words, not subwords. `split_words` cuts a text into words: "whitespace" (the default; the tokens
-fast_align, Moses and Marian align, so pre-tokenized text aligns token by token) or "alnum" (runs of letters and
-digits, each with the punctuation around it: "1987-03-03" is "1987-", "03-", "03"; for text whose words are not
-separated by spaces, such as the dates task's ISO dates). Each subword token belongs to the word holding the first
-non-space character it covers; a token covering only whitespace (SentencePiece's lone "▁") belongs to the next word,
-special tokens (</s>) to none. A fast tokenizer gives the characters a token covers (its offsets); otherwise, and for
-generated translations, they come from decoding growing prefixes of the ids.
+Words, not subwords (`split_words`: "whitespace" or "alnum"); subword attention becomes word attention in
+`word_weights` (a source word's columns summed, a target word's rows averaged, special tokens' columns dropped).
+Which attention: `modeling_attn.encoder_decoder.alignment_attention`, for the Transformer the cross-attention of
+decoder layer `config.alignment_layer` averaged over its first `config.alignment_heads` heads (Garg et al. 2019),
+for the RNN its alignment weights alpha_ij (Bahdanau et al. 2015, Sec. 3.1). `hard_alignment` links each target
+word to its source word of largest weight, written as Pharaoh pairs `i-j`. docs/alignment.md explains each choice.
 
-Which attention: `modeling_attn.encoder_decoder.alignment_attention`, one documented choice per model type: for the
-Transformer the cross-attention of decoder layer `config.alignment_layer` averaged over its first
-`config.alignment_heads` heads (default: the penultimate layer, all heads, Garg et al. 2019, "Jointly Learning to
-Align and Translate with Transformer Models"; guided training supervises one head of it, which the config then
-records); for the RNN its alignment weights alpha_ij (Bahdanau et al. 2015, Sec. 3.1). Row t is the step that
-predicts target token t.
-
-Subwords to words (`word_weights`): a source word's columns are summed and a target word's rows averaged. A row is a
-distribution over source tokens; summing the columns of a word's pieces gives the mass on that word (a distribution
-over words again), and averaging the rows of a target word's pieces keeps it one (a sum would weigh long words
-more). The columns of special tokens (the source </s>) are dropped, not renormalized: a row sums to 1 minus the mass
-on them.
-
-Hard alignment (`hard_alignment`): each target word is linked to its source word of largest weight (the argmax, as
-fairseq's `--print-alignment` and Marian's `--alignment hard` do), so every target word gets exactly one link.
-Written as Pharaoh pairs `i-j` (source word i, target word j, 0-based), in target order, as fast_align writes them.
-
-- `translate_aligned`: translate sentences (one generate() call) and align each translation with its source;
-  `translate_aligned_nbest`: the same for n-best lists, each hypothesis scored and aligned (`attn serve`);
-- `align_pairs`: align given (source, target) pairs with the model, teacher-forced (forced alignment: how the
-  alignment error rate of a model is measured against reference alignments);
+- `translate_aligned` / `translate_aligned_nbest`: translate sentences (or n-best lists) and align each translation;
+- `align_pairs`: align given (source, target) pairs, teacher-forced (forced alignment);
 - `alignment_error_rate`: AER (Och & Ney 2003, "A Systematic Comparison of Various Statistical Alignment Models").
 
-The Transformer returns attention weights only with `attn_implementation="eager"`
-(`translation.load_model(..., eager=True)`).
+The Transformer returns attention weights only with `attn_implementation="eager"` (`load_model(..., eager=True)`).
 """
 
 from __future__ import annotations

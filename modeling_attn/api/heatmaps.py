@@ -1,18 +1,17 @@
-"""Attention pictures of a translation, from the output of `generate(..., output_attentions=True,
-return_dict_in_generate=True)`, for both model types.
+"""Attention pictures of a translation, for both model types, from `generate(..., output_attentions=True)`.
 
-- `attention_from_generate` gathers, for one generated sequence, the cross-attention (the alignment of
-  Bahdanau et al. 2015, Sec. 5.2.2 / Fig. 3: one row per generated target token, one column per source token)
-  and, for the Transformer, the encoder and decoder self-attention of every layer and head. Beam search is
-  followed back through `beam_indices`, so the rows are those of the returned hypothesis.
+- `attention_from_generate` gathers, for one generated sequence of `generate(..., return_dict_in_generate=True)`,
+  the cross-attention (the alignment of Bahdanau et al. 2015, Sec. 5.2.2 / Fig. 3: one row per generated target
+  token, one column per source token) and, for the Transformer, the encoder and decoder self-attention of every
+  layer and head. Beam search is followed back through `beam_indices`, so the rows are those of the returned
+  hypothesis.
 - `plot_alignment` draws the cross-attention averaged over layers and heads, or one panel per layer (averaged
   over its heads); `plot_self_attention` draws a layers x heads grid of the encoder's or decoder's self-attention.
 - `bertviz_data` / `save_bertviz_json` export the same arrays in the layout of bertviz's `head_view`.
 
-The Transformer returns attention weights only with `attn_implementation="eager"`. The RNN has one alignment
-per target step (one "layer" with one "head") and no self-attention. matplotlib is an optional extra
-(`pip install "modeling-attn[plot]"`); the figures are `matplotlib.figure.Figure` objects built without pyplot,
-so nothing changes matplotlib's global state.
+The Transformer returns attention weights only with `attn_implementation="eager"`; the RNN has one alignment per
+target step and no self-attention. matplotlib is an optional extra (`pip install "modeling-attn[plot]"`); the
+figures are built without pyplot, so nothing changes matplotlib's global state.
 
 Shapes: L layers, H heads, S source length, T generated target length.
 """

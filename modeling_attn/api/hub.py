@@ -1,19 +1,13 @@
-"""Share a trained model on the Hugging Face Hub: `push_to_hub()` (used by `attn push` and `attn train
---push_to_hub`), and the files it uploads.
+"""Share a trained model on the Hugging Face Hub: `push_to_hub()` and the files it uploads.
 
-`save_for_hub(model_dir, folder)` writes exactly what is uploaded, and `push_to_hub` uploads what it wrote:
-- safetensors weights, `config.json` with `auto_map` (both heads) and `custom_pipelines` (the translation pipeline),
-  and the code files, so the model loads with `trust_remote_code=True` where this package is not installed;
-- the tokenizer;
-- `generation_config.json` with the paper's decoding (Sec. 6.1): beam size 4, length penalty 0.6, maximum output
-  length = source length + 50 per sentence (`max_length_over_source`, see `generation.py`), stopping early when
-  every beam has ended; the beam size and length penalty the evaluation JSON records win over the paper's (the
-  card's scores were measured with them: the Multi30k recipe picks its length penalty on validation);
+`push_to_hub` is used by `attn push` and `attn train --push_to_hub`. `save_for_hub(model_dir, folder)` writes exactly
+what is uploaded, and `push_to_hub` uploads what it wrote:
+- safetensors weights, `config.json` with `auto_map` and `custom_pipelines`, and the code files, so the model loads
+  with `trust_remote_code=True` where this package is not installed; the tokenizer;
+- `generation_config.json` with the paper's decoding (Sec. 6.1: beam 4, length penalty 0.6, source length + 50 per
+  sentence, early stop; `paper_generation_config`), where the evaluation JSON's beams and length penalty win;
 - `README.md`, the model card: `hub_card.md` rendered with `huggingface_hub.ModelCard`, its metadata
-  (`ModelCardData`: languages as ISO 639 codes, license, Hub dataset ids, `base_model`, metrics, tags, `model-index`
-  with the BLEU / chrF of the evaluation JSON) and the attention picture of the training run (`attention.png`)
-  when there is one. What is not a Hub identifier (a local data folder, the embedded task, a local base model) is
-  described in the card's text only.
+  (`ModelCardData`) and the training run's attention picture. docs/hub.md, "Push", details the card.
 
 The evaluation JSON is what `attn evaluate --output FILE` writes, the `test_results.json` of `attn train`, or the
 `multi30k_results.json` of bench/multi30k/recipe.py; by default `push` reads `test_results.json` of the model folder.
@@ -64,9 +58,10 @@ def paper_generation_config(model: PreTrainedModel, measured: dict[str, Any] | N
     `measured`: the decoding the model's scores were measured with (the `generation` of a results JSON:
     `num_beams`, `length_penalty`, `early_stopping`, `max_length_over_source`, `max_length`); its values win over
     the paper's, so that the model translates as its card says (None: not recorded, the paper's value); a model whose
-    generation config this function wrote (it has `max_length_over_source`) keeps its settings under them. A `max_length`
-    counts only with `max_length_over_source: None`, a fixed output limit instead of the paper's per-sentence one; on
-    its own (older results JSONs) it is left out, as the per-sentence limit replaces it in `generate()`.
+    generation config this function wrote (it has `max_length_over_source`) keeps its settings under them. A
+    `max_length` counts only with `max_length_over_source: None`, a fixed output limit instead of the paper's
+    per-sentence one; on its own (older results JSONs) it is left out, as the per-sentence limit replaces it in
+    `generate()`.
     """
     own = model.generation_config
     if hasattr(own, SOURCE_LIMIT_FIELD):  # written by this function (`attn train`, the recipe): its settings stand

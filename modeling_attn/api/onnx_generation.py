@@ -3,16 +3,11 @@
 `OnnxTranslator(folder).generate(input_ids, attention_mask)` returns what the model's `generate()` returns for the
 same settings, token for token: the encoder graph runs once per batch, the decoder graph once per step on the
 newest tokens with the keys/values of the steps before. The settings come from the export's generation_config.json
-and the keyword arguments, as in `generate()`: `num_beams`, `length_penalty`, `early_stopping`,
-`num_return_sequences`, the end tokens, the minimum lengths (`min_length`, `min_new_tokens`) and the length limit:
-`max_new_tokens` or `max_length`, else the paper's per-sentence `max_length_over_source` (source length + 50,
-`generation.SourceLengthLimit`).
-
-The search itself is the model's: greedy takes the arg-max of the (limit-processed) logits and pads ended rows;
-beam search runs `beam_search.OpenSentences` / `SearchResults`, the restatement of transformers' beam search that
-`generate()` uses, and drops finished sentences from the decoder batch the same way. Only the forward passes run in
-onnxruntime; the few tensors the search keeps are torch tensors. Sampling and logits processors other than the
-length ones (repetition penalties, forced or banned tokens) are refused, not ignored.
+and the keyword arguments, as in `generate()` (beams, length penalty, early stopping, end tokens, minimum lengths and
+the length limit, by default the paper's per-sentence `max_length_over_source`). The search itself is the model's:
+greedy takes the arg-max of the (limit-processed) logits; beam search runs `beam_search.OpenSentences` /
+`SearchResults`. Only the forward passes run in onnxruntime. Sampling and logits processors other than the length
+ones (repetition penalties, forced or banned tokens) are refused, not ignored.
 
 Shapes: B batch, R decoder rows (B, or B * beams while all sentences are open), S source length, P past positions,
 H heads, D head dim, V target vocabulary, K beams.

@@ -1,39 +1,14 @@
-"""Dynamic int8 quantization for CPU inference: `quantize_int8(model)` and `quantize_int8_rowwise(model)`, the
-functions behind `--quantize int8` / `--quantize int8_rowwise` of `attn translate`, `attn evaluate` and `attn serve`.
+"""Dynamic int8 quantization for CPU inference: `quantize_int8(model)` and `quantize_int8_rowwise(model)`.
 
-Every `nn.Linear` of the model (attention projections, feed-forward layers, the output projection; the RNN's
-bridge, readout and score layers) becomes a dynamically quantized linear layer: its weight is stored as int8 with
-one scale per tensor, and each input is quantized to 8 bits with a scale computed from that input at run time
-(Jacob et al. 2018, "Quantization and Training of Neural Networks for Efficient Integer-Arithmetic-Only Inference";
-PyTorch's "dynamic quantization"). Embeddings, LayerNorms and the RNN cells stay float32. Nothing is trained or
-calibrated: it applies to any saved model, as CTranslate2's `--quantization int8` does.
-
-`--quantize int8_rowwise` (`quantize_int8_rowwise`): the same layers with one scale per row instead of per tensor:
-each weight row (output feature) is int8 with its own scale, and each input row (one position of one sentence) is
-quantized at run time with its own (symmetric, max|x| / 127), then multiplied by `torch._int_mm` (int8 x int8 ->
-exact int32 sums). A row's output then depends on that row alone, as in CTranslate2's int8; with per-tensor scales
-(`int8`) the input scale covers every sentence and padded position of the generate() call, so a translation can
-change with its batch. What is left is float32's own batch noise (~1e-8), which a rounding step can enlarge: of 160
-Multi30k sentences translated in batches of 32 and alone, 2 differed with `int8_rowwise`, 30 with `int8` (`x86`), 29
-(`onednn`), 0 in float32 (docs/serve.md). It also changes fewer translations (69 of 1,000 against 169-179). It is slower than `int8` (the `base` preset at beam 4, one thread: 1.59x
-float32 against 1.68x for `x86` and 1.99x for `onednn`).
-
-Which API: torch 2.13 marks `torch.ao.quantization` deprecated (its warning still says "will be removed in 2.10")
-and points to torchao's `quantize_`. On the CPU that replacement is slower than float32 without `torch.compile`:
-on the `base` preset at beam 4 (one thread, 16 sentences, 20 forced tokens) float32 took 8.1 s,
-`torch.ao.quantization.quantize_dynamic` 4.0 s, torchao 0.18's `Int8DynamicActivationInt8WeightConfig` 9.3 s and
-`Int8WeightOnlyConfig` 6.3 s. So this module uses `quantize_dynamic` (fbgemm / x86 kernels), silences its
-deprecation warnings, and names the cause in one line if a later torch no longer has it.
-
-Kernels: `engine` picks torch's quantized engine whose kernels the int8 weights are packed for (the packed weights
-keep it; torch's process-wide setting is restored afterwards). The default, "auto" (`int8_engine`), is `onednn` on a
-CPU with AMX int8 tiles when this torch has it, and torch's own engine (`x86`: fbgemm kernels) otherwise. Why: on a
-2-core Xeon with AMX and AVX-512 VNNI, oneDNN ran the int8 matrix products on AMX (`ONEDNN_VERBOSE=1`:
-`brg_matmul:avx10_1_512_amx`); int8 was 1.80-2.04x float32 with onednn against 1.63-1.71x with `x86` on the `base`
-preset at beam 4 (one thread), within a few percent of it on the d_model 128 models, slower on toy sizes where int8
-does not pay at all (docs/serve.md, bench/results/int8-cpu.md). Without AMX no measurement favours onednn, so
-torch's default stays. Both engines quantize inputs to 7 bits (tests/test_quantize.py writes their arithmetic out).
-`--int8_engine` of the commands overrides the choice.
+They are the functions behind `--quantize int8` / `--quantize int8_rowwise` of `attn translate`, `attn evaluate` and
+`attn serve`. Every `nn.Linear` of the model becomes a dynamically quantized linear layer: its weight is stored as
+int8, and each input is quantized to 8 bits with a scale computed from that input at run time (Jacob et al. 2018,
+"Quantization and Training of Neural Networks for Efficient Integer-Arithmetic-Only Inference"; PyTorch's "dynamic
+quantization"). Embeddings, LayerNorms and the RNN cells stay float32; nothing is trained or calibrated.
+`int8` has one scale per tensor (`torch.ao.quantization.quantize_dynamic`, whose deprecation warnings this module
+silences); `int8_rowwise` one per row (`torch._int_mm`), so that a translation does not change with its batch.
+`engine` picks torch's quantized engine (`int8_engine`: onednn on a CPU with AMX, else torch's own).
+docs/serve.md, "`--quantize int8`", gives the measurements behind each choice.
 
 The quantized kernels are CPU kernels: a model on another device is refused (`QuantizeError`), and `quantize_device`
 makes the commands load the model on the CPU when `--quantize` is given without `--device`.

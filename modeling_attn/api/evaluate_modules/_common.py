@@ -1,5 +1,4 @@
-"""What the metric scripts beside this file share: their input features and info, reading references, default
-settings, the result dictionary.
+"""What the metric scripts beside this file share: input features and info, references, defaults, the result.
 
 References are one string per prediction, or a list of strings per prediction (the same number for each), as the
 Hub's sacreBLEU-based modules take them; sacreBLEU wants one stream per reference position instead.

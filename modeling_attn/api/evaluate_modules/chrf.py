@@ -1,7 +1,7 @@
-"""chrF (Popović, 2015, "chrF: character n-gram F-score for automatic MT evaluation"), with sacreBLEU, as an
-`evaluate` metric that loads offline.
+"""chrF with sacreBLEU, as an `evaluate` metric that loads offline.
 
-Same arguments, defaults and result keys as the Hub's `evaluate-metric/chrf`, plus `signature` (sacreBLEU's,
+chrF: Popović, 2015, "chrF: character n-gram F-score for automatic MT evaluation". Same arguments, defaults and
+result keys as the Hub's `evaluate-metric/chrf`, plus `signature` (sacreBLEU's,
 `nrefs:1|case:mixed|eff:yes|nc:6|nw:0|space:no|...`). No predictions, or an uneven number of references, is a
 ValueError naming the module.
 """

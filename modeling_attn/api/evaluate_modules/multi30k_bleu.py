@@ -1,21 +1,15 @@
-"""BLEU on lowercased, Moses-tokenized text, the way the published Multi30k numbers are computed, as an `evaluate`
-metric that loads offline (it needs `sacremoses`, the Python port of the Moses scripts).
+"""BLEU on lowercased, Moses-tokenized text, as the published Multi30k numbers are computed, as an `evaluate` metric.
 
-The Multi30k repository (`multi30k/dataset`, `scripts/task1-tokenize.sh`) builds its `*.lc.norm.tok.*` files with
-Moses' `lowercase.perl | normalize-punctuation.perl -l LANG | tokenizer.perl -l LANG` (XML escaping on, no `-a`
-hyphen splitting), and papers score their output on those files with Moses' `multi-bleu.perl`. Here:
+It loads offline and needs `sacremoses`, the Python port of the Moses scripts. The Multi30k repository builds its
+`*.lc.norm.tok.*` files with Moses' `lowercase.perl | normalize-punctuation.perl -l LANG | tokenizer.perl -l LANG`
+(XML escaping on, no `-a`), and papers score their output on those files with Moses' `multi-bleu.perl`. Here:
+- `lowercase_tokenize` does the same three steps with `sacremoses` (`str.lower()`, `MosesPunctNormalizer(lang)`,
+  `MosesTokenizer(lang).tokenize(escape=True)`), on the predictions and the raw references alike;
+- `multi_bleu` is `multi-bleu.perl` on the tokens: corpus BLEU-4, tokens split on whitespace, no smoothing, the
+  brevity penalty; that is sacreBLEU's `BLEU(tokenize="none", smooth_method="none")`, which this calls.
 
-- `lowercase_tokenize` does the same three steps with `sacremoses`: `str.lower()`,
-  `MosesPunctNormalizer(lang).normalize`, `MosesTokenizer(lang).tokenize(escape=True)`. The predictions (detokenized
-  model output) and the raw references both go through it.
-- `multi_bleu` is `multi-bleu.perl` on the tokens: corpus BLEU-4 from n-gram counts summed over all sentences,
-  tokens split on whitespace, no smoothing (any zero n-gram precision gives 0), brevity penalty exp(1 - r/c) when
-  the predictions are shorter than the references. That is sacreBLEU's `BLEU(tokenize="none",
-  smooth_method="none")`, which this calls, so the signature records the settings.
-
-Escaping (`'` -> `&apos;`) maps tokens one to one, so it changes no match and no length: BLEU is the same with or
-without it; it is kept only to reproduce the reference files byte for byte. `bench/multi30k/bleu.py` (the command
-line of the benchmark) calls these functions.
+Escaping (`'` -> `&apos;`) maps tokens one to one, so BLEU is the same with or without it; it is kept only to
+reproduce the reference files byte for byte. `bench/multi30k/bleu.py` calls these functions.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
-"""sacreBLEU's corpus BLEU (Post, 2018, "A Call for Clarity in Reporting BLEU Scores") as an `evaluate` metric that
-loads offline.
+"""sacreBLEU's corpus BLEU as an `evaluate` metric that loads offline.
 
-Same arguments, defaults and result keys as the Hub's `evaluate-metric/sacrebleu` (which `evaluate.load("sacrebleu")`
-fetches), plus `signature`: sacreBLEU's signature of the settings (`nrefs:1|case:mixed|eff:no|tok:13a|...`), which a
-BLEU score needs to be comparable. Deviation: no predictions, or an uneven number of references, is a ValueError
-naming the module (the Hub script fails with an IndexError on no predictions).
+sacreBLEU: Post, 2018, "A Call for Clarity in Reporting BLEU Scores". Same arguments, defaults and result keys as the
+Hub's `evaluate-metric/sacrebleu` (which `evaluate.load("sacrebleu")` fetches), plus `signature`: sacreBLEU's
+signature of the settings (`nrefs:1|case:mixed|eff:no|tok:13a|...`), which a BLEU score needs to be comparable.
+Deviation: no predictions, or an uneven number of references, is a ValueError naming the module (the Hub script
+fails with an IndexError on no predictions).
 """
 
 from __future__ import annotations

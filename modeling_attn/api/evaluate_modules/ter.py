@@ -1,10 +1,10 @@
-"""TER, the translation edit rate (Snover et al., 2006, "A Study of Translation Edit Rate with Targeted Human
-Annotation"), with sacreBLEU's tercom reimplementation, as an `evaluate` metric that loads offline.
+"""TER, the translation edit rate, with sacreBLEU's tercom reimplementation, as an offline `evaluate` metric.
 
-Same arguments, defaults and result keys as the Hub's `evaluate-metric/ter`, plus `signature`
-(`nrefs:1|case:lc|tok:tercom|...`). As there and in sacreBLEU, the default is case-insensitive
-(`case_sensitive=False`); `attn evaluate` passes `case_sensitive=True` unless it scores a lowercasing model. An edit
-rate: lower is better. No predictions, or an uneven number of references, is a ValueError naming the module.
+TER: Snover et al., 2006, "A Study of Translation Edit Rate with Targeted Human Annotation". Same arguments,
+defaults and result keys as the Hub's `evaluate-metric/ter`, plus `signature` (`nrefs:1|case:lc|tok:tercom|...`).
+As there and in sacreBLEU, the default is case-insensitive (`case_sensitive=False`); `attn evaluate` passes
+`case_sensitive=True` unless it scores a lowercasing model. An edit rate: lower is better. No predictions, or an
+uneven number of references, is a ValueError naming the module.
 """
 
 from __future__ import annotations
