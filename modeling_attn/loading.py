@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
+
+from safetensors import SafetensorError
 
 # transformers' messages for "this folder / repository has no safetensors weights at all" (modeling_utils, 5.23)
 NO_SAFETENSORS = re.compile(
@@ -38,11 +41,45 @@ class ModelTypeGuard:
         return config_dict, kwargs
 
 
+class WeightsError(OSError):
+    """Weights that cannot be read: no safetensors file, or a corrupt or truncated one; the message names the file."""
+
+
+def _weights_files(name_or_path: str | os.PathLike | None) -> str:
+    """The safetensors file(s) of a local folder, for a message; the name itself for a Hub repository."""
+    folder = Path(name_or_path or "")
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    return ", ".join(map(str, files)) or str(name_or_path)
+
+
 class SafetensorsOnly:
     """Model mixin: `from_pretrained` reads safetensors weights only, unless `use_safetensors=False` is given."""
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path: str | os.PathLike | None, *model_args, **kwargs):
+        try:
+            return cls._from_pretrained_safetensors(pretrained_model_name_or_path, *model_args, **kwargs)
+        except SafetensorError as error:  # its own message names no file
+            raise WeightsError(
+                f"{_weights_files(pretrained_model_name_or_path)}: the safetensors weights are corrupt or truncated "
+                f"({error})"
+            ) from error
+        except RuntimeError as error:  # "You set `ignore_mismatched_sizes` to `False`...": the names are in a log
+            if "ignore_mismatched_sizes" not in str(error):
+                raise
+            loose = {**kwargs, "ignore_mismatched_sizes": True, "output_loading_info": True}
+            _, report = cls._from_pretrained_safetensors(pretrained_model_name_or_path, *model_args, **loose)
+            shown = [
+                f"{name} is {list(stored)} in the weights, {list(expected)} by the config"
+                for name, stored, expected in sorted(report.get("mismatched_keys", ()))[:2]
+            ]
+            raise WeightsError(
+                f"{_weights_files(pretrained_model_name_or_path)}: the weights do not fit config.json ("
+                f"{'; '.join(shown)}): a vocabulary or layer size in config.json that the weights do not have"
+            ) from error
+
+    @classmethod
+    def _from_pretrained_safetensors(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         if kwargs.get("use_safetensors") is not None or kwargs.get("gguf_file") is not None:
             return super().from_pretrained(pretrained_model_name_or_path, *model_args, **kwargs)
         try:
@@ -50,7 +87,7 @@ class SafetensorsOnly:
         except OSError as error:
             if not NO_SAFETENSORS.search(str(error)):  # e.g. a missing shard: transformers' own message is right
                 raise
-            raise OSError(
+            raise WeightsError(
                 f"{pretrained_model_name_or_path}: no safetensors weights (model.safetensors) found, and "
                 f"{cls.__name__} does not fall back to pickle weights (pytorch_model.bin), because unpickling a "
                 "file can run arbitrary code. If you trust this checkpoint, pass use_safetensors=False to "
@@ -58,4 +95,4 @@ class SafetensorsOnly:
             ) from error
 
 
-__all__ = ["ModelTypeGuard", "SafetensorsOnly"]
+__all__ = ["ModelTypeGuard", "SafetensorsOnly", "WeightsError"]

@@ -31,6 +31,7 @@ class ModelType:
     backend (`attn_implementation="eager"`), as transformers' own models; otherwise it returns one alignment per
     decoding step (the RNN's `α_ij`), from any backend. `self_attention`: it has encoder and decoder self-attention
     to show. `describe`: the architecture in one sentence (model card); `size`: a config's size in words.
+    `onnx_refusal`: why the ONNX export does not take it yet (None: it does).
     """
 
     config_class: type[PreTrainedConfig]
@@ -41,6 +42,7 @@ class ModelType:
     self_attention: bool
     describe: str
     size: Callable[[PreTrainedConfig], str]
+    onnx_refusal: str | None = None
 
     @property
     def name(self) -> str:
@@ -85,6 +87,7 @@ MODEL_TYPES: dict[str, ModelType] = {
             describe="a bidirectional RNN encoder and an RNN decoder with attention (Bahdanau et al. 2015, "
             "Luong et al. 2015)",
             size=_rnn_size,
+            onnx_refusal="torch.export stops at a data-dependent guard in its forward (the source lengths)",
         ),
     )
 }

@@ -16,6 +16,10 @@ import pytest
 # processes the tests start: runs neither leave files in ~/.cache nor reuse an earlier run's.
 os.environ["HF_DATASETS_CACHE"] = tempfile.mkdtemp(prefix="attn-tests-datasets-")
 atexit.register(shutil.rmtree, os.environ["HF_DATASETS_CACHE"], ignore_errors=True)
+# The record of lone output files attn wrote (modeling_attn.api.outputs.written_files_record) goes to a state folder
+# of this run, not the user's ~/.local/state.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="attn-tests-state-")
+atexit.register(shutil.rmtree, os.environ["XDG_STATE_HOME"], ignore_errors=True)
 
 # Modules that are marked slow as a whole and are expensive merely to import.
 SLOW_MODULES = {"test_transformers_common.py", "test_transformers_common_rnn.py"}

@@ -384,8 +384,9 @@ def test_cli_align(dates_tokenizer, tmp_path, capsys):
     assert lines[1] == " ||| " and all(
         re.fullmatch(r"\d+-\d+( \d+-\d+)*", line.split(" ||| ")[1]) for line in (lines[0], lines[2])
     )
-    assert cli([*common, "--align", "soft"]) == 0
-    soft = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert cli([*common, "--align", "--align_format", "soft"]) == 0
+    soft_output = capsys.readouterr().out
+    soft = [json.loads(line) for line in soft_output.splitlines()]
     assert [record["translation"] for record in soft] == [item.text for item in expected]
     for record, item in zip(soft, expected, strict=True):
         assert record["source_words"] == item.alignment.source_words
@@ -396,6 +397,15 @@ def test_cli_align(dates_tokenizer, tmp_path, capsys):
             rtol=0,
         )
         assert json.loads(aligned_line(item, "soft")) == record
+    # the old spelling, --align soft, keeps working, with a deprecation message
+    assert cli([*common, "--align", "soft"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == soft_output
+    assert captured.err.startswith("attn translate: --align soft is deprecated; write --align --align_format soft\n")
+    # --align before the sentences: a plain flag, the sentence stays a sentence
+    model_flags = ["translate", "--model", str(tmp_path / "model"), "--align_words", "alnum"]
+    assert cli([*model_flags, "--align", sentences[0]]) == 0
+    assert capsys.readouterr().out.splitlines() == [f"{expected[0].text} ||| {expected[0].alignment.pharaoh()}"]
     assert cli([*common, "--align", "--num_return_sequences", "2", "--num_beams", "2"]) == 2
     assert "--align aligns one translation per sentence" in capsys.readouterr().err
 

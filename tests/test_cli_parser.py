@@ -1,18 +1,17 @@
 """The `attn` command-line convention (modeling_attn/cli/parser.py): both spellings of a flag, flags files, and user
-errors as one line with exit status 2, while parsing (`CommandParser`, with the declared ranges of number flags) or running
-(`run_command`, with Ctrl-C as 130 and a reader that went away as 141)."""
+errors as one line with exit status 2 while parsing (`CommandParser`, with the declared ranges of number flags).
+
+What a command reports once it runs is tested in tests/test_cli_report.py."""
 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import dataclass, field
 
 import pytest
 
 from modeling_attn.api.values import COUNT, PROBABILITY
-from modeling_attn.cli.parser import CommandParser, run_command
+from modeling_attn.cli.parser import CommandParser
 
 
 @dataclass
@@ -141,37 +140,20 @@ def test_a_bad_flags_file_names_the_file_and_the_key(tmp_path, capsys):
     assert f"{path}: a flags file holds a mapping of flag names to values, not list" in error_of([str(path)], capsys)
 
 
-def test_run_command_passes_the_exit_status_and_reports_user_errors_in_one_line(capsys):
-    assert run_command("attn demo", lambda: 0, (ValueError,)) == 0
-    assert run_command("attn demo", lambda: 3, (ValueError,)) == 3
+def test_a_flag_with_an_optional_value_never_takes_an_argument_that_is_not_one_of_its_values():
+    """`--flag` with an optional value (transformers' booleans) before a positional argument: argparse would take the
+    argument as the flag's value and refuse it; the parser leaves the argument where it is."""
 
-    def bad_data() -> int:
-        raise ValueError("data.tsv:7: no tab\n  between source and target")
+    @dataclass
+    class WithBoolean:
+        verbose: bool = False
 
-    assert run_command("attn demo", bad_data, (ValueError,)) == 2
-    assert capsys.readouterr().err == "attn demo: error: data.tsv:7: no tab between source and target\n"
-
-    def interrupted() -> int:
-        raise KeyboardInterrupt
-
-    assert run_command("attn demo", interrupted, (ValueError,)) == 130
-    assert capsys.readouterr().err == "attn demo: interrupted\n"
-
-    def bug() -> int:
-        raise KeyError("not a user error")
-
-    with pytest.raises(KeyError):  # anything else is a bug: its traceback stays
-        run_command("attn demo", bug, (ValueError,))
-
-
-def test_run_command_ends_quietly_with_141_when_the_reader_goes_away():
-    """`attn ... | head`: BrokenPipeError is an OSError, but not a user error to report, even where OSError is one."""
-    code = (
-        "import sys\nfrom modeling_attn.cli.parser import run_command\ndef spam():\n    while True:\n"
-        "        print('x' * 1000)\nsys.exit(run_command('attn demo', spam, (OSError,)))\n"
-    )
-    process = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert process.stdout.read(10) == b"x" * 10
-    process.stdout.close()
-    assert process.wait(timeout=120) == 141
-    assert process.stderr.read() == b""
+    parser = CommandParser(WithBoolean)
+    parser.add_argument("text", nargs="*")
+    assert parser.bare_optional_flags(["--verbose", "a sentence"]) == ["--verbose=true", "a sentence"]
+    assert parser.bare_optional_flags(["--verbose", "false", "a sentence"]) == ["--verbose", "false", "a sentence"]
+    assert parser.bare_optional_flags(["--", "--verbose", "x"]) == ["--", "--verbose", "x"]
+    flags, positional = parser.parse(["--verbose", "a sentence"])
+    assert flags.verbose is True and positional.text == ["a sentence"]
+    flags, positional = parser.parse(["--verbose", "no", "a sentence"])
+    assert flags.verbose is False and positional.text == ["a sentence"]

@@ -30,7 +30,6 @@ from explain_models import letter_tokenizer, page_data, tiny_rnn, tiny_transform
 
 from modeling_attn.api.explain import ExplainError, explain, write_explainer
 from modeling_attn.api.heatmaps import attention_from_generate
-from modeling_attn.api.outputs import MANIFEST
 from modeling_attn.api.translation import sequence_scores
 from modeling_attn.cli.main import main as attn
 
@@ -279,7 +278,7 @@ def test_a_file_it_did_not_write_is_kept_unless_forced(tmp_path):
     assert page_data(target)["sentence"] == SENTENCE
     write_explainer((model, tokenizer), "b d f", target, max_new_tokens=3)  # its own page: replaced
     assert page_data(target)["sentence"] == "b d f"
-    assert sorted(path.name for path in tmp_path.iterdir()) == [MANIFEST, "notes.html"]  # no temporary file left
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["notes.html"]  # no temporary file, no record beside it
     with pytest.raises(ExplainError, match="does not exist"):
         write_explainer((model, tokenizer), SENTENCE, tmp_path / "missing" / "page.html")
     model.save_pretrained(tmp_path / "model")

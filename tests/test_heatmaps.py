@@ -26,7 +26,6 @@ from modeling_attn.api.heatmaps import (
     plot_self_attention,
     save_bertviz_json,
 )
-from modeling_attn.api.outputs import MANIFEST
 from modeling_attn.cli.translate import main as translate_main
 
 needs_matplotlib = pytest.mark.skipif(
@@ -228,7 +227,6 @@ def test_cli_writes_the_pictures_of_the_reverser(reverser, tmp_path, capsys):
         "align-0.png",
         "align-1.png",
         "first.json",
-        MANIFEST,
     }
     assert json.loads((tmp_path / "first.json").read_text())["encoder_tokens"] == list("abcdef")
 
@@ -253,7 +251,7 @@ def test_cli_pictures_the_first_non_empty_sentence(reverser, tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.out.splitlines() == ["", "c b a"]
     assert "attn translate: sentence 0 is empty: no attention picture for it" in captured.err
-    assert {path.name for path in tmp_path.iterdir()} == {"model", "align-1.png", "first.json", MANIFEST}
+    assert {path.name for path in tmp_path.iterdir()} == {"model", "align-1.png", "first.json"}
     assert json.loads((tmp_path / "first.json").read_text())["encoder_tokens"] == ["a", "b", "c"]
 
     argv = ["--model", str(tmp_path / "model"), "", "--attention-png", str(tmp_path / "none.png")]
@@ -371,7 +369,7 @@ def test_cli_writes_transformer_self_attention_grids(tmp_path, capsys):
         "layers",
     ]
     assert translate_main(argv) == 0
-    written = {"model", "self.encoder.png", "self.decoder.png", "cross.png", MANIFEST}
+    written = {"model", "self.encoder.png", "self.decoder.png", "cross.png"}
     assert {path.name for path in tmp_path.iterdir()} == written
 
 

@@ -15,7 +15,6 @@ from full_disk import small_tmpfs
 
 from modeling_attn.api.outputs import (
     LOCK,
-    MANIFEST,
     OutputError,
     check_apart,
     check_not_in_use,
@@ -23,6 +22,8 @@ from modeling_attn.api.outputs import (
     foreign_files,
     output_file,
     output_folder,
+    record_written,
+    written_files_record,
 )
 
 
@@ -35,7 +36,7 @@ def test_a_file_appears_whole_or_not_at_all(tmp_path):
         handle.write("half of the second")
         raise RuntimeError("killed in the middle")
     assert target.read_text() == "first\n"
-    assert sorted(path.name for path in tmp_path.iterdir()) == [MANIFEST, "out.txt"]  # no temporary left
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out.txt"]  # no temporary left, no record beside it
 
 
 def test_an_existing_file_is_replaced_only_if_ours_or_told(tmp_path):
@@ -114,6 +115,50 @@ def test_a_second_write_replaces_what_the_first_wrote_and_a_failed_one_changes_n
     assert (target / "config.json").read_text() == "v2"
     assert not [path for path in target.parent.iterdir() if "staging" in path.name]
     assert not (target / LOCK).exists()
+
+
+def test_a_folder_another_writer_filled_is_another_model_and_needs_force(tmp_path):
+    """A folder attn itself wrote, but as another run or from other inputs, is never replaced without force."""
+    run = tmp_path / "rnn-run"
+    run.mkdir()
+    started = os.stat(run).st_mtime_ns
+    (run / "config.json").write_text('{"model_type": "attn_rnn"}')
+    record_written(run, started)  # what `attn train --output_dir rnn-run` records of its own files
+    model = tmp_path / "model"
+    model.mkdir()
+    with pytest.raises(OutputError) as refused, output_folder(run, "attn average", {"input 1": model}):
+        pass
+    assert str(refused.value) == (
+        f"--output_dir {run} holds another model, written by `attn train --output_dir {run.resolve()}` "
+        "(config.json); choose an empty or new folder, or pass --force to replace its files"
+    )
+    assert json.loads((run / "config.json").read_text()) == {"model_type": "attn_rnn"}
+    with output_folder(run, "attn average", {"input 1": model}, force=True) as staging:
+        (staging / "config.json").write_text('{"model_type": "attn_transformer"}')
+    # the same command from the same inputs replaces its own output; from other inputs it is refused
+    with output_folder(run, "attn average", {"input 1": model}) as staging:
+        (staging / "config.json").write_text('{"model_type": "attn_transformer", "again": true}')
+    other = tmp_path / "other"
+    other.mkdir()
+    expected = rf"holds another model, written by `attn average {model.resolve()}`"
+    with pytest.raises(OutputError, match=expected), output_folder(run, "attn average", {"input 1": other}):
+        pass
+    assert json.loads((run / "config.json").read_text()) == {"model_type": "attn_transformer", "again": True}
+
+
+def test_a_lone_output_file_leaves_no_record_beside_it_and_is_still_replaced_as_ours(tmp_path):
+    target = tmp_path / "page.html"
+    with output_file(target) as handle:
+        handle.write("first")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["page.html"]
+    assert str(target.resolve()) in json.loads(written_files_record().read_text())["files"]
+    with output_file(target) as handle:  # ours, unchanged since: replaced without --overwrite
+        handle.write("second")
+    assert target.read_text() == "second"
+    target.write_text("the user's edit")
+    with pytest.raises(OutputError, match="already exists; pass --overwrite"), output_file(target) as handle:
+        handle.write("third")
+    assert target.read_text() == "the user's edit"
 
 
 def test_a_failed_first_write_leaves_no_folder(tmp_path):

@@ -186,7 +186,9 @@ def _parse_values(parser: argparse.ArgumentParser, argv: list[str], where: str) 
 
     with mock.patch.object(parser, "error", refuse):
         try:
-            parser.parse_known_args([argument for argument in argv if argument != "--"])
+            arguments = [argument for argument in argv if argument != "--"]
+            bare = getattr(parser, "bare_optional_flags", None)  # CommandParser.parse's first step
+            parser.parse_known_args(bare(arguments) if bare else arguments)
         except ValueError as error:
             if not str(error).startswith("the following arguments are required"):
                 return [f"{where}: {parser.prog} refuses it: {error}"]

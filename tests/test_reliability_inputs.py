@@ -32,7 +32,7 @@ from huggingface_hub.errors import StrictDataclassError
 from modeling_attn.training.averaging import load_weights
 from modeling_attn.training.data import load_parallel_data
 from modeling_attn.training.tokenizer import train_bpe_tokenizer
-from modeling_attn.training.train import build_model
+from modeling_attn.training.train import TrainingRun
 from safetensors.torch import load_file, save_file
 from tiny import padded_batch, tiny_config, tiny_model
 from transformers import AutoModelForSeq2SeqLM
@@ -45,6 +45,7 @@ from modeling_attn import (
 from modeling_attn.api.corpus import DataError
 from modeling_attn.cli.main import main as cli_main
 from modeling_attn.cli.train import parse_args
+from modeling_attn.loading import WeightsError
 
 CORPUS = ["the cat sat on the mat", "a dog ran in the park", "1987-03-03", "the 4th of July 1776"] * 5
 SPECIAL = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
@@ -466,22 +467,30 @@ def test_fine_tuning_refuses_what_describes_a_new_model(extra, pattern, by_flags
         with pytest.raises(ValueError, match=pattern):
             parse_args(argv)
         return
-    recipe, _ = parse_args(argv)
+    training = TrainingRun(*parse_args(argv))
+    training.tokenizer = world.tokenizer
     with pytest.raises(ValueError, match=pattern):
-        build_model(recipe, world.tokenizer)
+        training.build_model()
+
+
+def fine_tuned(argv: list[str], world):
+    """The model `TrainingRun.build_model` builds for `argv` with the tokenizer of `world`."""
+    training = TrainingRun(*parse_args(argv))
+    training.tokenizer = world.tokenizer
+    training.build_model()
+    return training.model
 
 
 def test_fine_tuning_applies_config_overrides_to_the_loaded_model(world, tmp_path):
     argv = ["--data", str(tsv_folder(tmp_path)), "--output_dir", str(tmp_path / "out"), *TRAIN[2:]]
-    recipe, _ = parse_args([*argv, "--model_name_or_path", str(world.model), "--config_overrides", "dropout=0.25"])
-    model = build_model(recipe, world.tokenizer)
+    model = fine_tuned([*argv, "--model_name_or_path", str(world.model), "--config_overrides", "dropout=0.25"], world)
     saved = AutoModelForSeq2SeqLM.from_pretrained(world.model)
     assert (model.config.dropout, saved.config.dropout) == (0.25, tiny_config().dropout)
     assert all(
         torch.equal(a, b) for a, b in zip(model.state_dict().values(), saved.state_dict().values(), strict=True)
     )
-    recipe, _ = parse_args([*argv, "--model_name_or_path", str(world.model), "--model_type", "attn_transformer"])
-    assert build_model(recipe, world.tokenizer).config.model_type == "attn_transformer"
+    model = fine_tuned([*argv, "--model_name_or_path", str(world.model), "--model_type", "attn_transformer"], world)
+    assert model.config.model_type == "attn_transformer"
 
 
 @pytest.mark.parametrize(("extra", "pattern"), TRAIN_CASES)
@@ -646,8 +655,9 @@ def test_loading(folder, error, pattern, world):
     ],
 )
 def test_weights_that_do_not_fit_the_config(folder, report, world, caplog):
-    """transformers raises, and its load report (logged just before) names each tensor and both shapes."""
-    with pytest.raises(RuntimeError, match="ignore_mismatched_sizes"):
+    """Our classes raise WeightsError naming the file, a tensor and both shapes; transformers' load report (logged
+    just before) names each one."""
+    with pytest.raises(WeightsError, match=rf"{folder}/model\.safetensors: the weights do not fit config\.json \("):
         AutoModelForSeq2SeqLM.from_pretrained(world.root / folder)
     assert re.search(report, caplog.text)
 

@@ -5,8 +5,8 @@ Reference checks: the server's answers equal `attn translate`'s on the same sent
 `attn translate --num_return_sequences` prints them), whatever the batching of concurrent requests; a seeded
 sampling request equals `attn translate --do_sample --seed`; a sentence translated alone equals the same sentence
 in a padded batch (what lets the server batch). Word alignments (`"alignment": "hard" | "soft"`) equal the lines of
-`attn translate --align` / `--align soft`'s output file, for attn_transformer and attn_rnn, with concurrent clients
-mixing requests with and without alignments; each n-best hypothesis's alignment equals that of its tokens read
+`attn translate --align` / `--align_format soft`'s output file, for attn_transformer and attn_rnn, with concurrent
+clients mixing requests with and without alignments; each n-best hypothesis's alignment equals that of its tokens read
 teacher-forced. Every refusal names its field: checked on FastAPI's TestClient (quick) and over real HTTP (slow).
 The slow tests also fill the queue (503, nothing lost), send SIGTERM with requests in flight (all answered), and run
 32 concurrent clients (no lost or wrong answer).
@@ -172,7 +172,7 @@ def hard_line(entry: dict) -> str:
 
 
 def same_soft(entry: dict, line: str) -> bool:
-    """A served translation with `"alignment": "soft"` against a line of `attn translate --align soft`: the same
+    """A served translation with `"alignment": "soft"` against a line of `attn translate --align_format soft`: the same
     translation and words, weights equal to the 5 digits written (batches padded differently can move the rounding
     of the last digit)."""
     record = json.loads(line)
@@ -439,7 +439,7 @@ def test_alignments_equal_attn_translate_align(alignment_client, tmp_path, capsy
             folder, lines, tmp_path, "--align", *flags
         )
         soft = client.post("/translate", json={"text": lines, "alignment": "soft", "alignment_words": words})
-        written = attn_translate_file(folder, lines, tmp_path, "--align", "soft", *flags)
+        written = attn_translate_file(folder, lines, tmp_path, "--align", "--align_format", "soft", *flags)
         assert all(same_soft(entry, line) for entry, line in zip(soft.json()["translations"], written, strict=True))
         assert len(soft.json()["translations"]) == len(written)
     assert hard.json()["translations"][7] == {"text": "", "score": None, "alignment": []}
@@ -509,7 +509,7 @@ def test_requests_with_and_without_alignments_never_share_a_batch(alignment_mode
 
 
 def test_eager_attention_is_put_back_even_on_an_error(alignment_models):
-    from modeling_attn.api.server import eager_attention
+    from modeling_attn.api.translation import eager_attention
 
     model, _ = load_model(str(alignment_models["attn_transformer"]), "cpu")
     assert model.config._attn_implementation == "sdpa"
@@ -798,14 +798,15 @@ def test_serve_refuses_quantize_on_a_gpu_a_bad_flag_and_an_address_it_cannot_lis
 @pytest.mark.parametrize("model_type", ["attn_transformer", "attn_rnn"])
 def test_concurrent_clients_mixing_alignments_get_attn_translate_align_answers(alignment_models, model_type, tmp_path):
     """A real server; 16 clients, 4 slices of the sentences x (hard, soft, none, hard n-best): each answer equals the
-    matching line of `attn translate`'s output file (--align, --align soft, plain, --num_return_sequences 2). The
+    matching line of `attn translate`'s output file (--align, --align_format soft, plain, --num_return_sequences 2).
+    The
     requests without alignments are queued first and the others sent while they wait: a server that put sentences
     with and without alignments in one generate() call would answer some without alignments."""
     folder = alignment_models[model_type]
     lines = [*sentences(23, seed=12), ""]
     written = {
         "hard": attn_translate_file(folder, lines, tmp_path, "--align"),
-        "soft": attn_translate_file(folder, lines, tmp_path, "--align", "soft"),
+        "soft": attn_translate_file(folder, lines, tmp_path, "--align", "--align_format", "soft"),
         None: attn_translate_file(folder, lines, tmp_path),
         "nbest": parse_nbest(attn_translate_file(folder, lines, tmp_path, "--num_return_sequences", "2")),
     }

@@ -335,7 +335,9 @@ def test_a_missing_or_broken_model_folder_is_one_line(transformer_dir, tmp_path,
     (tmp_path / "unknown").mkdir()
     (tmp_path / "unknown" / "config.json").write_text('{"model_type": "no_such_type"}')
     line = error_line(translate_main, ["--model", str(tmp_path / "unknown"), "x"], capsys)
-    assert line.startswith(f"attn translate: error: {tmp_path / 'unknown'}: ") and "no_such_type" in line
+    assert (
+        line.startswith(f"attn translate: error: {tmp_path / 'unknown' / 'config.json'}: ") and "no_such_type" in line
+    )
     (tmp_path / "no_tokenizer").mkdir()
     for name in ("config.json", "generation_config.json", "model.safetensors"):
         (tmp_path / "no_tokenizer" / name).write_bytes((transformer_dir / name).read_bytes())

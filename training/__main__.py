@@ -1,13 +1,14 @@
-"""`python -m modeling_attn.training` (one process) and `torchrun --nproc_per_node N -m modeling_attn.training` (N processes): `attn train`.
+"""`python -m modeling_attn.training` and `torchrun --nproc_per_node N -m modeling_attn.training`: `attn train`.
 
-Launchers, as tested on a machine without GPU (tests/test_training_distributed.py):
-- `torchrun --nproc_per_node N -m modeling_attn.training ...` starts N processes. On a machine with no accelerator, this module
-  sets ACCELERATE_USE_CPU before transformers reads it, so that the processes form one gloo group (accelerate's
+`python -m` runs one process, `torchrun` N. Launchers, as tested on a machine without GPU
+(tests/test_training_distributed.py; docs/multi-process.md):
+- `torchrun --nproc_per_node N -m modeling_attn.training ...`: on a machine with no accelerator, this module sets
+  ACCELERATE_USE_CPU before transformers reads it, so that the processes form one gloo group (accelerate's
   MULTI_CPU) instead of N separate single-process runs (what transformers 5.23 does there, with only a warning).
 - `accelerate launch --config_file configuration/accelerate-fsdp.yaml --num_processes N --mixed_precision no -m
-  training ...` starts N processes through torchrun too. Accelerate 1.15 turns FSDP on only for GPU-like process
-  groups (`AcceleratorState` leaves a MULTI_CPU group as plain DDP), so without an accelerator this module applies
-  accelerate's own FSDP branch to the gloo group (`_fsdp_on_cpu`); on GPUs nothing is changed.
+  modeling_attn.training ...`: Accelerate 1.15 turns FSDP on only for GPU-like process groups, so without an
+  accelerator this module applies accelerate's own FSDP branch to the gloo group (`_fsdp_on_cpu`); on GPUs nothing
+  is changed.
 - `accelerate launch --cpu --num_processes N` (N > 1) is refused: accelerate's simple launcher starts one process
   and leaves multi-CPU runs to mpirun, so the run would silently train in one process.
 """
@@ -57,14 +58,20 @@ def _has_accelerator() -> bool:
     return accelerator.is_available() if accelerator is not None else torch.cuda.is_available()
 
 
+def _refuse_single_process_cpu() -> int:
+    from modeling_attn.api.errors import FlagError
+
+    raise FlagError(
+        "`accelerate launch --cpu --num_processes N` starts one process here (accelerate leaves multi-CPU runs to "
+        "mpirun); start N CPU processes with `torchrun --nproc_per_node N -m modeling_attn.training ...`"
+    )
+
+
 def _main() -> int:
     if _single_process_cpu_launch():
-        print(
-            "python -m modeling_attn.training: error: `accelerate launch --cpu --num_processes N` starts one process here (accelerate "
-            "leaves multi-CPU runs to mpirun); start N CPU processes with `torchrun --nproc_per_node N -m modeling_attn.training ...`",
-            file=sys.stderr,
-        )
-        return 2
+        from modeling_attn.cli.report import run_command
+
+        return run_command("python -m modeling_attn.training", _refuse_single_process_cpu)
     launched_by_torchrun = int(os.environ.get("WORLD_SIZE", "1")) > 1 and "LOCAL_RANK" in os.environ
     deepspeed = os.environ.get("ACCELERATE_USE_DEEPSPEED", "").lower() in ("1", "true")  # picks its own backend
     if launched_by_torchrun and not deepspeed and not _has_accelerator():

@@ -1,10 +1,11 @@
-"""Checkpoint averaging (the paper, Sec. 6.1: "for the base models, we used a single model obtained by averaging the
-last 5 checkpoints, which were written at 10-minute intervals. For the big models, we averaged the last 20").
+"""Checkpoint averaging (the paper, Sec. 6.1).
 
-Floating-point weights are averaged element-wise (in float64, then cast back); other tensors are taken from the
-newest checkpoint. The result is saved with the newest checkpoint's config, generation config and tokenizer.
-Checkpoints that differ in config or tokenizer (another run's, or another vocabulary's) are refused, naming the
-first difference: averaging them would give weights that fit neither.
+"For the base models, we used a single model obtained by averaging the last 5 checkpoints, which were written at
+10-minute intervals. For the big models, we averaged the last 20". Floating-point weights are averaged element-wise
+(in float64, then cast back); other tensors are taken from the newest checkpoint. The result is saved with the
+newest checkpoint's config, generation config and tokenizer. Checkpoints that differ in config or tokenizer (another
+run's, or another vocabulary's) are refused, naming the first difference: averaging them would give weights that fit
+neither.
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
+from modeling_attn.api.errors import UserError
+from modeling_attn.loading import WeightsError
+
 logger = logging.getLogger(__name__)
 
 _TOKENIZER_FILES = (
@@ -33,17 +37,20 @@ _TOKENIZER_FILES = (
     "sentencepiece.bpe.model",
 )
 
-
 # config.json fields that differ between checkpoints of one model without changing it
 # label_smoothing: a training setting the configs of checkpoints written before it left the config still hold
 _VOLATILE_CONFIG_FIELDS = ("transformers_version", "_name_or_path", "label_smoothing")
+
+
+class AveragingError(UserError, ValueError):
+    """Checkpoints that cannot be averaged (unreadable, of different models); the message names the file."""
 
 
 def _read_json(path: Path) -> dict:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path}: cannot read it as JSON ({error})") from error
+        raise AveragingError(f"{path}: cannot read it as JSON ({error})") from error
 
 
 def first_difference(checkpoint: str | Path, reference: str | Path) -> str | None:
@@ -51,7 +58,7 @@ def first_difference(checkpoint: str | Path, reference: str | Path) -> str | Non
     checkpoint, reference = Path(checkpoint), Path(reference)
     for folder in (checkpoint, reference):
         if not (folder / "config.json").is_file():
-            raise ValueError(f"{folder}: no config.json; not a saved model")
+            raise AveragingError(f"{folder}: no config.json; not a saved model")
     config, expected = _read_json(checkpoint / "config.json"), _read_json(reference / "config.json")
     # folder names, or whole paths where two runs both have a checkpoint-20
     ours, theirs = (checkpoint.name, reference.name) if checkpoint.name != reference.name else (checkpoint, reference)
@@ -74,7 +81,7 @@ def check_same_model(checkpoints: list[str | Path]) -> None:
     """Refuse checkpoints that differ from the newest in config or tokenizer, naming the first difference."""
     for checkpoint in checkpoints[:-1]:
         if difference := first_difference(checkpoint, checkpoints[-1]):
-            raise ValueError(
+            raise AveragingError(
                 f"cannot average {checkpoint} with {checkpoints[-1]}: {difference} (checkpoints of different runs "
                 "or models)"
             )
@@ -92,26 +99,26 @@ def load_weights(checkpoint: str | Path) -> dict[str, torch.Tensor]:
     """All tensors of a checkpoint's safetensors file(s)."""
     files = sorted(Path(checkpoint).glob("model*.safetensors"))
     if not files:
-        raise FileNotFoundError(f"{checkpoint}: no model*.safetensors file")
+        raise WeightsError(f"{checkpoint}: no model*.safetensors file")
     weights: dict[str, torch.Tensor] = {}
     for file in files:
         try:
             weights.update(load_file(file))
         except SafetensorError as error:  # its own message names no file
-            raise OSError(f"{file}: corrupt or truncated safetensors file ({error})") from error
+            raise WeightsError(f"{file}: corrupt or truncated safetensors file ({error})") from error
     return weights
 
 
 def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path) -> Path:
     """Average the weights of `checkpoints` (same config and tokenizer) and save the averaged model to `output_dir`."""
     if not checkpoints:
-        raise ValueError("no checkpoint to average")
+        raise AveragingError("no checkpoint to average")
     check_same_model(checkpoints)
     states = [load_weights(c) for c in checkpoints]
     keys = set(states[-1])
     for checkpoint, state in zip(checkpoints, states, strict=True):
         if set(state) != keys:
-            raise ValueError(f"{checkpoint} holds different tensors than {checkpoints[-1]}; cannot average them")
+            raise AveragingError(f"{checkpoint} holds different tensors than {checkpoints[-1]}; cannot average them")
     averaged = {}
     for key, newest in states[-1].items():
         if newest.is_floating_point():
@@ -127,7 +134,7 @@ def average_checkpoints(checkpoints: list[str | Path], output_dir: str | Path) -
     loaded = {tensors[key].data_ptr() for key in averaged if key in tensors}
     missing = [key for key in missing if tensors[key].data_ptr() not in loaded]
     if unexpected or missing:
-        raise ValueError(f"averaged weights do not fit the model: missing {missing}, unexpected {unexpected}")
+        raise AveragingError(f"averaged weights do not fit the model: missing {missing}, unexpected {unexpected}")
     output_dir = Path(output_dir)
     model.save_pretrained(output_dir)
     for name in _TOKENIZER_FILES:

@@ -1,14 +1,14 @@
-"""Batches by token count, bucketed by length (the paper, Sec. 5.1: "sentence pairs were batched together by
-approximate sequence length. Each training batch contained a set of sentence pairs containing approximately 25000
-source tokens and 25000 target tokens").
+"""Batches by token count, bucketed by length (the paper, Sec. 5.1).
 
-`TokenBatchSampler` sorts the pairs by (longer side, source length, target length), ties broken by a seeded
-shuffle, and cuts the sorted list into batches whose padded source and padded target token counts both stay within `max_tokens`. The
-batches are fixed once; each epoch visits them in a new seeded order (`set_epoch`), as fairseq does. It is a plain
-batch sampler: Accelerate's `BatchSamplerShard` deals the batches out round-robin to the processes, so N processes
-with one batch each see the same global batch as one process accumulating N batches. `StreamingTokenBatches` packs a
-stream (`--streaming`) the same way, a bounded buffer at a time. Lengths are numpy arrays
-and the batches views into one index array, so a WMT-size corpus (4.5M pairs) costs tens of MB here, not GBs.
+"Sentence pairs were batched together by approximate sequence length. Each training batch contained a set of
+sentence pairs containing approximately 25000 source tokens and 25000 target tokens". `TokenBatchSampler` sorts the
+pairs by (longer side, source length, target length), ties broken by a seeded shuffle, and cuts the sorted list into
+batches whose padded source and padded target token counts both stay within `max_tokens`. The batches are fixed
+once; each epoch visits them in a new seeded order (`set_epoch`), as fairseq does. It is a plain batch sampler:
+Accelerate's `BatchSamplerShard` deals the batches out round-robin to the processes, so N processes with one batch
+each see the same global batch as one process accumulating N batches. `StreamingTokenBatches` packs a stream
+(`--streaming`) the same way, a bounded buffer at a time. Lengths are numpy arrays and the batches views into one
+index array, so a WMT-size corpus (4.5M pairs) costs tens of MB here, not GBs.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ import numpy as np
 import pyarrow.compute as pc
 import torch
 from torch.utils.data import IterableDataset, Sampler
+
+from modeling_attn.api.errors import FlagError
 
 
 def column_lengths(dataset, column: str, batch_size: int = 100_000) -> np.ndarray:
@@ -194,7 +196,7 @@ class StreamingTokenBatches(IterableDataset):
         source = np.fromiter((len(pair["input_ids"]) for pair in buffer), np.int64, len(buffer))
         target = np.fromiter((len(pair["labels"]) for pair in buffer), np.int64, len(buffer))
         if (longest := int(np.maximum(source, target).max())) > self.max_tokens:
-            raise ValueError(
+            raise FlagError(
                 f"--max_tokens_per_batch {self.max_tokens} cannot hold a streamed training pair of {longest} tokens; "
                 "raise it, or lower --max_source_length / --max_target_length"
             )

@@ -21,6 +21,8 @@ from tokenizers import Tokenizer, models
 from torch.utils.data import Dataset
 from transformers import PreTrainedTokenizerBase
 
+from modeling_attn.api.errors import FlagError
+
 from .batching import TokenBatchSampler, pack_into, padding_fraction
 from .tokenizer import truncate
 
@@ -30,11 +32,11 @@ logger = logging.getLogger(__name__)
 def dropout_segmenter(tokenizer: PreTrainedTokenizerBase, dropout: float) -> Tokenizer:
     """A copy of the tokenizer's `tokenizers` backend whose BPE model skips each merge with probability `dropout`."""
     if not 0 < dropout <= 1:
-        raise ValueError(f"--bpe_dropout must be in (0, 1], got {dropout}")
+        raise FlagError(f"--bpe_dropout must be in (0, 1], got {dropout}")
     backend = getattr(tokenizer, "backend_tokenizer", None)
     if backend is None or not isinstance(backend.model, models.BPE):
         kind = "a slow (Python) tokenizer" if backend is None else f"a {type(backend.model).__name__} model"
-        raise ValueError(
+        raise FlagError(
             f"--bpe_dropout needs a BPE tokenizer (a `tokenizers` BPE model); {type(tokenizer).__name__} has {kind}"
         )
     segmenter = Tokenizer.from_str(backend.to_str())

@@ -164,6 +164,20 @@ def _load_folder(
     folder: Path, source_lang: str | None, target_lang: str | None, drop_empty: bool, streaming: bool = False
 ) -> ParallelData:
     report = DataReport()
+    table_formats = [suffix for suffix in ("tsv", "jsonl") if split_stem(folder, "train", suffix)]
+    text_languages = sorted(
+        {
+            name.split(".")[1]
+            for path in folder.glob("train.*")
+            if len((name := path.name.removesuffix(".gz")).split(".")) == 2
+        }
+        - {"tsv", "jsonl"}
+    )
+    if table_formats and text_languages:
+        raise DataError(
+            f"{folder}: train.{table_formats[0]} and train.{{{','.join(text_languages)}}} are both training data; "
+            "keep one format (one file per language, or one TSV / JSONL file per split)"
+        )
     if split_stem(folder, "train", "tsv") or split_stem(folder, "train", "jsonl"):
         kind = "tsv" if split_stem(folder, "train", "tsv") else "jsonl"
         if kind == "jsonl" and not (source_lang and target_lang):

@@ -1,8 +1,10 @@
-"""The recipe on the Hugging Face Hub (`attn train --push_to_hub`): the repository created before any work
-(`create_hub_repo`, as Trainer's `init_hf_repo`), and the checkpoint pushes of `--hub_strategy` (`CheckpointPush`, a
-`TrainerCallback`), each with the files of `attn push` (`modeling_attn.api.hub.save_for_hub`: weights, code,
-tokenizer, generation config, card) instead of Trainer's raw folder. The final model is pushed by the recipe after
-the test, with its scores in the card (`train.push_final_model`).
+"""The recipe on the Hugging Face Hub (`attn train --push_to_hub`): the repository and the checkpoint pushes.
+
+The repository is created before any work (`create_hub_repo`, as Trainer's `init_hf_repo`); the checkpoint pushes of
+`--hub_strategy` (`CheckpointPush`, a `TrainerCallback`) each carry the files of `attn push`
+(`modeling_attn.api.hub.save_for_hub`: weights, code, tokenizer, generation config, card) instead of Trainer's raw
+folder. The final model is pushed by the recipe after the test, with its scores in the card
+(`train.TrainingRun.push`).
 """
 
 from __future__ import annotations
@@ -15,22 +17,23 @@ from transformers import Seq2SeqTrainingArguments, TrainerCallback, TrainerContr
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, HubStrategy
 from transformers.utils.hub import PushInProgress
 
+from modeling_attn.api.errors import UserError
 from modeling_attn.api.hub import save_for_hub
 
 
-class HubSetupError(RuntimeError):
+class HubSetupError(UserError, RuntimeError):
     """--push_to_hub, but the Hub repository cannot be created: refused before any work."""
 
 
-def create_hub_repo(repo_id: str, training_args: Seq2SeqTrainingArguments) -> None:
-    """Create the repository `repo_id` (and the branch --hub_revision) if needed, as Trainer's `init_hf_repo` does
-    before any work; HubSetupError, with the way out, when it cannot be (offline, not logged in, no such
-    organisation)."""
-    api = HfApi(token=training_args.hub_token)
+def create_hub_repo(repo_id: str, private: bool | None, revision: str | None, token: str | None) -> None:
+    """Create the repository `repo_id` (--hub_private_repo `private`) and the branch --hub_revision `revision` if
+    needed, as Trainer's `init_hf_repo` does before any work; HubSetupError, with the way out, when it cannot be
+    (offline, not logged in, no such organisation)."""
+    api = HfApi(token=token)
     try:
-        api.create_repo(repo_id, private=training_args.hub_private_repo, exist_ok=True)
-        if training_args.hub_revision is not None:
-            api.create_branch(repo_id, branch=training_args.hub_revision, exist_ok=True)
+        api.create_repo(repo_id, private=private, exist_ok=True)
+        if revision is not None:
+            api.create_branch(repo_id, branch=revision, exist_ok=True)
     except OSError as error:  # huggingface_hub's errors are OSErrors
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise HubSetupError(

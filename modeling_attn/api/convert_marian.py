@@ -1,45 +1,15 @@
 """Conversion between Marian checkpoints (`MarianMTModel`, the OPUS-MT family) and `attn_transformer`.
 
 transformers' `MarianMTModel` is the paper's post-LN Transformer with a few settings, each of which maps to a
-documented field of `AttnTransformerConfig`:
+documented field of `AttnTransformerConfig` (`positional_layout="halves"`, `scale_embedding`, the activation,
+`final_logits_bias`, decoding from the pad token, separate vocabularies); word alignments get Marian's own default,
+the first head of the last decoder layer. The weight names are the same on both sides (BART's naming), so the mapping
+is the identity on every learned tensor; `marian_to_attn` checks that each Marian tensor is used and each of ours
+is filled, and `attn_to_marian` permutes our default `positional_layout="interleaved"` into Marian's.
 
-- positions: sinusoids with all sines first and all cosines second (`positional_layout="halves"`), the first
-  token at position 0, no offset, padding positions not special, the decoder continuing at the cache length
-  (`MarianSinusoidalPositionalEmbedding`). The table is fixed, so it is checked against ours, not copied.
-- embeddings times sqrt(d_model) when `scale_embedding` (OPUS-MT: on); attention scaled by head_dim^-0.5;
-  biases on the q/k/v/out projections; post-LN `LayerNorm(x + Sublayer(x))` with torch's eps 1e-5 and no final
-  LayerNorm per stack (our `norm_first=False`, `layer_norm_eps=1e-5`).
-- the feed-forward activation (OPUS-MT: swish), any `ACT2FN` name on both sides.
-- `final_logits_bias`, a fixed (1, V) buffer added to the logits: our `final_logits_bias=True`.
-- decoding starts from the pad token (`decoder_start_token_id = pad_token_id`) and the generation config forbids
-  generating it (`bad_words_ids=[[pad]]`): the config ids and the whole generation config are carried over.
-- word alignments: transformers' `MarianConfig` has no field for them, so a converted model gets Marian's own
-  default, the first head of the last decoder layer (`alignment_layer=-1, alignment_heads=1`: Marian's
-  `--transformer-guided-alignment-layer last`, whose alignments are read from one head; OPUS-MT models trained with
-  `--guided-alignment` supervised that head). `attn translate --align` and the CTranslate2 export read it. The
-  way back drops the setting (MarianConfig cannot hold it).
-- one shared vocabulary, or separate source and target vocabularies (`share_encoder_decoder_embeddings=False`,
-  `decoder_vocab_size`), with the output projection tied to the target embeddings or not.
-
-The weight names are the same on both sides (both follow BART's naming), so the mapping is the identity on every
-learned tensor; `marian_to_attn` checks that each Marian tensor is used and each of ours is filled. Two cases
-need care. (1) transformers' Marian with `share_encoder_decoder_embeddings=True, tie_word_embeddings=False` keeps
-three unrelated matrices (`shared`, the encoder's, the decoder's) and computes with the encoder's and decoder's
-only; we map it to one shared matrix when those two are equal, else to separate vocabularies of the same size
-(exact either way; an unused `shared` that differs is reported). (2) Our default `positional_layout="interleaved"`
-has no Marian counterpart: `attn_to_marian` permutes the model dimension (sin of frequency i moves from dimension
-2i to i, cos from 2i+1 to d_model/2 + i) in every tensor that reads or writes the residual stream, which gives
-the same function. One difference remains on a path conversion does not touch: Marian's encoder does not scale
-`inputs_embeds` passed directly, ours does (token ids give the same result).
-
-What cannot be reproduced raises `MarianConversionError` naming the field or architecture: different encoder and
-decoder head counts or feed-forward widths, LayerDrop, a position table that is not the sinusoid, another
-architecture (BART, T5...) on the way in; pre-LN or another LayerNorm eps on the way out.
-
-`attn convert --from-marian SRC --to DIR` / `attn convert --to-marian SRC --to DIR` convert saved folders,
-tokenizer and generation config included (Marian's SentencePiece tokenizer is kept as it is). A folder converted from
-Marian records its source in `origin.json` (`hub.record_origin`): its Hub id becomes the `base_model` of the card
-that `attn push` writes, for the converted model and for models fine-tuned from it.
+What cannot be reproduced raises `MarianConversionError` naming the field or architecture. `convert_marian_folder`
+converts saved folders (`attn convert`), tokenizer and generation config included; a converted folder records its
+source in `origin.json` (`hub.record_origin`). Each mapping, and the cases that need care: docs/interop.md, "Marian".
 """
 
 from __future__ import annotations
@@ -54,6 +24,7 @@ from transformers import AutoConfig, AutoTokenizer, MarianConfig, MarianMTModel,
 from ..configuration_transformer import AttnTransformerConfig
 from ..generation import SOURCE_LIMIT_FIELD
 from ..modeling_transformer import AttnTransformerForConditionalGeneration, sinusoid_table
+from .errors import UserError
 from .hub import record_origin
 
 logger = logging.getLogger(__name__)
@@ -88,7 +59,7 @@ SAME_FIELDS = {
 }
 
 
-class MarianConversionError(ValueError):
+class MarianConversionError(UserError, ValueError):
     """A checkpoint or config that the conversion cannot reproduce exactly."""
 
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
+
+from .errors import UserError
 
 # File stems tried for each split, in order; a test stem may also be any one stem starting with "test"
 # (Multi30k's `test_2016_flickr`).
 SPLIT_STEMS = {"train": ["train"], "validation": ["validation", "valid", "val", "dev"], "test": ["test"]}
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """Bad training data; the message names the file (or dataset split) and the line (or row)."""
 
 
@@ -145,3 +147,83 @@ def jsonl_rows(path: str, source_lang: str, target_lang: str) -> Iterator[tuple[
         yield record[source_lang].strip(), record[target_lang].strip(), number
     if number == 0:
         raise DataError(f"{path}: empty file (no sentence pair)")
+
+
+# -- a test split of a folder (`attn evaluate`) ----------------------------------------------------------------------
+
+
+def _split_file(folder: Path, name: str) -> Path | None:
+    stem, _, suffix = name.partition(".")
+    return find_split_file(folder, stem, suffix)  # DataError when both NAME and NAME.gz exist
+
+
+def split_stems(folder: Path, split: str) -> list[str]:
+    """The file stems of `split` present in `folder`: its names (`SPLIT_STEMS`), else for test any one `test*`."""
+
+    def present(stem: str) -> bool:
+        return any(path.name.startswith(f"{stem}.") for path in folder.iterdir())
+
+    stems = [stem for stem in SPLIT_STEMS[split] if present(stem)]
+    if len(stems) > 1:
+        raise DataError(
+            f"{folder}: files {' and '.join(f'{stem}.*' for stem in stems)} could both be the {split} "
+            "split; keep one of them, or choose with --sources_file/--references_file"
+        )
+    if stems or split != "test":
+        return stems
+    found = sorted({path.name.split(".")[0] for path in folder.glob("test*.*")})
+    if len(found) > 1:
+        raise DataError(f"{folder}: several test sets {found}; choose one with --sources_file/--references_file")
+    return found
+
+
+def paired_sentences(
+    rows: Iterator[tuple[str, str, int]], where: Callable[[int], str], empty_targets: bool = False
+) -> tuple[list[str], list[str]]:
+    """Sources and references from the row readers above (stripped, file and line checked).
+
+    An empty source or reference names its place (`where(line)`), unless `empty_targets` allows empty second sides.
+    """
+    firsts, seconds = [], []
+    for first, second, number in rows:
+        if not first or (not second and not empty_targets):
+            side = "source" if not first else "reference"
+            raise DataError(f"{where(number)}: empty {side} sentence (a test pair needs both)")
+        firsts.append(first)
+        seconds.append(second)
+    return firsts, seconds
+
+
+def read_folder_split(
+    folder: Path, stem: str, split: str, source_lang: str | None, target_lang: str | None
+) -> tuple[list[str], list[str], str, str] | None:
+    """Sources, references and their languages from the files `{stem}.*` of `folder` (TSV, JSONL or one plain file
+    per language, `.gz` too), or None if there is none; DataError naming the file and line of a bad pair."""
+    if path := _split_file(folder, f"{stem}.tsv"):
+        sources, references = paired_sentences(tsv_rows(str(path)), lambda number: f"{path}:{number}")
+        return sources, references, source_lang or "src", target_lang or "tgt"
+    if path := _split_file(folder, f"{stem}.jsonl"):
+        if not (source_lang and target_lang):
+            raise DataError(f"{path}: JSONL data needs --source_lang and --target_lang (the JSON keys)")
+        rows = jsonl_rows(str(path), source_lang, target_lang)
+        sources, references = paired_sentences(rows, lambda number: f"{path}:{number}")
+        return sources, references, source_lang, target_lang
+    languages = sorted(
+        {path.name.removesuffix(".gz").split(".", 1)[1] for path in folder.glob(f"{stem}.*")} - {"tsv", "jsonl"}
+    )
+    if not languages:
+        return None
+    if not (source_lang and target_lang):
+        if len(languages) != 2:
+            raise DataError(
+                f"{folder}: files {stem}.{{{','.join(languages)}}}; choose with --source_lang/--target_lang"
+            )
+        source_lang, target_lang = languages
+    source_path = _split_file(folder, f"{stem}.{source_lang}")
+    target_path = _split_file(folder, f"{stem}.{target_lang}")
+    if source_path is None or target_path is None:
+        missing = f"{stem}.{source_lang}" if source_path is None else f"{stem}.{target_lang}"
+        raise DataError(f"{folder}: {missing}[.gz] is missing (the {split} split needs one file per language)")
+    rows = text_pair_rows(str(source_path), str(target_path))
+    sources, references = paired_sentences(rows, lambda number: f"{source_path}:{number} / {target_path}:{number}")
+    return sources, references, source_lang, target_lang

@@ -1,26 +1,14 @@
-"""The attention explainer: one model (or two) run on one sentence, every number of its attention gathered into one
-self-contained HTML page (`write_explainer`; the page is the package file `explain_page.html`, filled with the data).
+"""The attention explainer: one model (or two) run on one sentence, as one self-contained HTML page.
 
-What is gathered, all from the models' own forward passes:
-- the search: generate()'s beam search, recorded step by step through `beam_search_observer`
-  (`beam_search.CompactBeamSearchMixin`): the candidates of each step with their summed log-probabilities, which
-  were kept, which finished (with their length-penalised score) and which were dropped (Vaswani et al. 2017,
-  Sec. 6.1: beam 4, length penalty 0.6). With one beam, greedy search: the token kept and the runner-up per step;
-- the translation token by token, with the model's next-token probabilities (a teacher-forced forward pass over
-  the translation, which gives generate()'s attention: tests/test_explain.py);
-- the Transformer's cross-attention, encoder self-attention and decoder masked self-attention of every layer and
-  head (`output_attentions`, eager attention), and the decoder's mask as its attention layers received it;
-- one head, computed (Vaswani Eq. 1 and Sec. 3.2.2): for one attention (cross, encoder or decoder) of one layer, the
-  queries, keys and values of every head from that layer's W^Q, W^K, W^V and its input hidden states (captured by
-  forward hooks), q.k for every key, the heads' outputs and the output projection W^O. The softmax and the output
-  recomputed here are checked against the layer's own (the differences are in the data and on the page);
-- the RNN's alignment step (Bahdanau et al. 2015, Sec. 3.1; Luong et al. 2015, Sec. 3): the scores e_ij of its
-  score function (captured from the `scores.py` module), the weights alpha_ij, the annotations h_j and the context
-  c_i = sum_j alpha_ij h_j, checked against the context the decoder used.
+`write_explainer` gathers every number of the models' attention into the page (the package file `explain_page.html`,
+filled with the data), all from the models' own forward passes: the beam search step by step
+(`beam_search_observer`), the translation token by token with its next-token probabilities, the Transformer's
+attentions of every layer and head (eager attention), one head computed from its layer's W^Q, W^K, W^V (Vaswani
+et al. 2017, Eq. 1 and Sec. 3.2.2; captured by forward hooks), and the RNN's alignment step (Bahdanau et al. 2015,
+Sec. 3.1; Luong et al. 2015, Sec. 3). Recomputed values are checked against the model's own. docs/explain.md, "Where
+the numbers come from", says how each is gathered and rounded.
 
-Numbers are rounded for the page: probabilities and attention weights to 4 decimals, everything else to 4
-significant digits. A Transformer runs with eager attention while it is explained (the backend that returns
-weights); a model given as an object is put back as it was.
+A Transformer runs with eager attention while it is explained; a model given as an object is put back as it was.
 
 Shapes: L layers, H heads, S source length, T target length (generated tokens, end token included), D head dim,
 E d_model, A annotation size (RNN).
@@ -43,8 +31,10 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .. import __version__
 from ..beam_search import NEG
+from ..registry import MODEL_TYPES
+from .errors import UserError
 from .outputs import OutputError, check_apart, output_file
-from .translation import load_model
+from .translation import eager_attention, load_model
 
 PAGE_TEMPLATE = "explain_page.html"
 DATA_PLACEHOLDER = "/*__EXPLAIN_DATA__*/"
@@ -54,7 +44,7 @@ TOP_ALTERNATIVES = 5  # next-token probabilities shown per step
 ModelSpec = str | os.PathLike | tuple[PreTrainedModel, PreTrainedTokenizerBase]
 
 
-class ExplainError(ValueError):
+class ExplainError(UserError, ValueError):
     """Bad input to the explainer; the message names what is wrong."""
 
 
@@ -117,10 +107,10 @@ def load_models(
         else:
             model, tokenizer = load_model(str(spec), device, eager=True)
             name = Path(spec).name or str(spec)
-        if model.config.model_type not in ("attn_transformer", "attn_rnn"):
+        if model.config.model_type not in MODEL_TYPES:
             raise ExplainError(
                 f"model {number} ({name}) is a {model.config.model_type!r} model; the explainer "
-                "knows attn_transformer and attn_rnn"
+                f"knows {' and '.join(MODEL_TYPES)}"
             )
         loaded.append((name, model, tokenizer))
     return loaded
@@ -129,17 +119,13 @@ def load_models(
 @contextlib.contextmanager
 def prepared(model: PreTrainedModel) -> Iterator[None]:
     """The model in eval mode and, for a Transformer, with eager attention; put back afterwards."""
-    training, implementation = model.training, model.config._attn_implementation
-    transformer = model.config.model_type == "attn_transformer"
+    training = model.training
     model.eval()
-    if transformer and implementation != "eager":
-        model.set_attn_implementation("eager")
     try:
-        yield
+        with eager_attention(model):
+            yield
     finally:
         model.train(training)
-        if transformer and model.config._attn_implementation != implementation:
-            model.set_attn_implementation(implementation)
 
 
 def encode(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, sentence: str) -> dict[str, torch.Tensor]:
@@ -463,7 +449,7 @@ def rnn_data(model: PreTrainedModel, encoded: dict, sequence: torch.Tensor):
 def describe(model: PreTrainedModel) -> str:
     config = model.config
     millions = sum(parameter.numel() for parameter in model.parameters()) / 1e6
-    if config.model_type == "attn_transformer":
+    if MODEL_TYPES[config.model_type].per_head_attention:
         return (
             f"Transformer: {config.encoder_layers} encoder and {config.decoder_layers} decoder layers, "
             f"{config.num_heads} heads, d_model {config.d_model}, {millions:.2f}M parameters"
@@ -485,7 +471,7 @@ def explain_model(
 ) -> dict[str, Any]:
     """Everything the page shows of one model on one sentence (see the module docstring). `walkthrough` is the
     Transformer attention computed step by step: its kind and layer (0-based; None: the last layer)."""
-    transformer = model.config.model_type == "attn_transformer"
+    transformer = MODEL_TYPES[model.config.model_type].per_head_attention  # layers of heads to show
     if transformer:  # checked before any work
         kind, layer = walkthrough
         if kind in ATTENTION_KINDS and layer is None:

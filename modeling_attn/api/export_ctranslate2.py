@@ -2,31 +2,11 @@
 
 `export_ctranslate2(model_or_dir, output_dir, quantization="float32" | "int8" | ...)` fills CTranslate2's Python
 model spec (`ctranslate2.specs.TransformerSpec`) tensor by tensor from our model and saves it with CTranslate2's own
-`Converter.convert` (validation, quantization, aliasing of tied weights). The spec maps every variant of our config:
-
-- post-LN (`pre_norm=False`, no final LayerNorm) or pre-LN (`norm_first`: `pre_norm=True` with a final LayerNorm
-  per stack), the LayerNorm epsilon, the activation (relu, gelu, tanh-approximated gelu, swish, ...), the
-  embedding scale (sqrt(d_model) or 1).
-- positions: CTranslate2 generates [sin | cos] positions unless the spec carries a table, so our table (either
-  `positional_layout`) is written into the spec as it is.
-- attention: CTranslate2 fuses the self-attention q/k/v projections into one linear layer and the cross-attention
-  k/v into another; scaling is head_dim^-0.5 as ours.
-- alignments: the spec's `alignment_layer` / `alignment_heads` are the config's (0 heads, all of them, is written
-  as num_heads), so CTranslate2's `return_attention` gives the attention our word alignments are read from
-  (`modeling_attn.api.alignment`; `CTranslate2Translator.translate_ids_with_attention`).
-- `final_logits_bias` becomes the bias of the output projection; separate source and target vocabularies and an
-  untied output projection are separate spec tensors.
-- vocabularies: CTranslate2 works on token strings. They come from the tokenizer (ids past its end are named
-  `<unused_ID>`), or are the ids themselves ("0", "1", ...) for a model without one. `CTranslate2Translator`
-  maps ids to these strings and back, so callers can stay at the id level.
-- decoding: the decoder start, end and unknown tokens go into the CTranslate2 config; the model's generation
-  config is saved next to the export, and `CTranslate2Translator` takes its defaults (beams, length penalty,
-  forbidden tokens, end tokens) from it.
-
-We build the spec ourselves rather than go through `convert_marian.attn_to_marian` and CTranslate2's Marian
-converter because that converter removes a trailing "<pad>" vocabulary entry and starts the decoder from a zero
-vector instead of the start token's embedding, and it needs a Marian tokenizer; converted Marian models export
-here like any other (`marian_to_attn` first, or give a Marian folder).
+`Converter.convert` (validation, quantization, aliasing of tied weights). The spec maps every variant of our config
+(post-LN or pre-LN, activation, embedding scale, our position table, alignment layer and heads, `final_logits_bias`,
+separate vocabularies); docs/interop.md, "CTranslate2", lists each mapping and why we build the spec ourselves rather
+than go through CTranslate2's Marian converter. CTranslate2 works on token strings: `CTranslate2Translator` maps ids
+to them and back, and takes its decoding defaults from the generation config saved next to the export.
 
 `ctranslate2` is an optional dependency (`pip install "modeling-attn[interop]"`).
 """
@@ -43,6 +23,7 @@ from transformers import AutoConfig, AutoTokenizer, GenerationConfig, PreTrained
 from ..configuration_transformer import AttnTransformerConfig
 from ..generation import SOURCE_LIMIT_FIELD
 from ..modeling_transformer import AttnTransformerForConditionalGeneration
+from .errors import ExportError, UserError
 
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 TOKENIZER_SUBFOLDER = "tokenizer"  # the HF tokenizer, saved apart from CTranslate2's config.json
@@ -62,7 +43,7 @@ ACTIVATIONS = {
 }
 
 
-class MissingExtraError(ImportError):
+class MissingExtraError(UserError, ImportError):
     """ctranslate2, an optional dependency, is not installed."""
 
 
@@ -109,7 +90,7 @@ def build_spec(model: AttnTransformerForConditionalGeneration):
 
     config = model.config
     if config.activation_function not in ACTIVATIONS:
-        raise ValueError(
+        raise ExportError(
             f"AttnTransformerConfig.activation_function={config.activation_function!r} has no CTranslate2 "
             f"counterpart; supported: {sorted(ACTIVATIONS)}"
         )
@@ -166,7 +147,7 @@ def vocabulary(tokenizer: PreTrainedTokenizerBase | None, size: int, side: str =
     seen: dict[str, int] = {}
     for token_id, token in enumerate(tokens):
         if token is None or token in seen:
-            raise ValueError(
+            raise ExportError(
                 f"the tokenizer maps id {token_id} to {token!r}"
                 + (f", as it does id {seen[token]}" if token in seen else "")
                 + "; CTranslate2 needs one distinct token string per id"
@@ -192,7 +173,7 @@ def _load(model_or_dir, tokenizer):
         elif model_type == AttnTransformerConfig.model_type:
             model = AttnTransformerForConditionalGeneration.from_pretrained(model_or_dir)
         else:
-            raise ValueError(
+            raise ExportError(
                 f"{model_or_dir} holds a {model_type!r} model; the CTranslate2 export takes attn_transformer "
                 "(or Marian) models"
             )
@@ -231,7 +212,7 @@ def export_ctranslate2(
     target_tokens = vocabulary(tokenizer, config.decoder_vocab_size, "target")
     for field in ("eos_token_id", "decoder_start_token_id"):
         if _first(getattr(config, field)) is None:
-            raise ValueError(f"AttnTransformerConfig.{field} is None; CTranslate2 needs it")
+            raise ExportError(f"AttnTransformerConfig.{field} is None; CTranslate2 needs it")
 
     class _Converter(ctranslate2.converters.Converter):
         def _load(self):

@@ -1,35 +1,28 @@
 """Export of `attn_transformer` models to ONNX as the two graphs generation needs: an encoder and a decoder step.
 
 - `encoder_model.onnx`: (input_ids, attention_mask) (B, S) -> `present.{i}.encoder.key` / `.value`, (B, H, S, D)
-  for each decoder layer i: the encoder output already projected into the keys and values of that layer's
-  encoder-decoder attention (Vaswani et al. 2017, Sec. 3.2.3), computed once per sentence, as fairseq's incremental
-  decoding keeps its "static" encoder K/V.
-- `decoder_model.onnx`: one decoding step with past keys and values: `input_ids` (B, 1) (the newest target token),
-  `encoder_attention_mask` (B, S), `past_key_values.{i}.decoder.key` / `.value` (B, H, P, D) (P positions decoded
-  so far; P = 0 at the first step) and `past_key_values.{i}.encoder.key` / `.value` (the encoder graph's outputs)
-  -> `logits` (B, V) of the next token and `present.{i}.decoder.key` / `.value` (B, H, P + 1, D).
+  for each decoder layer i: the keys and values of that layer's encoder-decoder attention (Vaswani et al. 2017,
+  Sec. 3.2.3), computed once per sentence, as fairseq's incremental decoding keeps its "static" encoder K/V.
+- `decoder_model.onnx`: one decoding step: `input_ids` (B, 1), `encoder_attention_mask` (B, S) and the past keys and
+  values of both attentions -> `logits` (B, V) of the next token and the new self-attention keys and values.
   The names are those of optimum's seq2seq ONNX exports; batch, source and past lengths are dynamic.
 
-The folder also holds config.json, generation_config.json, the tokenizer (when the model folder has one) and
-`onnx_export.json` (graph names, sizes, versions); `onnx_generation.OnnxTranslator` translates with it (greedy and
-beam search, as `generate()` does). Both graphs are traced from the model's own code: the encoder stack and the
-decoder's forward over a transformers `EncoderDecoderCache` built from the graph inputs, so an export computes what
-the model computes (`verify` compares them on a batch before returning).
-
-Exporter: `torch.onnx.export(dynamo=True)` (torch.export, then onnxscript), the default since torch 2.9. The
-TorchScript exporter (`dynamo=False`) is deprecated there (it warns) and takes no `dynamic_shapes`; torch.export
-traces transformers' cache and mask code as written for it. optimum, which wrote such pairs for Marian, requires
-transformers < 4.58. attn_rnn is refused: its forward stops torch.export at a data-dependent guard.
-
-onnx, onnxscript and onnxruntime are optional dependencies (`pip install "modeling-attn[onnx]"`).
+Both graphs are traced from the model's own code with `torch.onnx.export(dynamo=True)`, and `verify` compares them
+with the model on a batch before returning; `onnx_generation.OnnxTranslator` translates with the folder. The folder's
+files, the exporter choice and why attn_rnn is refused: docs/export.md, "ONNX". onnx, onnxscript and onnxruntime are
+optional dependencies (`pip install "modeling-attn[onnx]"`).
 
 Shapes: B batch, S source length, P past target positions, H heads, D head dim, E d_model, V target vocabulary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import json
+import logging
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 
 import torch
@@ -40,6 +33,8 @@ from transformers.cache_utils import DynamicCache, EncoderDecoderCache
 
 from ..attention import split_heads
 from ..modeling_transformer import AttnTransformerForConditionalGeneration
+from ..registry import MODEL_TYPES
+from .errors import ExportError, UserError
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILE = "decoder_model.onnx"
@@ -47,7 +42,7 @@ MANIFEST_FILE = "onnx_export.json"
 VERIFY_TOLERANCE = 1e-3  # max |logits difference| between onnxruntime and PyTorch (float32) an export must meet
 
 
-class MissingOnnxError(ImportError):
+class MissingOnnxError(UserError, ImportError):
     """onnx, onnxscript or onnxruntime (the optional `onnx` extra) is not installed."""
 
 
@@ -167,8 +162,34 @@ def example_inputs(
     return {"encoder": (input_ids, attention_mask), "decoder": (decoder_ids, attention_mask, past, cross)}
 
 
+# What torch.onnx's exporter says on every successful export that is not about this model (torch 2.13): the
+# torchvision operators it skips, a deprecation inside torch, and dynamic axes that share a name on purpose.
+EXPORTER_NOISE = (r"# The axis name: \w+ will not be used", r"`isinstance\(treespec, LeafSpec\)` is deprecated")
+EXPORTER_REGISTRY_LOGGER = "torch.onnx._internal.exporter._registration"  # "torchvision is not installed..."
+
+
+@contextlib.contextmanager
+def _quiet_exporter() -> Iterator[None]:
+    """torch.onnx's messages of `EXPORTER_NOISE` left out while the block runs; any other warning still shows."""
+    registry = logging.getLogger(EXPORTER_REGISTRY_LOGGER)
+    level = registry.level
+    registry.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings():
+            for pattern in EXPORTER_NOISE:
+                warnings.filterwarnings("ignore", message=pattern)
+            yield
+    finally:
+        registry.setLevel(level)
+
+
 def _export_graphs(model: AttnTransformerForConditionalGeneration, output_dir: Path, opset_version: int | None):
     """Write both graphs; batch, source and past lengths dynamic (past up to the position table's end)."""
+    with _quiet_exporter():
+        _export_both(model, output_dir, opset_version)
+
+
+def _export_both(model: AttnTransformerForConditionalGeneration, output_dir: Path, opset_version: int | None):
     names = graph_names(model.config.decoder_layers)
     batch, source = torch.export.Dim("batch"), torch.export.Dim("source")
     past_length = torch.export.Dim("past", max=model.config.max_position_embeddings - 1)
@@ -282,15 +303,18 @@ def export_onnx(
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir}: no config.json, not a saved model folder")
     model_type = AutoConfig.from_pretrained(model_dir).model_type
-    if model_type == "attn_rnn":
-        raise ValueError(
-            f"{model_dir}: attn_rnn models are not exported to ONNX yet: torch.export stops at a data-dependent "
-            "guard in their forward (the source lengths); export an attn_transformer model"
+    exported = [name for name, entry in MODEL_TYPES.items() if entry.onnx_refusal is None]
+    if model_type not in MODEL_TYPES:
+        raise ExportError(
+            f"{model_dir} holds a {model_type!r} model; the ONNX export takes {', '.join(exported)} models"
         )
-    if model_type != "attn_transformer":
-        raise ValueError(f"{model_dir} holds a {model_type!r} model; the ONNX export takes attn_transformer models")
+    if (refusal := MODEL_TYPES[model_type].onnx_refusal) is not None:
+        raise ExportError(
+            f"{model_dir}: {model_type} models are not exported to ONNX yet: {refusal}; export a "
+            f"{' or '.join(exported)} model"
+        )
     check_output_dir(Path(output_dir), overwrite)  # before the (slow) loading and tracing
-    model = AttnTransformerForConditionalGeneration.from_pretrained(model_dir)
+    model = MODEL_TYPES[model_type].generation_class.from_pretrained(model_dir)
     has_tokenizer = any((model_dir / name).exists() for name in ("tokenizer_config.json", "tokenizer.json"))
     tokenizer = AutoTokenizer.from_pretrained(model_dir) if has_tokenizer else None
     return export_onnx_model(model, output_dir, tokenizer, overwrite, opset_version, verify)

@@ -16,22 +16,39 @@ Hub ids (`user/name`) go through the same checks once transformers has fetched t
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any
 
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 from transformers.models.auto.modeling_auto import MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING
 
+from .errors import UserError
 
-class ModelFolderError(OSError):
+
+class ModelFolderError(UserError, OSError):
     """A model folder (or Hub repository) that cannot be used; the message names it and the reason."""
 
 
 def looks_local(name: str) -> bool:
-    """Whether `name` can only be a local path (a Hub repo id is `name` or `namespace/name`)."""
-    return name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).is_absolute()
+    """Whether `name` can only be a local path (a Hub repo id is `name` or `namespace/name`), or is one in all
+    likelihood: `outputs/datse` where the folder `outputs` exists here (a mistyped run folder, not a Hub id to spend
+    half a minute of retries on)."""
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or Path(name).is_absolute():
+        return True
+    return "/" in name and Path(name).parent.is_dir()
+
+
+def no_such_folder(name: str) -> str:
+    """`name: no such model folder`, with the nearest folder beside it when one is near (`outputs/dates`)."""
+    path = Path(name).expanduser()
+    parent = path.parent if path.parent.is_dir() else None
+    siblings = sorted(entry.name for entry in parent.iterdir() if entry.is_dir()) if parent else []
+    near = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.6)
+    return f"{name}: no such model folder" + (f"; did you mean {Path(name).parent / near[0]}?" if near else "")
 
 
 def read_json(path: str | Path, what: str, error_class: type[Exception] = ModelFolderError) -> Any:
@@ -52,7 +69,7 @@ def check_config(name_or_path: str | Path) -> PretrainedConfig:
     name = str(name_or_path)
     folder = Path(name).expanduser()
     if not folder.exists() and looks_local(name):
-        raise ModelFolderError(f"{name}: no such model folder")
+        raise ModelFolderError(no_such_folder(name))
     if folder.is_file():
         raise ModelFolderError(f"{name}: a file, not a model folder (the folder save_pretrained or attn train wrote)")
     if folder.is_dir():
@@ -63,6 +80,7 @@ def check_config(name_or_path: str | Path) -> PretrainedConfig:
             raise ModelFolderError(f"{folder / 'config.json'}: a config is a JSON object, not {type(fields).__name__}")
         if (folder / "generation_config.json").is_file():
             read_json(folder / "generation_config.json", "generation config")  # else silently the defaults
+        _check_model_type(folder / "config.json", fields.get("model_type"))
     try:
         config = AutoConfig.from_pretrained(name)
     except StrictDataclassError as error:  # "Class validation error for validator ...:\n    ValueError: <what>"
@@ -80,6 +98,20 @@ def check_config(name_or_path: str | Path) -> PretrainedConfig:
     return config
 
 
+def _check_model_type(path: Path, model_type: Any) -> None:
+    """A model_type transformers does not know (a typo) named as such, with the nearest known one; transformers
+    would speak of remote code when the config also has an `auto_map`."""
+    import modeling_attn  # noqa: F401  (registers our model types)
+
+    if model_type is None or model_type in CONFIG_MAPPING:
+        return
+    near = difflib.get_close_matches(str(model_type), list(CONFIG_MAPPING.keys()), n=1, cutoff=0.8)
+    raise ModelFolderError(
+        f"{path}: model_type {model_type!r} is not a model type of transformers or modeling_attn"
+        + (f"; did you mean {near[0]!r}?" if near else "")
+    )
+
+
 def load_checked(name_or_path: str | Path, allow_missing: bool = False, **kwargs: Any) -> PreTrainedModel:
     """`AutoModelForSeq2SeqLM.from_pretrained(name_or_path, **kwargs)` after `check_config`, refusing weights that
     do not belong to the model (see the module docstring)."""
@@ -92,8 +124,8 @@ def load_checked(name_or_path: str | Path, allow_missing: bool = False, **kwargs
     expected = set(model.state_dict())
     if missing and expected <= set(missing) | _tied(model):
         raise ModelFolderError(
-            f"{name_or_path}: the weights hold none of the model's tensors (e.g. {missing[0]}); it would translate with "
-            "random weights"
+            f"{name_or_path}: the weights hold none of the model's tensors (e.g. {missing[0]}); "
+            "it would translate with random weights"
         )
     if missing and not allow_missing:
         shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
@@ -114,4 +146,4 @@ def _tied(model: PreTrainedModel) -> set[str]:
     return tied
 
 
-__all__ = ["ModelFolderError", "check_config", "load_checked", "looks_local", "read_json"]
+__all__ = ["ModelFolderError", "check_config", "load_checked", "looks_local", "no_such_folder", "read_json"]

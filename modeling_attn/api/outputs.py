@@ -1,30 +1,19 @@
 """One safe way to write outputs, for every command and the Python API that writes files.
 
-What it promises (docs/reliability.md lists the tests behind each):
-
-1. **Whole or not at all.** A file appears at its path only once it is complete: it is written beside the target (a
-   hidden temporary in the same folder) and renamed into place (`output_file`). A folder's files are written into a
-   staging folder beside it and moved into place only when the writer has finished (`output_folder`); an error or
-   a kill leaves the target as it was.
-2. **Never an input.** An output that is one of the command's inputs, or lies inside one, is refused before any
-   work, naming both paths (`check_apart`).
-3. **Never what it did not write.** A folder output remembers what it wrote (`.attn-written.json`: each file's size
-   and modification time). A later write may replace those files; any other file in the folder (another model, a
-   README, results, a file of ours edited since) makes the write refused, naming it, unless the caller says
-   `force=True`; then only the files the command writes are replaced, and nothing is ever deleted. An existing
-   output file is replaced only with `overwrite=True` (its flag: `--overwrite`), except files this package wrote
-   there and nobody changed since.
-4. **One writer per folder.** A lock file (`.attn.lock`, holding the writer's pid and command) is taken for the
-   time of the write; a second writer is refused with the first one's pid; a lock whose process is gone is taken
-   over.
-5. **A full disk is named.** ENOSPC while writing becomes "No space left on device", naming the folder, with the
-   target left as it was (`is_disk_full` also knows the writers that do not raise ENOSPC: safetensors' words,
-   torch.save's `inline_container.cc` on a full file system).
-
+What it promises (docs/reliability.md explains each and lists the tests behind it):
+1. Whole or not at all: a file is written beside its target and renamed into place (`output_file`); a folder's files
+   are staged beside it and moved into place when the writer has finished (`output_folder`).
+2. Never an input: an output that is one of the command's inputs, or lies inside one, is refused (`check_apart`).
+3. Never what it did not write, nor another model: a folder output remembers what it wrote and which command, from
+   which inputs, wrote it (`.attn-written.json`); any other file, or files of another writer (another run, another
+   model), make the write refused unless `force=True`, and nothing is ever deleted. An existing output file is
+   replaced only with `overwrite=True`, except files this package wrote there and nobody changed since; that record
+   stays inside folders this package owns, or in the user's state folder (`written_files_record`), never beside a
+   lone output file.
+4. One writer per folder: a lock file (`.attn.lock`) held for the time of the write.
+5. A full disk is named: "No space left on device", naming the folder, the target left as it was (`is_disk_full`).
 A writer that writes into its folder itself (Trainer, for `attn train --output_dir`) records what it wrote with
-`record_written` (every file changed since its start), so that `foreign_files` tells its files from the user's.
-
-Every refusal is an `OutputError` (a `ValueError`: the commands print it as their one-line error).
+`record_written`. Every refusal is an `OutputError` (a `ValueError`: the commands print it as their one-line error).
 """
 
 from __future__ import annotations
@@ -40,12 +29,14 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
+from .errors import UserError
+
 MANIFEST = ".attn-written.json"
 LOCK = ".attn.lock"
 PathLike = str | os.PathLike
 
 
-class OutputError(ValueError):
+class OutputError(UserError, ValueError):
     """An output that cannot be written as asked; the message names the path(s) and the way out."""
 
 
@@ -69,18 +60,35 @@ def _stamp(path: Path) -> list[int]:
     return [status.st_size, status.st_mtime_ns]
 
 
-def _read_manifest(folder: Path) -> dict[str, list[int]]:
+def _read_record(path: Path) -> dict:
     try:
-        recorded = json.loads((folder / MANIFEST).read_text(encoding="utf-8"))
-        return {str(name): list(stamp) for name, stamp in recorded.get("files", {}).items()}
+        recorded = json.loads(path.read_text(encoding="utf-8"))
+        files = {str(name): list(stamp) for name, stamp in recorded.get("files", {}).items()}
+        writer = recorded.get("writer")
+        return {"files": files, "writer": writer if isinstance(writer, dict) else None}
     except (OSError, ValueError, AttributeError, TypeError):
-        return {}  # no record, or one that cannot be trusted: every file counts as not ours
+        return {"files": {}, "writer": None}  # no record, or one that cannot be trusted: every file counts as not ours
+
+
+def _read_manifest(folder: Path) -> dict[str, list[int]]:
+    return _read_record(folder / MANIFEST)["files"]
+
+
+def written_files_record() -> Path:
+    """Where the outputs written outside a folder this package owns are recorded (a lone `--output` file): the user's
+    state folder (`$XDG_STATE_HOME`, default ~/.local/state), so that nothing is left beside the file."""
+    state = os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state"
+    return Path(state) / "modeling-attn" / "written-files.json"
 
 
 def written_by_us(folder: PathLike, name: str) -> bool:
     """Whether `folder/name` is a file this package wrote there and nobody has changed since."""
     path = Path(folder) / name
-    return path.is_file() and _read_manifest(Path(folder)).get(name) == _stamp(path)
+    if not path.is_file():
+        return False
+    if (Path(folder) / MANIFEST).is_file():
+        return _read_manifest(Path(folder)).get(name) == _stamp(path)
+    return _read_record(written_files_record())["files"].get(str(path.resolve())) == _stamp(path)
 
 
 def foreign_files(folder: PathLike) -> list[str]:
@@ -185,22 +193,58 @@ def describe_files(names: list[str]) -> str:
     return ", ".join(entries[:3]) + (f" and {len(entries) - 3} more" if len(entries) > 3 else "")
 
 
-def record_written(folder: PathLike, since_ns: int) -> None:
+def record_written(folder: PathLike, since_ns: int, command: str = "attn train") -> None:
     """Record as written by this package every file under `folder` changed at or after `since_ns` (a file-system
-    time, e.g. the mtime of the writer's lock), for a writer that writes into `folder` itself."""
+    time, e.g. the mtime of the writer's lock), for a writer (`command`) that writes into `folder` itself."""
     folder = Path(folder)
     if not folder.is_dir():
         return
     names = [str(path.relative_to(folder)) for path in folder.rglob("*") if path.is_file()]
-    _record(folder, [name for name in names if name not in (MANIFEST, LOCK) and _stamp(folder / name)[1] >= since_ns])
+    changed = [name for name in names if name not in (MANIFEST, LOCK) and _stamp(folder / name)[1] >= since_ns]
+    _record(folder, changed, writer(command, {"--output_dir": folder}))
 
 
-def _record(folder: Path, names: list[str]) -> None:
-    recorded = _read_manifest(folder)
-    recorded.update({name: _stamp(folder / name) for name in names})
+def writer(command: str, inputs: Mapping[str, PathLike | None]) -> dict:
+    """Who writes a folder: the command and its inputs (resolved paths, or Hub ids as given)."""
+    named = {name: _identity(path) for name, path in inputs.items() if path is not None}
+    return {"command": command, "inputs": dict(sorted(named.items()))}
+
+
+def _identity(path: PathLike) -> str:
+    return str(Path(path).resolve()) if Path(path).exists() else str(path)
+
+
+def _describe_writer(recorded: dict | None) -> str:
+    if not recorded or not isinstance(recorded.get("inputs"), dict):
+        return "an earlier attn command"
+    inputs = " ".join(f"{name} {path}" if name.startswith("--") else path for name, path in recorded["inputs"].items())
+    return f"`{recorded.get('command')}{' ' + inputs if inputs else ''}`"
+
+
+def _record(folder: Path, names: list[str], by: dict | None = None) -> None:
+    record = _read_record(folder / MANIFEST)
+    recorded = {**record["files"], **{name: _stamp(folder / name) for name in names}}
     recorded = {name: stamp for name, stamp in recorded.items() if (folder / name).is_file()}
+    content = {"files": recorded, "writer": by or record["writer"]}
     with output_file(folder / MANIFEST, overwrite=True, record=False) as handle:
-        json.dump({"files": recorded}, handle, indent=1, sort_keys=True)
+        json.dump(content, handle, indent=1, sort_keys=True)
+
+
+RECORDED_FILES = 1000  # the most lone output files the user's record remembers (the newest kept)
+
+
+def _record_lone_file(path: Path) -> None:
+    """Record `path`, written outside a folder this package owns, in the user's record (`written_files_record`).
+    A record that cannot be written only means that the next write asks for --overwrite."""
+    record_path = written_files_record()
+    recorded = _read_record(record_path)["files"]
+    recorded[str(path.resolve())] = _stamp(path)
+    kept = {name: stamp for name, stamp in recorded.items() if Path(name).is_file() and _stamp(Path(name)) == stamp}
+    kept = dict(sorted(kept.items(), key=lambda item: item[1][1])[-RECORDED_FILES:])
+    with contextlib.suppress(OSError):
+        record_path.parent.mkdir(parents=True, exist_ok=True)
+        with output_file(record_path, overwrite=True, record=False) as handle:
+            json.dump({"files": kept}, handle, indent=1, sort_keys=True)
 
 
 @contextlib.contextmanager
@@ -210,12 +254,15 @@ def output_folder(
     inputs: Mapping[str, PathLike | None] | None = None,
     force: bool = False,
     output_name: str = "--output_dir",
+    sources: Mapping[str, PathLike | None] | None = None,
 ) -> Iterator[Path]:
     """A staging folder to write into; when the block ends without an error, its files replace those of `path`.
 
     Refused before the block runs (OutputError): `path` is an input or lies inside one; it is a file; it
     holds files this package did not write (unless `force`); another process is writing it. Nothing at `path` is
-    deleted: files of `path` that the block did not write stay as they were.
+    deleted: files of `path` that the block did not write stay as they were. It also refuses a folder another writer
+    filled (another command, or the same one from other inputs: another model), unless `force`. `sources`: the
+    inputs that name the writer, when they differ from `inputs` (default: `inputs`).
     """
     target = Path(path)
     check_apart(target, inputs or {}, output_name)
@@ -226,6 +273,13 @@ def output_folder(
             f"{output_name} {path} holds files that {command} did not write ({describe_files(foreign)}); choose an "
             "empty or new folder, or pass --force to replace only the files it writes"
         )
+    this_writer = writer(command, (inputs or {}) if sources is None else sources)
+    record = _read_record(target / MANIFEST)
+    if not force and record["files"] and record["writer"] != this_writer and (owned := sorted(record["files"])):
+        raise OutputError(
+            f"{output_name} {path} holds another model, written by {_describe_writer(record['writer'])} "
+            f"({describe_files(owned)}); choose an empty or new folder, or pass --force to replace its files"
+        )
     created = not target.exists()
     try:
         target.mkdir(parents=True, exist_ok=True)
@@ -233,7 +287,7 @@ def output_folder(
             staging = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.staging-"))
             try:
                 yield staging
-                _move_into(staging, target)
+                _move_into(staging, target, this_writer)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
     except OSError as error:
@@ -243,7 +297,7 @@ def output_folder(
             target.rmdir()  # a folder this call created and never filled
 
 
-def _move_into(staging: Path, target: Path) -> None:
+def _move_into(staging: Path, target: Path, by: dict) -> None:
     """Each file of `staging` renamed into the same place under `target` (same file system: atomic per file)."""
     written = []
     for source in sorted(staging.rglob("*")):
@@ -253,7 +307,7 @@ def _move_into(staging: Path, target: Path) -> None:
         (target / name).parent.mkdir(parents=True, exist_ok=True)
         os.replace(source, target / name)
         written.append(str(name))
-    _record(target, written)
+    _record(target, written, by)
 
 
 def check_output_file(
@@ -305,8 +359,10 @@ def output_file(
         handle.close()
         os.chmod(handle.name, mode)
         os.replace(handle.name, target)
-        if record:
+        if record and (target.parent / MANIFEST).is_file():  # a folder this package owns
             _record(target.parent, [target.name])
+        elif record:
+            _record_lone_file(target)
     except OSError as error:
         raise _disk_full(error, target) or error from error
     finally:

@@ -1,63 +1,28 @@
-"""A translation server over HTTP: `create_app(model, tokenizer, ...)` builds a FastAPI application, `Batcher` packs
-the sentences of concurrent requests into token batches for one worker thread. `attn serve` (`cli/serve.py`) runs
-it with uvicorn.
+"""A translation server over HTTP: `create_app(model, tokenizer, ...)` builds a FastAPI application.
 
-Endpoints:
-- `POST /translate` with `{"text": ["...", ...]}` and the decoding options of `attn translate` (`num_beams`,
-  `length_penalty`, `max_new_tokens`, `num_return_sequences`, `do_sample`, `top_k`, `top_p`, `temperature`, `seed`;
-  an option not given is the model's `generation_config`) answers `{"translations": [{"text": ..., "score": ...},
-  ...]}` in input order; with `num_return_sequences` N > 1 each translation also has `nbest`, its N hypotheses best
-  first (the first is `text`/`score`). The score is `translation.translate_nbest`'s: log-probability / length **
-  length_penalty, what `attn translate --num_return_sequences` prints. An empty sentence is not translated: `""`,
-  score null.
-- Word alignments (`attn translate --align`): with `"alignment": "hard"` each translation (and each hypothesis of
-  `nbest`) also has `alignment`, its Pharaoh pairs as a list `[[i, j], ...]` (source word i, target word j, 0-based,
-  in target order: the pairs `attn translate --align` prints as `i-j`); with `"alignment": "soft"` an object
-  `{"source_words", "target_words", "weights"}`, what `attn translate --align soft` writes besides the translation
-  (rows: target words, columns: source words, rounded to 5 digits). `alignment_words` ("whitespace" or "alnum") is
-  `--align_words`. They come from `alignment.translate_aligned_nbest`; the Transformer's attention weights need the
-  eager attention, so the worker switches the model to it for the batches that align and back after (the others
-  keep the attention the model was loaded with, as `attn translate` without `--align` does).
-- `GET /health`: `{"status": "ok", ...}` with the queue's length and counts of requests and batches.
-- `GET /model`: what the model card says (`describe_model`: model type, architecture, size, languages and scores
-  of the model folder's `test_results.json`, decoding, the attention word alignments come from), the quantization
-  and the server's limits.
-- `GET /docs` and `GET /openapi.json`: FastAPI's OpenAPI page and schema.
-
-Batching: each sentence is queued under its decoding options. The worker takes the group whose oldest sentence has
-waited longest; once that group's sentences fill `max_batch_tokens` or the oldest has waited `max_wait_ms`, it
-translates them (oldest first, up to the budget) in one `translate_nbest` call (`translate_aligned_nbest` with
-alignments), so sentences of different requests with the same options share a `generate()` call. The alignment
-options are among them: a request with alignments never shares a call with one without (hard and soft do share: they
-are two writings of one alignment). The budget counts the rows generate() decodes: sentences x the longest of them
-in tokens x beams. Batching does not change a translation: the models are padding-invariant (a padded position is
-masked out of every attention), which tests/test_serve.py checks (alone == in a batch, and the server's answers ==
-`attn translate`'s). Sampling with a `seed` is the exception that batching would break (the random numbers drawn
-depend on the batch): such a request is never merged with another; its sentences go through generate()
-`SAMPLING_BATCH` at a time, after `set_seed(seed)`, as `attn translate --do_sample --seed` does with its default
-`--batch_size`, and give the same samples.
-
-Refusals, each with a JSON body `{"error": "<field>: <what is wrong>"}` naming the field (`text[3]`, `num_beams`,
-`body`): bad JSON (400), a body over `max_body_bytes` (413), a missing or wrongly typed field, an empty `text`, an
-unknown option, a sentence over the model's `max_position_embeddings`, options generate() cannot honour (422); a
-queue that cannot take the request's sentences (`max_queue` waiting sentences) answers 503 with `Retry-After`, and
-takes none of them (a request is queued whole or not at all). A failure inside generate() answers 500 for the
-requests of that batch; the worker goes on.
-
-Shutdown: uvicorn stops accepting connections on SIGTERM and waits for the requests in flight; the application's
-shutdown then lets the worker finish every sentence still queued (`Batcher.close`).
+`Batcher` packs the sentences of concurrent requests into token batches for one worker thread; `attn serve`
+(`cli/serve.py`) runs it with uvicorn. docs/serve.md describes each part:
+- endpoints: `POST /translate` (the decoding options of `attn translate`, n-best lists, word alignments),
+  `GET /health`, `GET /model`, `GET /docs` and `GET /openapi.json`;
+- batching: each sentence is queued under its decoding options; the worker translates the group whose oldest
+  sentence has waited longest, up to `max_batch_tokens` or after `max_wait_ms`. Batching does not change a
+  translation (the models are padding-invariant); a sampling request with a `seed` is never merged with another;
+- refusals, each with a JSON body `{"error": "<field>: <what is wrong>"}` naming the field (400, 413, 422, and 503
+  with `Retry-After` for a full queue); a failure inside generate() answers 500 for that batch and the worker goes on;
+- shutdown: on SIGTERM the requests in flight and the sentences still queued are finished (`Batcher.close`).
+The Transformer's attention weights need the eager attention, so the worker switches the model to it for the
+batches that align and back after.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import copy
 import math
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -72,6 +37,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
 
 from ..registry import MODEL_TYPES
 from .alignment import AlignedTranslation, translate_aligned_nbest
+from .errors import UserError
 from .hub import (
     RESULTS_FILE,
     _describe_alignments,
@@ -81,7 +47,14 @@ from .hub import (
     model_origin,
     read_results,
 )
-from .translation import Hypothesis, TranslateError, check_nbest, generation_overrides, translate_nbest
+from .translation import (
+    Hypothesis,
+    TranslateError,
+    check_nbest,
+    eager_attention,
+    generation_overrides,
+    translate_nbest,
+)
 
 SAMPLING_BATCH = 32  # sentences per generate() call of a seeded sampling request: `attn translate`'s --batch_size
 
@@ -141,7 +114,10 @@ class TranslateRequest(BaseModel):
 
 
 class SoftAlignment(BaseModel):
-    """`attn translate --align soft`'s line without the translation: `weights[j][i]`, target word j to source word i."""
+    """`attn translate --align --align_format soft`'s line without the translation.
+
+    `weights[j][i]` is the weight of target word j on source word i.
+    """
 
     source_words: list[str]
     target_words: list[str]
@@ -166,7 +142,7 @@ class TranslateResponse(BaseModel):
     translations: list[Translation]
 
 
-class RequestError(ValueError):
+class RequestError(UserError, ValueError):
     """A request the model cannot serve (422); `field` is the request's field it names."""
 
     def __init__(self, field: str, message: str):
@@ -181,22 +157,6 @@ class QueueFull(RuntimeError):
 # -- the batching queue --------------------------------------------------------------------------------------------
 
 Found = Hypothesis | AlignedTranslation  # a hypothesis: text and score, with its word alignment when asked for
-
-
-@contextlib.contextmanager
-def eager_attention(model: PreTrainedModel) -> Iterator[None]:
-    """The model with the eager attention (the one that returns attention weights) while the block runs, then the
-    attention it had. Only the worker thread runs the model, so no other batch sees the switch."""
-    implementation = model.config._attn_implementation
-    entry = MODEL_TYPES.get(model.config.model_type)
-    switch = implementation != "eager" and entry is not None and entry.per_head_attention
-    if switch:
-        model.set_attn_implementation("eager")
-    try:
-        yield
-    finally:
-        if switch:
-            model.set_attn_implementation(implementation)
 
 
 def _translate_group(

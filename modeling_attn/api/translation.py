@@ -3,29 +3,25 @@
 - `load_model(path)` loads a model folder or Hub repository with its tokenizer, in eval mode, and checks that the
   tokenizer fits the model's vocabulary (`check_tokenizer_fits`) and that the device exists (`resolve_device`).
 - `translate_batch(model, tokenizer, sentences)` is one `generate()` call with the model's own `generation_config`
-  (or the settings given: `num_beams`, `do_sample`, `top_k`, `top_p`, `temperature`...); with `output_attentions` it
-  also returns each translation's attention (`heatmaps.TranslationAttention`).
+  (or the settings given); with `output_attentions` it also returns each translation's attention.
 - `translate(...)` streams translations of any number of sentences, `batch_size` at a time, in input order.
-- `translate_nbest(model, tokenizer, sentences, num_return_sequences=N)` gives N scored hypotheses per sentence
-  (beam search's N best, or N samples with `do_sample=True`), best first. A hypothesis's score is its
-  log-probability under the model divided by `length ** length_penalty`, the quantity beam search ranks by and
-  returns as `sequences_scores`; it is computed for every decoding by one teacher-forced pass over the hypotheses
-  (`sequence_scores`), so sampled and greedy hypotheses get the same score a beam would.
+- `translate_nbest(model, tokenizer, sentences, num_return_sequences=N)` gives N scored hypotheses per sentence,
+  best first. A score is the log-probability divided by `length ** length_penalty`, the quantity beam search ranks
+  by, computed by one teacher-forced pass over the hypotheses (`sequence_scores`) for every decoding.
 
 A sentence longer than the Transformer's position table (`max_position_embeddings`) is refused, never cut
-(`SentenceTooLong` names its row). The `attn translate` / `attn evaluate` commands (`app/translate.py`) and the
-training recipe's attention picture are built on these functions.
+(`SentenceTooLong` names its row). `attn translate`, `attn evaluate` and the recipe's attention picture use these.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
 from typing import Any, NamedTuple
 
 import torch
-from safetensors import SafetensorError
 from transformers import (
     AutoTokenizer,
     BatchEncoding,
@@ -34,12 +30,13 @@ from transformers import (
 )
 
 from ..registry import MODEL_TYPES
+from .errors import UserError
 from .heatmaps import TranslationAttention, attention_from_generate
 from .model_folder import check_config, load_checked
 from .values import COUNT
 
 
-class TranslateError(ValueError):
+class TranslateError(UserError, ValueError):
     """Bad input to `attn translate` / `attn evaluate`; the message names the file, line or sentence."""
 
 
@@ -113,10 +110,7 @@ def load_model(
         )
     per_head = config.model_type in MODEL_TYPES and MODEL_TYPES[config.model_type].per_head_attention
     kwargs = {"attn_implementation": "eager"} if eager and per_head else {}
-    try:
-        model = load_checked(model_name_or_path, **kwargs)
-    except SafetensorError as error:  # its own message names no file
-        raise OSError(f"{model_name_or_path}: the safetensors weights are corrupt or truncated ({error})") from error
+    model = load_checked(model_name_or_path, **kwargs)
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_name_or_path)
     except ValueError as error:
@@ -125,6 +119,23 @@ def load_model(
         ) from error
     check_tokenizer_fits(model, tokenizer, str(model_name_or_path))
     return model.to(target).eval(), tokenizer
+
+
+@contextlib.contextmanager
+def eager_attention(model: PreTrainedModel) -> Iterator[None]:
+    """The model with the eager attention (the one that returns attention weights) while the block runs, then the
+    attention it had; a model type without per-head attention (the RNN) is left as it is. The switch is seen by
+    every thread that runs the model meanwhile (the server runs it in one worker thread)."""
+    implementation = model.config._attn_implementation
+    entry = MODEL_TYPES.get(model.config.model_type)
+    switch = implementation != "eager" and entry is not None and entry.per_head_attention
+    if switch:
+        model.set_attn_implementation("eager")
+    try:
+        yield
+    finally:
+        if switch:
+            model.set_attn_implementation(implementation)
 
 
 def batches(items: Iterable[str], batch_size: int) -> Iterator[list[str]]:
@@ -365,6 +376,7 @@ __all__ = [
     "batches",
     "check_nbest",
     "check_tokenizer_fits",
+    "eager_attention",
     "generation_overrides",
     "load_model",
     "resolve_device",

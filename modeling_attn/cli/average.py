@@ -10,6 +10,7 @@ from ..api.outputs import output_folder
 from ..api.values import COUNT
 from ..training.averaging import average_checkpoints, find_checkpoints
 from .parser import parse_command
+from .report import run_command
 
 
 @dataclass
@@ -27,13 +28,18 @@ class AverageArguments:
     force: bool = field(
         default=False,
         metadata={
-            "help": "write into a folder that holds files this command did not write, replacing only the files it writes (nothing is deleted)"
+            "help": "write into a folder that holds files this command did not write, "
+            "replacing only the files it writes (nothing is deleted)"
         },
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`attn average FOLDER... --output_dir DIR [--last N]`."""
+    return run_command("attn average", lambda: average(argv))
+
+
+def average(argv: Sequence[str] | None) -> int:
     args, parser = parse_command(
         AverageArguments,
         argv,
@@ -55,10 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         seen[resolved] = Path(checkpoint)
     print(f"averaging {len(checkpoints)} checkpoints: {', '.join(map(str, checkpoints))}")
     inputs = {f"input checkpoint {number}": path for number, path in enumerate(checkpoints, 1)}
-    try:
-        with output_folder(args.output_dir, "attn average", inputs, args.force) as staging:
-            average_checkpoints(checkpoints, staging)
-    except (OSError, ValueError) as error:  # not a checkpoint, a truncated file, checkpoints of different models
-        parser.error(str(error).splitlines()[0])
+    sources = {f"input {number}": path for number, path in enumerate(args.inputs, 1)}  # what was asked for
+    with output_folder(args.output_dir, "attn average", inputs, args.force, sources=sources) as staging:
+        average_checkpoints(checkpoints, staging)  # ModelFolderError: not a checkpoint, a truncated file...
     print(f"saved the averaged model in {args.output_dir}")
     return 0

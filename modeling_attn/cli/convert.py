@@ -10,9 +10,10 @@ from pathlib import Path
 from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
-from ..api.convert_marian import MarianConversionError, convert_attn_folder, convert_marian_folder
-from ..api.outputs import OutputError, output_folder
+from ..api.convert_marian import convert_attn_folder, convert_marian_folder
+from ..api.outputs import output_folder
 from .parser import parse_command
+from .report import run_command
 
 
 @dataclass
@@ -31,7 +32,8 @@ class ConvertArguments:
     force: bool = dataclasses.field(
         default=False,
         metadata={
-            "help": "write into a folder that holds files attn convert did not write, replacing only the files it writes (nothing is deleted)"
+            "help": "write into a folder that holds files attn convert did not write, "
+            "replacing only the files it writes (nothing is deleted)"
         },
     )
 
@@ -56,6 +58,10 @@ def _check_source(source: str, flag: str, parser) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`attn convert --from-marian SRC --to DIR` / `attn convert --to-marian SRC --to DIR`."""
+    return run_command("attn convert", lambda: convert(argv))
+
+
+def convert(argv: Sequence[str] | None) -> int:
     args, parser = parse_command(
         ConvertArguments, argv, "attn convert", "Convert Marian (OPUS-MT) checkpoints to attn_transformer and back."
     )
@@ -64,20 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     _check_source(source, flag, parser)
     inputs = {flag: source} if Path(source).exists() else {}
-    try:
-        with output_folder(args.to, "attn convert", inputs, args.force, "--to") as staging:
-            if args.from_marian is not None:
-                convert_marian_folder(args.from_marian, staging)
-            else:
-                convert_attn_folder(args.to_marian, staging)
-        direction = (
-            "Marian model {} to attn_transformer" if args.from_marian else "attn_transformer model {} to Marian"
-        )
-        print(f"converted {direction.format(source)} in {args.to}")
-    except OutputError as error:
-        parser.error(str(error))
-    except MarianConversionError as error:
-        parser.error(str(error))
-    except OSError as error:  # not a model folder, or a Hub id that cannot be loaded (no network, no such repo)
-        parser.error(f"{flag} {source}: cannot load it ({str(error).strip().splitlines()[0]})")
+    with output_folder(args.to, "attn convert", inputs, args.force, "--to") as staging:
+        if args.from_marian is not None:
+            convert_marian_folder(args.from_marian, staging)
+        else:
+            convert_attn_folder(args.to_marian, staging)
+    direction = "Marian model {} to attn_transformer" if args.from_marian else "attn_transformer model {} to Marian"
+    print(f"converted {direction.format(source)} in {args.to}")
     return 0

@@ -1,19 +1,16 @@
-"""`attn evaluate`: BLEU, chrF and TER (sacreBLEU, with their signatures) of a model on a test set, or of a file of
-existing translations, printed as JSON.
+"""`attn evaluate`: BLEU, chrF and TER (sacreBLEU) of a model on a test set, or of existing translations, as JSON.
 
-Three ways to give the test set:
+Three ways to give the test set (docs/translate-evaluate.md, "`attn evaluate`"):
 - `--model M [--data D] [--split test]`: a split of the data `attn train --data` reads. In a folder of plain files
-  only that split's files are read (`{split}.{src}`/`{split}.{tgt}`, `{split}.tsv` as source TAB target with no
-  header line, `{split}.jsonl`; `.gz` too; a test set may be any one `test*` stem such as `test_2016_flickr`), so a
-  folder holding only test files works and the training data is not read. Other data (a `save_to_disk` folder, a
-  dataset name, none: the embedded dates task) goes through the recipe's loader, `modeling_attn.training.data.load_parallel_data`.
+  only that split's files are read (`{split}.{src}`/`{split}.{tgt}`, `{split}.tsv`, `{split}.jsonl`, `.gz` too; a
+  test set may be any one `test*` stem such as `test_2016_flickr`). Other data (a `save_to_disk` folder, a dataset
+  name, none: the embedded dates task) goes through `modeling_attn.training.data.load_parallel_data`.
 - `--model M --sources_file S --references_file R`: translate S, score against R (one sentence per line).
 - `--hypotheses_file H --references_file R`: score existing translations; no model is loaded.
 
 `evaluate(model, tokenizer, sources, references)` is the Python function behind the first two; `--quantize int8`
-scores the model with dynamic int8 Linear layers (`modeling_attn.api.quantize.quantize_int8`). The flags follow the
-`attn` convention (`modeling_attn.cli.parser.CommandParser`); bad data ends with one line naming the file and line, and
-exit status 2.
+scores the model with dynamic int8 Linear layers (`modeling_attn.api.quantize.quantize_int8`). Bad data ends with one
+line naming the file and line, and exit status 2.
 """
 
 from __future__ import annotations
@@ -22,7 +19,6 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -30,17 +26,16 @@ from typing import Any, Literal
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from modeling_attn.cli.parser import CommandParser, run_command
+from modeling_attn.cli.parser import CommandParser
+from modeling_attn.cli.report import run_command
 
-from ..api.corpus import SPLIT_STEMS, DataError, find_split_file, jsonl_rows, text_pair_rows, tsv_rows
+from ..api.corpus import SPLIT_STEMS, DataError, paired_sentences, read_folder_split, split_stems, text_pair_rows
 from ..api.hub import EMBEDDED_TASK, decoding_settings, local_or_hub
 from ..api.outputs import OutputError, check_output_file, output_file
 from ..api.quantize import quantize, quantize_device
 from ..api.translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
 from ..api.values import COUNT
 from .translate import DecodingArguments, RuntimeArguments, generation_overrides, parse_flags, shown_defaults
-
-_TEXT_FORMATS = ("tsv", "jsonl")
 
 
 @dataclass
@@ -176,95 +171,24 @@ class EvaluationSet:
         self.hypotheses = None if self.hypotheses is None else self.hypotheses[:count]
 
 
-def _file(folder: Path, name: str) -> Path | None:
-    stem, _, suffix = name.partition(".")
-    return find_split_file(folder, stem, suffix)  # DataError when both NAME and NAME.gz exist
-
-
-def _split_stems(folder: Path, split: str) -> list[str]:
-    """The file stems of `split` present in `folder`: its names (`SPLIT_STEMS`), else for test any one `test*`."""
-
-    def present(stem: str) -> bool:
-        return any(path.name.startswith(f"{stem}.") for path in folder.iterdir())
-
-    stems = [stem for stem in SPLIT_STEMS[split] if present(stem)]
-    if len(stems) > 1:
-        raise DataError(
-            f"{folder}: files {' and '.join(f'{stem}.*' for stem in stems)} could both be the {split} "
-            "split; keep one of them, or choose with --sources_file/--references_file"
-        )
-    if stems or split != "test":
-        return stems
-    found = sorted({path.name.split(".")[0] for path in folder.glob("test*.*")})
-    if len(found) > 1:
-        raise DataError(f"{folder}: several test sets {found}; choose one with --sources_file/--references_file")
-    return found
-
-
-def _pairs(
-    rows: Iterator[tuple[str, str, int]], where: Callable[[int], str], empty_targets: bool = False
-) -> tuple[list[str], list[str]]:
-    """Sources and references of the recipe's row readers (`modeling_attn.api.corpus`: stripped, file and line checked);
-    an empty source or reference names its place (`where(line)`), unless `empty_targets` allows empty second sides."""
-    firsts, seconds = [], []
-    for first, second, number in rows:
-        if not first or (not second and not empty_targets):
-            side = "source" if not first else "reference"
-            raise DataError(f"{where(number)}: empty {side} sentence (a test pair needs both)")
-        firsts.append(first)
-        seconds.append(second)
-    return firsts, seconds
-
-
 def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> EvaluationSet | None:
-    """The pairs of files `{stem}.*` in `folder` (TSV, JSONL or one plain file per language), or None if none."""
-    details = {"data": local_or_hub(str(folder)), "split": args.split, "file_stem": stem}
-    where = f"the {args.split} split of {folder}"
-    if path := _file(folder, f"{stem}.tsv"):
-        sources, references = _pairs(tsv_rows(str(path)), lambda number: f"{path}:{number}")
-        return EvaluationSet(
-            sources,
-            references,
-            where,
-            {**details, "source_lang": args.source_lang or "src", "target_lang": args.target_lang or "tgt"},
-        )
-    if path := _file(folder, f"{stem}.jsonl"):
-        if not (args.source_lang and args.target_lang):
-            raise DataError(f"{path}: JSONL data needs --source_lang and --target_lang (the JSON keys)")
-        rows = jsonl_rows(str(path), args.source_lang, args.target_lang)
-        sources, references = _pairs(rows, lambda number: f"{path}:{number}")
-        return EvaluationSet(
-            sources, references, where, {**details, "source_lang": args.source_lang, "target_lang": args.target_lang}
-        )
-    languages = sorted(
-        {path.name.removesuffix(".gz").split(".", 1)[1] for path in folder.glob(f"{stem}.*")} - set(_TEXT_FORMATS)
-    )
-    if not languages:
+    """The pairs of files `{stem}.*` in `folder` (`api.corpus.read_folder_split`), or None if none."""
+    found = read_folder_split(folder, stem, args.split, args.source_lang, args.target_lang)
+    if found is None:
         return None
-    source_lang, target_lang = args.source_lang, args.target_lang
-    if not (source_lang and target_lang):
-        if len(languages) != 2:
-            raise DataError(
-                f"{folder}: files {stem}.{{{','.join(languages)}}}; choose with --source_lang/--target_lang"
-            )
-        source_lang, target_lang = languages
-    source_path, target_path = _file(folder, f"{stem}.{source_lang}"), _file(folder, f"{stem}.{target_lang}")
-    if source_path is None or target_path is None:
-        missing = f"{stem}.{source_lang}" if source_path is None else f"{stem}.{target_lang}"
-        raise DataError(f"{folder}: {missing}[.gz] is missing (the {args.split} split needs one file per language)")
-    rows = text_pair_rows(str(source_path), str(target_path))
-    sources, references = _pairs(rows, lambda number: f"{source_path}:{number} / {target_path}:{number}")
-    return EvaluationSet(
-        sources, references, where, {**details, "source_lang": source_lang, "target_lang": target_lang}
-    )
+    sources, references, source_lang, target_lang = found
+    details = {"data": local_or_hub(str(folder)), "split": args.split, "file_stem": stem}
+    details |= {"source_lang": source_lang, "target_lang": target_lang}
+    return EvaluationSet(sources, references, f"the {args.split} split of {folder}", details)
 
 
 def _loaded_split(args: SimpleNamespace) -> EvaluationSet:
     """The split through the training recipe's loader (embedded task, save_to_disk folder, dataset name)."""
-    from ..training.data import load_parallel_data, require_splits
+    from ..training.data import load_parallel_data
 
     parallel = load_parallel_data(args.data, args.source_lang, args.target_lang, args.data_config)
-    require_splits(parallel, [args.split], args.data)
+    if args.split not in parallel.splits:
+        raise DataError(_no_split(args.data, args.split, sorted(parallel.splits)))
     table = parallel.splits[args.split]
     name = args.data or "the embedded dates task"
     details = {
@@ -277,6 +201,15 @@ def _loaded_split(args: SimpleNamespace) -> EvaluationSet:
     return EvaluationSet(list(table["source"]), list(table["target"]), f"the {args.split} split of {name}", details)
 
 
+def _no_split(data: str | None, split: str, present: list[str]) -> str:
+    stems = "/".join(SPLIT_STEMS[split])
+    return (
+        f"--data {data}: no {split} split (looked for files {stems}.*, or a dataset split named {stems}; "
+        f"{'it has ' + ', '.join(present) if present else 'it has none'}); choose another --split, or give "
+        "--sources_file and --references_file"
+    )
+
+
 def load_evaluation_set(args: SimpleNamespace) -> EvaluationSet:
     """The sentences and references `args` name (see the module docstring); DataError naming what is wrong."""
     if args.hypotheses_file or args.sources_file:
@@ -284,22 +217,24 @@ def load_evaluation_set(args: SimpleNamespace) -> EvaluationSet:
         key = "hypotheses_file" if args.hypotheses_file else "sources_file"
         details = {key: str(first), "references_file": args.references_file}
         if args.hypotheses_file:  # a translation may be empty; a reference may not
-            references, hypotheses = _pairs(
+            references, hypotheses = paired_sentences(
                 text_pair_rows(args.references_file, str(first)),
                 lambda number: f"{args.references_file}:{number}",
                 empty_targets=True,
             )
             return EvaluationSet(None, references, str(first), details, hypotheses=hypotheses)
-        sources, references = _pairs(
+        sources, references = paired_sentences(
             text_pair_rows(str(first), args.references_file),
             lambda number: f"{first}:{number} / {args.references_file}:{number}",
         )
         return EvaluationSet(sources, references, str(first), details)
     folder = Path(args.data) if args.data else None
     if folder is not None and folder.is_dir() and not (folder / "dataset_dict.json").is_file():
-        for stem in _split_stems(folder, args.split):
+        for stem in split_stems(folder, args.split):
             if (found := _read_folder_split(folder, stem, args)) is not None:
                 return found
+        if not any(folder.iterdir()):
+            raise DataError(_no_split(args.data, args.split, []))
     return _loaded_split(args)
 
 
@@ -309,7 +244,7 @@ def load_evaluation_set(args: SimpleNamespace) -> EvaluationSet:
 def main(argv: list[str] | None = None) -> int:
     """`attn evaluate`: see the module docstring and `attn evaluate --help`."""
     args = parse_flags(evaluate_parser(), argv)
-    return run_command("attn evaluate", lambda: _evaluate(args), (OSError, DataError, TranslateError, OutputError))
+    return run_command("attn evaluate", lambda: _evaluate(args))
 
 
 def _inputs(args: SimpleNamespace) -> dict[str, str | None]:

@@ -14,13 +14,12 @@ explainer page, or with `--force`; a user error is one line `attn explain: error
 
 from __future__ import annotations
 
-import sys
 from dataclasses import dataclass, field
 
-from ..api.explain import ATTENTION_KINDS, ExplainError, write_explainer
-from ..api.translation import TranslateError
+from ..api.explain import ATTENTION_KINDS, write_explainer
 from ..api.values import COUNT
 from .parser import CommandParser
+from .report import run_command
 from .translate import parse_flags, shown_defaults
 
 PROG = "attn explain"
@@ -77,6 +76,10 @@ def explain_parser() -> CommandParser:
 
 def main(argv: list[str] | None = None) -> int:
     """`attn explain`: see the module docstring and `attn explain --help`."""
+    return run_command(PROG, lambda: explain(argv))
+
+
+def explain(argv: list[str] | None) -> int:
     parser = explain_parser()
     args = parse_flags(parser, argv)
     if not args.model:
@@ -89,19 +92,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"give the sentence as one argument (quote it); got {len(args.sentence)} arguments")
     generation = {name: getattr(args, name) for name in ("num_beams", "length_penalty", "max_new_tokens")}
     layer = None if args.walkthrough_layer is None else args.walkthrough_layer - 1
-    try:
-        path = write_explainer(
-            args.model,
-            args.sentence[0],
-            args.output,
-            force=args.force,
-            device=args.device,
-            walkthrough=(args.walkthrough, layer),
-            **{name: value for name, value in generation.items() if value is not None},
-        )
-    except (OSError, ExplainError, TranslateError) as error:
-        print(f"{PROG}: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
+    path = write_explainer(
+        args.model,
+        args.sentence[0],
+        args.output,
+        force=args.force,
+        device=args.device,
+        walkthrough=(args.walkthrough, layer),
+        **{name: value for name, value in generation.items() if value is not None},
+    )
     print(f"wrote {path} ({path.stat().st_size / 1e6:.2f} MB): open it in a browser")
     return 0
 

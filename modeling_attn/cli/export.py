@@ -10,8 +10,10 @@ from typing import Literal
 
 from ..api.export_ctranslate2 import QUANTIZATIONS, export_ctranslate2, import_ctranslate2
 from ..api.export_onnx import export_onnx, import_onnxruntime
+from ..api.model_folder import check_config
 from ..api.outputs import output_folder
 from .parser import parse_command
+from .report import run_command
 
 
 @dataclass
@@ -60,22 +62,19 @@ def _export(args) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`attn export MODEL --ctranslate2 DIR` or `--onnx DIR` (or `--model MODEL`)."""
+    return run_command("attn export", lambda: export(argv))
+
+
+def export(argv: Sequence[str] | None) -> int:
     args, parser = parse_command(
         ExportArguments, argv, "attn export", "Export a saved model to CTranslate2 or ONNX.", "model"
     )
-    try:
-        import_ctranslate2() if args.ctranslate2 else import_onnxruntime()
-    except ImportError as error:  # the interop or onnx extra is not installed
-        parser.error(str(error))
+    import_ctranslate2() if args.ctranslate2 else import_onnxruntime()  # a UserError naming the missing extra
     if not Path(args.model).is_dir():
         parser.error(f"{args.model}: no such model folder")
     if not (Path(args.model) / "config.json").is_file():
         parser.error(f"{args.model}: no config.json, not a saved model folder")
-    try:
-        kind = _export(args)
-    except ValueError as error:  # a model the format cannot represent, or not a model folder we read
-        parser.error(str(error).strip().splitlines()[0])
-    except OSError as error:  # a folder without a readable config or weights
-        parser.error(f"{args.model}: cannot load it ({str(error).strip().splitlines()[0]})")
+    check_config(args.model)  # ModelFolderError naming what is wrong with the folder
+    kind = _export(args)
     print(f"exported {args.model} to {kind} in {args.ctranslate2 or args.onnx}")
     return 0

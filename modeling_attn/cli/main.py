@@ -1,9 +1,9 @@
 """The `attn` command: a dispatcher that imports only the command it runs.
 
 Each command is one module of this package with its flags (a dataclass, parsed by `parser.CommandParser`) and a
-`main(argv) -> int`: `attn train` (`train.py`, the recipe of `modeling_attn.training`), `average`, `translate`,
-`evaluate`, `push`, `convert`, `export`, `preset`. A command module never imports this dispatcher; the convention
-they share (flags files, `--a-b` and `--a_b`, one-line errors with exit status 2) lives in `parser.py`.
+`main(argv) -> int`; `COMMANDS` below lists them with their one-line help. A command module never imports this
+dispatcher; the convention they share (flags files, `--a-b` and `--a_b`) lives in `parser.py`, and how a command
+ends (one-line errors with exit status 2) in `report.py`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__
-from .parser import command_error
+from ..api.errors import UserError
+from .report import run_command
 
 PROG = "attn"
 
@@ -55,12 +56,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command in ("-V", "--version"):
         print(f"modeling-attn {__version__}")
         return 0
+    return run_command(PROG, lambda: _dispatch(command, rest))
+
+
+def _dispatch(command: str, rest: list[str]) -> int:
+    """`attn COMMAND rest`: the command's own `main`, or a UserError naming the closest command."""
     if command not in COMMANDS:
-        near = difflib.get_close_matches(command, list(COMMANDS), n=1)
         if command.startswith("-"):
-            command_error(PROG, f"unknown option {command!r}; a command comes first (see {PROG} --help)")
+            raise UserError(f"unknown option {command!r}; a command comes first (see {PROG} --help)")
+        near = difflib.get_close_matches(command, list(COMMANDS), n=1)
         hint = f"; did you mean {near[0]!r}?" if near else f"; one of {', '.join(COMMANDS)}"
-        command_error(PROG, f"unknown command {command!r}{hint} (see {PROG} --help)")
+        raise UserError(f"unknown command {command!r}{hint} (see {PROG} --help)")
     return importlib.import_module(f"{__package__}.{command}").main(rest)
 
 

@@ -3,19 +3,15 @@
 A command declares its flags as dataclasses (as `run_translation.py` and `Seq2SeqTrainingArguments` do) and parses
 them with `CommandParser.parse`:
 - `--a_b` and `--a-b` are the same flag (HfArgumentParser registers both spellings);
-- `attn COMMAND flags.yaml` (or `.json`) reads the flags from a file: its keys are flag names, and flags given after
-  the file override it (`attn train recipe.yaml --max_steps 10`);
-- a number flag declares its values (`"range": COUNT` in its field's metadata, `modeling_attn.api.values`; transformers'
-  own flags through `declare_ranges`), checked once right after parsing, before any dataclass is built; a float flag
-  with no declaration must be finite;
-- a user error (an unknown flag, a bad value, a value out of its declared range, a missing required flag, a value or
-  a combination a dataclass refuses in its `__post_init__`) ends with one line on stderr, `attn COMMAND: error: ...`, naming the
-  closest valid flag for an unknown one, and exit status 2 (argparse's usage block and Python's traceback are left
-  out); so does a user error found later, while the command runs (`run_command`: bad data, a file that cannot be
-  read), while Ctrl-C ends with exit status 130 and a closed stdout (`attn translate ... | head`) quietly with 141.
-
-Every command of `modeling_attn.cli` (`attn train` and `python -m modeling_attn.training` included) uses this
-convention; the model package, the Python API and the recipe do not parse command lines.
+- `attn COMMAND flags.yaml` (or `.json`) reads the flags from a file; flags given after the file override it;
+- a number flag declares its values (`"range": COUNT` in its field's metadata, `modeling_attn.api.values`), checked
+  once right after parsing, before any dataclass is built; a float flag with no declaration must be finite;
+- a user error while parsing (an unknown flag, a bad value, a missing required flag, a combination a dataclass
+  refuses in its `__post_init__`) ends with one line on stderr, `attn COMMAND: error: ...`, naming the closest valid
+  flag for an unknown one, and exit status 2, without argparse's usage block or a traceback.
+Every command of `modeling_attn.cli` uses this convention (docs/training.md, "Flags"); errors found while a command
+runs are reported by `modeling_attn.cli.report`. The model package, the Python API and the recipe parse no command
+lines.
 """
 
 from __future__ import annotations
@@ -25,10 +21,9 @@ import copy
 import dataclasses
 import difflib
 import json
-import os
 import sys
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -129,6 +124,26 @@ class CommandParser(HfArgumentParser):
             argv += _as_arguments(str(key).replace("-", "_"), value)
         return argv
 
+    def bare_optional_flags(self, argv: list[str]) -> list[str]:
+        """`argv` with each flag whose value is optional (a boolean: `--do_sample` or `--do_sample false`) written
+        `--flag=VALUE` when the argument after it is not one of its values.
+
+        argparse would take that argument as the flag's value: `attn translate --do_sample "a sentence"` would refuse
+        the sentence as a boolean. Here the flag stands alone and the sentence stays a sentence.
+        """
+        if not any(not action.option_strings for action in self._actions):
+            return list(argv)  # no positional argument to leave in place: argparse's own message is the right one
+        rewritten = list(argv)
+        for index, argument in enumerate(argv[:-1]):
+            action = self._option_string_actions.get(argument)
+            following = argv[index + 1]
+            if action is None or action.nargs != "?" or following.startswith("-") or "--" in argv[:index]:
+                continue
+            if not _takes_value(action, following):
+                constant = action.const
+                rewritten[index] = f"{argument}={str(constant).lower() if isinstance(constant, bool) else constant}"
+        return rewritten
+
     def parse(self, argv: Sequence[str] | None = None) -> tuple[Any, ...]:
         """The command's dataclasses, filled from `argv` (default: sys.argv[1:]) by the convention above."""
         argv = list(sys.argv[1:] if argv is None else argv)
@@ -136,6 +151,7 @@ class CommandParser(HfArgumentParser):
             argv = self.config_file_flags(Path(argv[0])) + argv[1:]
         elif argv and not argv[0].startswith("-") and argv[0].endswith(CONFIG_SUFFIXES):
             self.error(f"{argv[0]}: no such flags file")
+        argv = self.bare_optional_flags(argv)
         # An unknown flag first: argparse reports a missing required flag before an unknown one, so a misspelt
         # required flag (`--ouput_dir`) would read as a missing one.
         flags = set(self.flag_names())
@@ -152,6 +168,15 @@ class CommandParser(HfArgumentParser):
             self.error(str(error).strip().splitlines()[0])
 
 
+def _takes_value(action: argparse.Action, argument: str) -> bool:
+    """Whether `argument` is a value of the optional-value flag `action` (its type accepts it, one of its choices)."""
+    try:
+        value = action.type(argument) if action.type is not None else argument
+    except (TypeError, ValueError, argparse.ArgumentTypeError):
+        return False
+    return action.choices is None or value in action.choices
+
+
 def _as_arguments(name: str, value: Any) -> list[str]:
     """One flag of a flags file as command-line arguments (booleans as true/false, lists as several values)."""
     if value is None:
@@ -163,30 +188,6 @@ def _as_arguments(name: str, value: Any) -> list[str]:
     if isinstance(value, dict):
         return [f"--{name}", json.dumps(value)]
     return [f"--{name}", str(value)]
-
-
-def run_command(prog: str, command: Callable[[], int], user_errors: tuple[type[BaseException], ...]) -> int:
-    """`command()`'s exit status, or: a user error (`user_errors`: bad data, a file that cannot be read) as one line
-    on stderr, `PROG: error: ...`, with exit status 2; Ctrl-C as `PROG: interrupted` with 130; a reader that went away
-    (`attn translate ... | head`) quietly with 141 (128 + SIGPIPE), as Unix tools do."""
-    try:
-        return command()
-    except BrokenPipeError:  # before `user_errors`, which may hold OSError
-        # Python's recipe: point stdout at devnull so the interpreter's final flush does not fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 141
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    except user_errors as error:
-        print(f"{prog}: error: {' '.join(str(error).split())}", file=sys.stderr)
-        return 2
-
-
-def command_error(prog: str, message: str) -> NoReturn:
-    """A user error outside a parser (a missing folder, a failed load): one line on stderr, exit status 2."""
-    print(f"{prog}: error: {message}", file=sys.stderr)
-    raise SystemExit(2)
 
 
 def parse_command(
@@ -222,4 +223,4 @@ def parse_command(
     return args, parser
 
 
-__all__ = ["CONFIG_SUFFIXES", "CommandParser", "command_error", "parse_command", "run_command"]
+__all__ = ["CONFIG_SUFFIXES", "CommandParser", "parse_command"]

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from ..api.presets import available_presets, load_preset
 from .parser import parse_command
+from .report import run_command
 
 
 @dataclass
@@ -20,6 +21,10 @@ class PresetArguments:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`attn preset [NAME]`: the presets, or one as a config JSON."""
+    return run_command("attn preset", lambda: preset(argv))
+
+
+def preset(argv: Sequence[str] | None) -> int:
     args, parser = parse_command(
         PresetArguments, argv, "attn preset", "List the model presets, or print one.", "name", required=False
     )

@@ -9,9 +9,11 @@ from pathlib import Path
 from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalTokenNotFoundError
 from huggingface_hub.utils import validate_repo_id
 
+from ..api.errors import FlagError, UserError
 from ..api.hub import RESULTS_FILE, push_to_hub, save_for_hub
 from ..api.outputs import output_folder
 from .parser import parse_command
+from .report import run_command
 
 
 @dataclass
@@ -44,39 +46,40 @@ class PushArguments:
     force: bool = field(
         default=False,
         metadata={
-            "help": "write into a folder that holds files attn push did not write, replacing only the files it writes (nothing is deleted)"
+            "help": "write into a folder that holds files attn push did not write, "
+            "replacing only the files it writes (nothing is deleted)"
         },
     )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`attn push --model DIR --repo-id ID [--private] [--revision BRANCH] [--results FILE] [--save-to DIR]`."""
+    return run_command("attn push", lambda: push(argv))
+
+
+def push(argv: Sequence[str] | None) -> int:
     args, parser = parse_command(PushArguments, argv, "attn push", "Upload a trained model to the Hugging Face Hub.")
     if not Path(args.model).is_dir():
         parser.error(f"--model {args.model}: no such folder")
     try:
         validate_repo_id(args.repo_id)
     except HFValidationError as error:
-        parser.error(f"--repo_id {args.repo_id}: {str(error).splitlines()[0]}")
+        raise FlagError(f"--repo_id {args.repo_id}: {str(error).splitlines()[0]}") from None
     if args.results is not None and not Path(args.results).is_file():
         parser.error(f"--results {args.results}: no such file")
+    if args.save_to:
+        inputs = {"--model": args.model, "--results": args.results}
+        with output_folder(args.save_to, "attn push", inputs, args.force, "--save_to") as staging:
+            save_for_hub(args.model, staging, args.repo_id, args.results)
+            written = sorted(path.name for path in staging.iterdir())
+        print(f"wrote {', '.join(written)} to {args.save_to}")
+        return 0
     try:
-        if args.save_to:
-            inputs = {"--model": args.model, "--results": args.results}
-            with output_folder(args.save_to, "attn push", inputs, args.force, "--save_to") as staging:
-                save_for_hub(args.model, staging, args.repo_id, args.results)
-                written = sorted(path.name for path in staging.iterdir())
-            print(f"wrote {', '.join(written)} to {args.save_to}")
-            return 0
         url = push_to_hub(
             args.model, args.repo_id, args.private, args.revision, args.token, args.results, args.commit_message
         )
     except (HfHubHTTPError, LocalTokenNotFoundError) as error:  # no token, no access, no network: the Hub's answer
-        parser.error(f"the upload to {args.repo_id} failed: {str(error).strip().splitlines()[0]}")
-    except ValueError as error:  # an evaluation JSON without scores, a tokenizer that does not fit the model
-        parser.error(str(error).strip().splitlines()[0])
-    except OSError as error:  # a folder without weights or tokenizer
-        parser.error(f"--model {args.model}: cannot load it ({str(error).strip().splitlines()[0]})")
+        raise UserError(f"the upload to {args.repo_id} failed: {str(error).strip().splitlines()[0]}") from error
     print(f"pushed {args.model} to {url}")
     return 0
 

@@ -15,14 +15,15 @@ from __future__ import annotations
 
 import logging
 import socket
-import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ..api.errors import UserError
 from ..api.quantize import describe_quantization, quantize, quantize_device
-from ..api.translation import TranslateError, load_model
+from ..api.translation import load_model
 from ..api.values import COUNT, NON_NEGATIVE, Range
 from .parser import CommandParser
+from .report import run_command
 from .translate import RuntimeArguments, parse_flags
 
 if TYPE_CHECKING:  # the `serve` extra, imported when the command runs
@@ -77,14 +78,14 @@ def listening_socket(host: str, port: int) -> socket.socket:
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )[0]
     except socket.gaierror as error:
-        raise OSError(f"--host {host}: not an address this machine can resolve ({error.strerror})") from None
+        raise UserError(f"--host {host}: not an address this machine can resolve ({error.strerror})") from None
     sock = socket.socket(family, kind, proto)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn's own binding does
         sock.bind(address)
     except OSError as error:
         sock.close()
-        raise OSError(f"--host {host} --port {port}: cannot listen there ({error.strerror})") from None
+        raise UserError(f"--host {host} --port {port}: cannot listen there ({error.strerror})") from None
     return sock
 
 
@@ -105,32 +106,26 @@ def _uvicorn_server(config: uvicorn.Config) -> uvicorn.Server:
 
 def main(argv: list[str] | None = None) -> int:
     """`attn serve`: see the module docstring and `attn serve --help`."""
+    return run_command("attn serve", lambda: serve(argv))
+
+
+def serve(argv: list[str] | None) -> int:
     args = parse_flags(serve_parser(), argv)
     try:
         import uvicorn
 
         from ..api.server import ServeLimits, create_app, describe_model
     except ImportError as error:
-        print(f"attn serve: error: {error.name} is not installed; pip install 'modeling-attn[serve]'", file=sys.stderr)
-        return 2
+        raise UserError(f"{error.name} is not installed; pip install 'modeling-attn[serve]'") from error
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    try:
-        listening = listening_socket(args.host, args.port)
-    except OSError as error:
-        print(f"attn serve: error: {error}", file=sys.stderr)
-        return 2
-    with listening:
-        try:
-            model, tokenizer = load_model(args.model, quantize_device(args.device, args.quantize))
-            quantization = describe_quantization(args.quantize, args.int8_engine)
-            info = describe_model(model, args.model, quantization)  # before quantizing: the float model's size
-            model = quantize(model, args.quantize, args.int8_engine)
-        except (OSError, TranslateError) as error:
-            print(f"attn serve: error: {' '.join(str(error).split())}", file=sys.stderr)
-            return 2
+    with listening_socket(args.host, args.port) as listening:
+        model, tokenizer = load_model(args.model, quantize_device(args.device, args.quantize))
+        quantization = describe_quantization(args.quantize, args.int8_engine)
+        info = describe_model(model, args.model, quantization)  # before quantizing: the float model's size
+        model = quantize(model, args.quantize, args.int8_engine)
         limits = ServeLimits(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_body_bytes)
         app = create_app(model, tokenizer, limits, info)
         # uvicorn stops accepting connections on SIGTERM / Ctrl-C and waits for the requests in flight; a second

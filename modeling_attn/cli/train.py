@@ -6,7 +6,7 @@ The flags are the recipe's (`modeling_attn.training.arguments.RecipeArguments`) 
 then `modeling_attn.training.train.run` runs the recipe's steps. Command line: `parser.CommandParser` (flags files,
 `--a-b`, one-line errors); run_translation.py's `--dataset_name`, `--dataset_config_name`, `--tokenizer_name` are
 aliases of ours. A user error (a bad flag, a combination the recipe refuses, bad data, a model folder that cannot be
-used) ends with one line and exit status 2 (`parser.run_command`).
+used) ends with one line and exit status 2 (`report.run_command`); any other exception is a bug, with its traceback.
 """
 
 from __future__ import annotations
@@ -17,16 +17,14 @@ from pathlib import Path
 
 import torch
 import yaml
-from huggingface_hub.errors import StrictDataclassError
 from transformers import Seq2SeqTrainingArguments
 
-from ..api.corpus import DataError
 from ..api.outputs import folder_lock
 from ..training.arguments import PAPER_DEFAULTS, TRAINER_RANGES, RecipeArguments
-from ..training.hub_push import HubSetupError
 from ..training.train import run
 from ..training.validate import validate
-from .parser import CONFIG_SUFFIXES, CommandParser, run_command
+from .parser import CONFIG_SUFFIXES, CommandParser
+from .report import run_command
 
 
 def _embedded_task_defaults() -> dict:
@@ -96,16 +94,11 @@ def train(argv: list[str] | None = None) -> int:
         return run(recipe, training_args)
 
 
-# What the flags, the data or the model files make impossible: a combination of flags (`validate`), a preset's config
-# refusing an override, a token budget that cannot hold a pair, a model folder that does not exist, bad data.
-USER_ERRORS = (DataError, HubSetupError, ValueError, OSError, StrictDataclassError)
-
-
 def main(argv: list[str] | None = None) -> int:
     """`attn train`: `train` with bad flags and bad data ending with one line (flag, or file and line) and exit
     status 2."""
     try:
-        return run_command("attn train", lambda: train(argv), USER_ERRORS)
+        return run_command("attn train", lambda: train(argv))
     finally:
         # A gloo process group left to interpreter shutdown can abort the process ("terminate called without an
         # active exception", seen once in 2-process CPU runs); tear it down explicitly.

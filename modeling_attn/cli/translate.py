@@ -1,33 +1,18 @@
 """`attn translate`: translate text with a trained model, one translation (or an n-best block) per input line.
 
 Built on `modeling_attn.api.translation` (`load_model`, `translate_batch`, `translate_nbest`: the model's own
-`generation_config` unless a setting is given on the command line). The flags are dataclasses parsed by
-`modeling_attn.cli.parser.CommandParser`, the one `attn` convention: `--a_b` and `--a-b` alike, `attn translate flags.yaml`,
-`--help` with the defaults, and a user error as one line `attn translate: error: ...` with exit status 2.
-
-`attn translate --model DIR_OR_REPO [TEXT ... | --input FILE | stdin]`:
-- output: one translation per input line, on stdout or written atomically to `--output FILE` (a temporary file in
-  FILE's folder, renamed to FILE at the end: an interrupted run leaves no partial FILE);
-- `--num_return_sequences N`: an n-best list, N lines per input line, best first, as Moses and fairseq write them:
-  `i ||| hypothesis ||| score`, with `i` the 0-based input line and `score` the hypothesis's log-probability divided
-  by length ** length_penalty (`translation.translate_nbest`); an empty input line gets N empty hypotheses scored nan;
-- `--do_sample` with `--top_k/--top_p/--temperature`, repeatable with `--seed` (same seed, input and batch size:
-  same output); sampling uses one beam unless `--num_beams` says otherwise;
-- `--threads N`: torch's CPU threads (on a shared machine one thread per process is often fastest);
-- `--quantize int8`: dynamic int8 Linear layers on the CPU (`modeling_attn.api.quantize.quantize_int8`);
-- a progress bar on stderr when the number of sentences is known (arguments, `--input FILE`) or stdin is not a
-  terminal (`--no_progress` turns it off);
-- attention pictures (`--attention-png`, `--self-attention-png`) and a bertviz JSON (`--attention-json`) of the
-  first non-empty sentence, or of every sentence n with `{n}` in the file name;
-- `--align`: each translation followed by ` ||| ` and its word alignment as Pharaoh pairs `i-j` (source word i,
-  target word j), as fast_align, Moses and Marian write them; `--align soft`: one JSON object per line with the
-  translation, the words and the soft alignment weights (`modeling_attn.api.alignment`; `--align_words` says what a
-  word is).
-
-Bad input stops with a message naming it: a model folder that does not exist or holds a corrupt weights file, a
-tokenizer with more tokens than the model's vocabulary, a device this machine or torch build lacks, an input file
-that is not UTF-8 (file and line), a sentence longer than the Transformer's position table (`max_position_embeddings`;
-refused, never cut silently).
+`generation_config` unless a setting is given on the command line); the flags follow the `attn` convention
+(`modeling_attn.cli.parser.CommandParser`). `attn translate --model DIR_OR_REPO [TEXT ... | --input FILE | stdin]`
+writes one translation per input line, on stdout or atomically to `--output FILE`; besides:
+- `--num_return_sequences N`: an n-best list, `i ||| hypothesis ||| score` (`translation.translate_nbest`);
+- `--do_sample` with `--top_k/--top_p/--temperature`, repeatable with `--seed`;
+- `--threads N` (torch's CPU threads) and `--quantize int8` (`modeling_attn.api.quantize`);
+- attention pictures (`--attention-png`, `--self-attention-png`) and a bertviz JSON (`--attention-json`);
+- `--align`: word alignments as Pharaoh pairs `i-j` after ` ||| `, or a JSON line with soft weights
+  (`modeling_attn.api.alignment`).
+docs/translate-evaluate.md and docs/alignment.md describe each. Bad input (a missing or corrupt model folder, a
+tokenizer larger than the vocabulary, a missing device, a file that is not UTF-8, a sentence longer than the
+position table) stops with a message naming it.
 """
 
 from __future__ import annotations
@@ -41,10 +26,11 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from modeling_attn.cli.parser import CommandParser, run_command
+from modeling_attn.cli.parser import CommandParser
+from modeling_attn.cli.report import run_command
 
 from ..api.alignment import ALIGN_FORMATS, WORD_PATTERNS, aligned_line, translate_aligned
-from ..api.corpus import DataError, decode_lines
+from ..api.corpus import decode_lines
 from ..api.heatmaps import (
     ALIGNMENT_MODES,
     STACKS,
@@ -56,7 +42,7 @@ from ..api.heatmaps import (
     plot_self_attention,
     save_figure,
 )
-from ..api.outputs import OutputError, check_output_file, output_file
+from ..api.outputs import check_output_file, output_file
 from ..api.quantize import INT8_ENGINES, QUANTIZE_CHOICES, quantize, quantize_device
 from ..api.translation import (
     SentenceTooLong,
@@ -224,13 +210,15 @@ class PictureArguments:
 class AlignmentArguments:
     _argument_group_name = "word alignments"
 
-    align: str | None = field(
-        default=None,
+    align: bool = field(
+        default=False,
+        metadata={"help": "Write each translation with its word alignment, in the --align_format."},
+    )
+    align_format: str = field(
+        default="hard",
         metadata={
-            "help": "Write `translation ||| i-j ...` (Pharaoh pairs: source word i, target word j; --align or "
-            "--align hard), or JSON lines with the soft weights (--align soft).",
-            "nargs": "?",
-            "const": "hard",
+            "help": "hard: `translation ||| i-j ...` (Pharaoh pairs: source word i, target word j); soft: JSON lines "
+            "with the weights.",
             "choices": ALIGN_FORMATS,
         },
     )
@@ -281,9 +269,22 @@ def translate_parser() -> CommandParser:
 def parse_flags(parser: CommandParser, argv: list[str] | None) -> SimpleNamespace:
     """The command's dataclasses (and positional arguments) as one namespace."""
     values: dict[str, Any] = {}
-    for parsed in parser.parse(argv):  # the dataclasses, then a Namespace of the positional arguments if any
+    # the dataclasses, then a Namespace of the positional arguments if any
+    for parsed in parser.parse(deprecated_align(parser.prog, argv)):
         values.update(vars(parsed))
     return SimpleNamespace(**values)
+
+
+def deprecated_align(prog: str, argv: list[str] | None) -> list[str]:
+    """The old spelling `--align hard` / `--align soft` (--align took the format as an optional value) as `--align
+    --align_format FORMAT`, with a deprecation message on stderr."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    for index, argument in enumerate(argv[:-1]):
+        if argument == "--align" and argv[index + 1] in ALIGN_FORMATS:
+            form = argv[index + 1]
+            print(f"{prog}: --align {form} is deprecated; write --align --align_format {form}", file=sys.stderr)
+            return [*argv[:index], "--align", "--align_format", form, *argv[index + 2 :]]
+    return argv
 
 
 @contextlib.contextmanager
@@ -410,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         with terminated_as_exit() if args.output else contextlib.nullcontext():
             return _translate(args)
 
-    return run_command("attn translate", translate, (OSError, TranslateError, DataError, OutputError))
+    return run_command("attn translate", translate)
 
 
 def _check_combinations(args: SimpleNamespace) -> None:
@@ -474,7 +475,7 @@ def _translate(args: SimpleNamespace) -> int:
                     attentions = None
                 elif args.align:
                     aligned = translate_aligned(model, tokenizer, batch, words=args.align_words, **overrides)
-                    text = "".join(aligned_line(item, args.align) for item in aligned)
+                    text = "".join(aligned_line(item, args.align_format) for item in aligned)
                     attentions = [item.attention for item in aligned]
                 else:
                     translations, attentions = translate_batch(

@@ -1,0 +1,103 @@
+"""How every `attn` command ends: its exit status, a user error in one line, a bug with its traceback.
+
+`run_command` is the one reporter. It catches our `UserError` (`modeling_attn.api.errors`) and the library exceptions
+of `INPUT_ERRORS`, which mean bad input (a file that cannot be read, a Hub repository that does not exist), and
+reports each as one line, `attn COMMAND: error: ...`, with exit status 2. Every other exception is a bug: it goes on
+with its traceback (exit status 1). `ATTN_DEBUG=1` prints the traceback of a user error too, as `HF_DEBUG=1` does
+for the huggingface_hub CLI, whose `cli/_errors.py` this follows.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+
+from huggingface_hub.errors import (
+    GatedRepoError,
+    HfHubHTTPError,
+    HFValidationError,
+    LocalEntryNotFoundError,
+    LocalTokenNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+    RevisionNotFoundError,
+    StrictDataclassError,
+)
+from safetensors import SafetensorError
+
+from ..api.errors import UserError
+from ..loading import WeightsError
+
+DEBUG_VARIABLE = "ATTN_DEBUG"
+
+
+def _first_line(error: BaseException) -> str:
+    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(error).__name__
+
+
+def _unreadable_file(error: OSError) -> str:
+    return f"{error.filename}: {error.strerror.lower()}" if error.filename else _first_line(error)
+
+
+def _invalid_config(error: StrictDataclassError) -> str:
+    # "Class validation error for validator ...:\n    ValueError: <what>": the last line says what
+    reason = str(error).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
+    return f"invalid config: {reason}"
+
+
+# Library exceptions that mean bad input, and their one line; the first class an error is an instance of wins.
+INPUT_ERRORS: dict[type[BaseException], Callable] = {
+    UserError: lambda error: " ".join(str(error).split()),
+    WeightsError: lambda error: " ".join(str(error).split()),
+    GatedRepoError: lambda error: f"a gated Hub repository; ask for access first ({_first_line(error)})",
+    RevisionNotFoundError: lambda error: f"no such revision on the Hub ({_first_line(error)})",
+    RepositoryNotFoundError: lambda error: f"no such Hub repository, or no access to it ({_first_line(error)})",
+    LocalTokenNotFoundError: lambda error: "not logged in to the Hub: run `hf auth login`, or give --token",
+    OfflineModeIsEnabled: lambda error: f"the Hub is switched off (HF_HUB_OFFLINE) ({_first_line(error)})",
+    LocalEntryNotFoundError: lambda error: f"not found locally and the Hub cannot be reached ({_first_line(error)})",
+    HfHubHTTPError: lambda error: f"the Hub refused: {_first_line(error)}",
+    HFValidationError: lambda error: f"not a folder or a Hub repository id: {_first_line(error)}",
+    StrictDataclassError: _invalid_config,
+    SafetensorError: lambda error: f"unreadable safetensors weights ({_first_line(error)})",
+    FileNotFoundError: _unreadable_file,
+    IsADirectoryError: _unreadable_file,
+    NotADirectoryError: _unreadable_file,
+    PermissionError: _unreadable_file,
+}
+
+
+def user_error_line(error: BaseException) -> str | None:
+    """The one line that reports `error` to the user, or None if it is not a user error (a bug)."""
+    for kind, describe in INPUT_ERRORS.items():
+        if isinstance(error, kind):
+            return describe(error)
+    return None
+
+
+def run_command(prog: str, command: Callable[[], int]) -> int:
+    """`command()`'s exit status, or: a user error (see the module docstring) as one line on stderr with 2; Ctrl-C as
+    `PROG: interrupted` with 130; a reader that went away (`attn translate ... | head`) quietly with 141 (128 +
+    SIGPIPE), as Unix tools do. Anything else raises, with its traceback."""
+    try:
+        return command()
+    except BrokenPipeError:
+        # Python's recipe: point stdout at devnull so the interpreter's final flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as error:
+        line = user_error_line(error)
+        if line is None:
+            raise
+        if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
+            traceback.print_exc()
+        print(f"{prog}: error: {line}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["DEBUG_VARIABLE", "INPUT_ERRORS", "run_command", "user_error_line"]
