@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 import torch
 from huggingface_hub import ModelCard, get_token
-from modeling_attn.training import train as recipe_steps
 from modeling_attn.training.data import load_parallel_data
 from modeling_attn.training.hub_push import CheckpointPush, hub_uploads
+from modeling_attn.training.train import TrainingRun
 from safetensors.torch import load_file
-from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, GenerationConfig
+from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 import modeling_attn  # noqa: F401
 from modeling_attn.api.hub import save_for_hub
@@ -506,14 +506,16 @@ def test_checkpoint_pushes_run_as_a_callback_at_each_save(tmp_path):
             "checkpoint",
         ]
     )
-    parallel = recipe_steps.load_data(recipe, args)
-    tokenizer = recipe_steps.build_tokenizer(recipe, args, parallel)
-    model = recipe_steps.build_model(recipe, tokenizer)
-    tokenized = recipe_steps.tokenize(parallel, tokenizer, recipe, args)
-    recipe_steps.configure(model, recipe, args)
-    train_dataset = recipe_steps.training_set(parallel, tokenized, tokenizer, recipe, args)
-    collator = DataCollatorForSeq2Seq(tokenizer, model=model)
-    trainer = recipe_steps.build_trainer(model, tokenizer, train_dataset, None, collator, recipe, args, repo_id=None)
+    training = TrainingRun(recipe, args)
+    training.load_data()
+    training.build_tokenizer()
+    training.build_model()
+    training.tokenize()
+    training.build_trainer_arguments()
+    training.build_training_set()
+    training.collate()
+    training.build_trainer()
+    trainer = training.trainer
     push = FolderPush("me/dates", repository)
     trainer.add_callback(push)
     trainer.train()

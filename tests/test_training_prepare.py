@@ -18,7 +18,7 @@ from modeling_attn.training.batching import StreamingTokenBatches, TokenBatchSam
 from modeling_attn.training.data import ParallelData, load_parallel_data
 from modeling_attn.training.synthetic import generate_pairs
 from modeling_attn.training.tokenizer import train_bpe_tokenizer, truncate
-from modeling_attn.training.train import tokenize_splits
+from modeling_attn.training.train import TrainingRun, tokenize_splits
 from safetensors.torch import load_file
 from test_training_batching import reference_pack_batches
 from transformers import AutoTokenizer, DataCollatorForSeq2Seq
@@ -96,12 +96,18 @@ def recipe_for(tmp_path: Path, corpus: Path, *extra: str):
     return recipe
 
 
+def tokenize(parallel: ParallelData, tokenizer, recipe) -> datasets.DatasetDict:
+    """`tokenize_splits` with the recipe's length limits and workers, as `TrainingRun.tokenize` calls it."""
+    limits = (recipe.max_source_length, recipe.max_target_length, recipe.preprocessing_num_workers)
+    return tokenize_splits(parallel, tokenizer, *limits)
+
+
 def test_arrow_path_gives_the_token_ids_and_batches_of_the_in_memory_path(tmp_path, corpus, cache, caplog):
     tokenizer = train_bpe_tokenizer([s for _, s in generate_pairs(300, seed=1)], vocab_size=200)
     recipe = recipe_for(tmp_path, corpus, "--preprocessing_num_workers", "2")
     parallel = load_parallel_data(str(corpus), "en", "de")
     with caplog.at_level(logging.WARNING, logger="modeling_attn.training"):
-        tokenized = tokenize_splits(parallel, tokenizer, recipe)
+        tokenized = tokenize(parallel, tokenizer, recipe)
     assert "train: truncated 5 pair(s) to 48/256 tokens" in caplog.text
     assert tokenized["train"].cache_files  # on disk, not in memory
 
@@ -146,12 +152,13 @@ def test_a_second_run_reuses_the_cache(tmp_path, corpus, cache, caplog):
             "200",
         ]
     )
-    from modeling_attn.training.train import build_tokenizer
 
     def run():
-        parallel = load_parallel_data(str(corpus), "en", "de")
-        tokenizer = build_tokenizer(recipe, args, parallel)
-        return parallel, tokenizer, tokenize_splits(parallel, tokenizer, recipe)
+        training = TrainingRun(recipe, args)
+        training.parallel = load_parallel_data(str(corpus), "en", "de")
+        training.build_tokenizer()
+        training.tokenize()
+        return training.parallel, training.tokenizer, training.tokenized
 
     def files():
         return {path: path.stat().st_mtime_ns for path in cache.rglob("*") if path.is_file()}
@@ -171,7 +178,7 @@ def test_a_second_run_reuses_the_cache(tmp_path, corpus, cache, caplog):
 
     # Another tokenizer: tokenized anew (the key holds the tokenizer), the text is not read again.
     other = train_bpe_tokenizer([s for _, s in generate_pairs(300, seed=2)], vocab_size=150)
-    retokenized = tokenize_splits(load_parallel_data(str(corpus), "en", "de"), other, recipe)
+    retokenized = tokenize(load_parallel_data(str(corpus), "en", "de"), other, recipe)
     assert retokenized["train"].cache_files != first_tokenized["train"].cache_files
     assert retokenized["train"]["input_ids"] == other(list(first.splits["train"]["source"]))["input_ids"]
     # A changed file is read again.
@@ -265,7 +272,7 @@ def test_streaming_resume_skips_the_batches_already_trained(tmp_path, corpus, ca
     tokenizer = AutoTokenizer.from_pretrained(straight)
     streamed = load_parallel_data(str(corpus), "en", "de", streaming=True).splits["train"]
     recipe, _ = parse_args([*common, "--output_dir", str(tmp_path / "unused"), "--max_steps", "8"])
-    pairs = tokenize_splits(ParallelData(datasets.DatasetDict(train=streamed), "en", "de", None), tokenizer, recipe)
+    pairs = tokenize(ParallelData(datasets.DatasetDict(train=streamed), "en", "de", None), tokenizer, recipe)
     assert sum(1 for _ in StreamingTokenBatches(pairs["train"], 200, 64, collate_fn=list, seed=7)) > 8
     # A run that did not skip (--ignore_data_skip) trains other batches and ends elsewhere.
     shutil.rmtree(resumed / "checkpoint-8")

@@ -66,7 +66,7 @@ def test_lowercase_and_split_punctuation():
 
 
 def test_reused_tokenizer_must_match_the_vocabulary_flags(tmp_path):
-    from modeling_attn.training.train import build_tokenizer
+    from modeling_attn.training.train import TrainingRun
 
     from modeling_attn.cli.train import parse_args
 
@@ -79,7 +79,9 @@ def test_reused_tokenizer_must_match_the_vocabulary_flags(tmp_path):
         recipe, args = parse_args(
             ["--output_dir", str(tmp_path / "out"), "--tokenizer_name_or_path", str(tokenizer), *extra]
         )
-        return build_tokenizer(recipe, args, parallel=None)
+        training = TrainingRun(recipe, args)
+        training.build_tokenizer()  # a reused tokenizer: no data needed
+        return training.tokenizer
 
     assert splits_punctuation(build(lowercasing, *flags)) and not splits_punctuation(build(plain))
     with pytest.raises(ValueError, match=f"--lowercase and --split_punctuation: the reused tokenizer of {plain} "):

@@ -1,26 +1,17 @@
-"""Guided alignment training, `attn train --alignment_file FILE` (Garg et al. 2019, "Jointly Learning to Align and
-Translate with Transformer Models"; Marian's `--guided-alignment`).
+"""Guided alignment training, `attn train --alignment_file FILE` (Garg et al. 2019; Marian's `--guided-alignment`).
 
-The file holds one Pharaoh line per training pair (`0-0 1-2 ...`: source word i - target word j, 0-based; an empty
-line: no links), words as `modeling_attn.api.alignment.split_words` cuts them (`--alignment_words`), as fast_align or
-eflomal write them for the same sentences. `guided_alignment` is the recipe's step:
-- `read_alignment_file` reads and checks it: UTF-8, one line per training pair, every pair well formed and inside
-  the words of its sentence pair; errors name the file and line.
-- `subword_links` maps each word link to the subwords of the two words: every subword of source word i with every
-  subword of target word j (as Marian does), positions cut away by --max_source_length / --max_target_length
-  dropped. The training set gets them as an "alignment" column of flat (target position, source position) pairs.
+Garg et al. 2019: "Jointly Learning to Align and Translate with Transformer Models". The file holds one Pharaoh line
+per training pair (`0-0 1-2 ...`: source word i - target word j, 0-based), words as
+`modeling_attn.api.alignment.split_words` cuts them (`--alignment_words`). `guided_alignment` is the recipe's step:
+- `read_alignment_file` reads and checks it; errors name the file and line.
+- `subword_links` maps each word link to every subword pair of the two words (as Marian does); the training set
+  gets them as an "alignment" column of flat (target position, source position) pairs.
 - `GuidedAlignmentCollator` turns them into the (B, T, S) link matrix that the models' forward takes as `alignment`,
-  with `alignment_weight` (`--guided_alignment_weight`): the loss itself is the model's
-  (`modeling_attn.loss.guided_alignment_loss`, added to the translation loss like label smoothing is applied, at call
-  time), so the trainer is unchanged. Validation batches have no links and get the translation loss alone.
-- the model: the Transformer supervises the cross-attention of `config.alignment_layer` (default the penultimate
-  layer) averaged over its first `config.alignment_heads` heads; a config that averages all heads (0, the default)
-  is set to supervise one head, as Garg et al. do, and the saved config records it, so that `attn translate --align`,
-  the model card and the CTranslate2 export read the supervised head. It trains with the eager attention (the
-  backend that returns attention weights). The RNN supervises its alignment weights alpha.
-
-`check_alignment_flags` (run by `validate`, before any work) refuses what cannot keep one line per pair: BPE-dropout
-(the subwords change each epoch), --streaming, --drop_empty_pairs.
+  with `alignment_weight`: the loss itself is the model's (`modeling_attn.loss.guided_alignment_loss`), so the
+  trainer is unchanged. Validation batches have no links and get the translation loss alone.
+Which attention is supervised, and how the config records it: docs/alignment.md, "Guided alignment training".
+`modeling_attn.training.validate` checks the flags, before any work: it refuses what cannot keep one line per pair,
+BPE-dropout (the subwords change each epoch), --streaming, --drop_empty_pairs.
 """
 
 from __future__ import annotations
@@ -28,41 +19,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import datasets
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from modeling_attn.api.alignment import WORD_PATTERNS, encode_with_spans, parse_pharaoh, split_words, token_words
+from modeling_attn.api.alignment import encode_with_spans, parse_pharaoh, split_words, token_words
 from modeling_attn.api.corpus import DataError, decode_lines
+from modeling_attn.api.errors import FlagError
 from modeling_attn.registry import MODEL_TYPES
 
 logger = logging.getLogger(__name__)
 
 Pair = tuple[int, int]
-
-
-def check_alignment_flags(recipe: Any, training_args: Any, given: set[str]) -> None:
-    """The checks of --alignment_file, --guided_alignment_weight and --alignment_words (ValueError naming them)."""
-    if recipe.alignment_file is None:
-        if unused := [name for name in ("guided_alignment_weight", "alignment_words") if name in given]:
-            raise ValueError(f"{', '.join('--' + name for name in unused)}: only used with --alignment_file")
-        return
-    if not Path(recipe.alignment_file).is_file():
-        raise ValueError(f"--alignment_file {recipe.alignment_file}: no such file")
-    if recipe.alignment_words not in WORD_PATTERNS:
-        raise ValueError(f"--alignment_words must be one of {list(WORD_PATTERNS)}, got {recipe.alignment_words!r}")
-    if not training_args.do_train:
-        raise ValueError("--alignment_file guides training, but --do_train is false")
-    refused = {
-        "bpe_dropout": "BPE-dropout segments the words anew at each epoch",
-        "streaming": "the stream is tokenized as it is read",
-        "drop_empty_pairs": "dropped pairs would shift the lines of the alignment file",
-    }
-    for name, why in refused.items():
-        if getattr(recipe, name):
-            raise ValueError(f"--alignment_file with --{name}: {why}")
 
 
 def read_alignment_file(
@@ -164,22 +133,27 @@ def supervise(model: PreTrainedModel) -> None:
 
 
 def guided_alignment(
-    recipe: Any,
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     train_pairs: datasets.Dataset,
     train_dataset: datasets.Dataset,
     collator: Callable[[list[dict]], dict],
+    *,
+    alignment_file: str | Path,
+    words: str,
+    weight: float,
+    complete: bool,
 ) -> tuple[datasets.Dataset, GuidedAlignmentCollator]:
     """The recipe's step: the training set with its subword links, the collator that batches them, the model set up
-    (`supervise`). `train_pairs`: the raw {"source", "target"} pairs; `train_dataset`: the same pairs tokenized."""
+    (`supervise`). `train_pairs`: the raw {"source", "target"} pairs; `train_dataset`: the same pairs tokenized;
+    the flags: --alignment_file, --alignment_words `words`, --guided_alignment_weight `weight`, and `complete`
+    (False under --max_train_samples: the file may have more lines than the training set)."""
     if tokenizer.padding_side != "right":
-        raise ValueError(
+        raise FlagError(
             f"--alignment_file: the tokenizer pads on the {tokenizer.padding_side}; the links need right padding"
         )
     sources, targets = train_pairs["source"], train_pairs["target"]
-    words = recipe.alignment_words
-    word_links = read_alignment_file(recipe.alignment_file, sources, targets, words, recipe.max_train_samples is None)
+    word_links = read_alignment_file(alignment_file, sources, targets, words, complete)
     lengths = zip(map(len, train_dataset["input_ids"]), map(len, train_dataset["labels"]), strict=True)
     flat = [
         subword_links(tokenizer, source, target, pairs, words, length)
@@ -187,17 +161,16 @@ def guided_alignment(
     ]
     linked = sum(bool(pairs) for pairs in word_links)
     logger.info(
-        f"guided alignment: {linked} of {len(word_links)} training pairs have word links ({recipe.alignment_file}), "
-        f"weight {recipe.guided_alignment_weight}"
+        f"guided alignment: {linked} of {len(word_links)} training pairs have word links ({alignment_file}), "
+        f"weight {weight}"
     )
     supervise(model)
     dataset = train_dataset.add_column("alignment", flat)
-    return dataset, GuidedAlignmentCollator(collator, recipe.guided_alignment_weight)
+    return dataset, GuidedAlignmentCollator(collator, weight)
 
 
 __all__ = [
     "GuidedAlignmentCollator",
-    "check_alignment_flags",
     "guided_alignment",
     "read_alignment_file",
     "subword_links",

@@ -1,10 +1,10 @@
-"""`validate`: every check of `attn train`'s flags, in one step, run once before any work (`parse_args` of
-`modeling_attn.cli.train` calls it; OpenNMT-py's `validate_train_opts` is the model). The recipe's steps
-(`modeling_attn.training.train`) and `TranslationTrainer` check no flags. The value of each number flag on its own
-(counts positive, probabilities in [0, 1], floats finite) is declared with the flag (`training.arguments`) and
-checked by the parser, before this step.
+"""`validate`: every check of `attn train`'s flags, in one step, run once before any work.
 
-A value or a combination that cannot work, or that would be silently ignored, raises ValueError naming the flags.
+`parse_args` of `modeling_attn.cli.train` calls it; OpenNMT-py's `validate_train_opts` is the model. The recipe's
+steps (`modeling_attn.training.train`) and `TranslationTrainer` check no flags. The value of each number flag on its
+own (counts positive, probabilities in [0, 1], floats finite) is declared with the flag (`training.arguments`) and
+checked by the parser, before this step. A value or a combination that cannot work, or that would be silently
+ignored, raises ValueError naming the flags.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from safetensors import SafetensorError, safe_open
 from transformers import Seq2SeqTrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
 
-from modeling_attn.api.model_folder import ModelFolderError, check_config
+from modeling_attn.api.alignment import WORD_PATTERNS
+from modeling_attn.api.errors import FlagError
+from modeling_attn.api.model_folder import ModelFolderError, check_config, looks_local
 from modeling_attn.api.outputs import check_not_in_use, describe_files, foreign_files
 from modeling_attn.api.presets import available_presets, load_preset
 from modeling_attn.registry import MODEL_TYPES
 
-from .alignment import check_alignment_flags
 from .arguments import RecipeArguments
 from .averaging import find_checkpoints
 from .trainer import STAGING_DIR
@@ -47,22 +48,28 @@ def validate(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, g
     flags that only matter when given). Fills in what the flags imply: the resumed checkpoint of
     `--resume_from_checkpoint last`, `--average_last_n 1` under `--load_best_model_at_end`, TER's direction.
 
-    Checked where the thing they are checked against is loaded, not here: the data (its files and splits:
-    `training.data`; the longest training pair against --max_tokens_per_batch: `train.training_set`, after
-    tokenizing; a streamed pair against it: `batching.StreamingTokenBatches`, while streaming), a reused tokenizer
-    against --lowercase / --split_punctuation (`train.build_tokenizer`), the config of --model_name_or_path against
-    --model_type and --config_overrides (`train.pretrained_model`), and the Hub repository of --push_to_hub (created
-    by `train.setup`, before the data is read).
+    Checked where the thing they are checked against is loaded, not here (steps of `train.TrainingRun`): the data (its
+    files and splits: `training.data`; the longest training pair against --max_tokens_per_batch:
+    `build_training_set`, after tokenizing; a streamed pair against it: `batching.StreamingTokenBatches`, while
+    streaming), a reused tokenizer against --lowercase / --split_punctuation (`build_tokenizer`), the config of
+    --model_name_or_path against --model_type and --config_overrides (`build_model`), and the Hub repository of
+    --push_to_hub (created by `setup`, before the data is read).
     """
     _check_one_process_flags(recipe, training_args)
     _check_model_flags(recipe)
     _check_batching_flags(recipe, training_args, given)
     _check_best_model_flags(recipe, training_args, given)
-    check_alignment_flags(recipe, training_args, given)
+    _check_alignment_flags(recipe, training_args, given)
     if training_args.learning_rate is None and 0 < training_args.warmup_steps < 1 and training_args.max_steps <= 0:
-        raise ValueError(
-            f"--warmup_steps {training_args.warmup_steps} is a ratio of the training steps, which the paper's learning "
-            "rate needs before training starts: give --max_steps, a whole number of --warmup_steps, or --learning_rate"
+        raise FlagError(
+            f"--warmup_steps {training_args.warmup_steps} is a ratio of the training steps, "
+            "which the paper's learning rate needs before training starts: "
+            "give --max_steps, a whole number of --warmup_steps, or --learning_rate"
+        )
+    if recipe.overwrite_output_dir and training_args.resume_from_checkpoint:  # before looking for the checkpoint
+        raise FlagError(
+            "--overwrite_output_dir deletes the checkpoints of --output_dir, --resume_from_checkpoint "
+            "continues from one: give one of them"
         )
     _resolve_resumed_checkpoint(training_args)
     check_output_dir(recipe, training_args)
@@ -74,26 +81,26 @@ def _check_one_process_flags(recipe: RecipeArguments, training_args: Seq2SeqTrai
     processes, workers = training_args.world_size, training_args.dataloader_num_workers
     if recipe.bpe_dropout:
         if not recipe.max_tokens_per_batch:
-            raise ValueError(
+            raise FlagError(
                 "--bpe_dropout needs token batches (--max_tokens_per_batch > 0): they are packed anew "
                 "for each epoch's segmentation"
             )
         if recipe.streaming:
-            raise ValueError(
+            raise FlagError(
                 "--streaming with --bpe_dropout: BPE-dropout segments the whole training set in memory at each epoch"
             )
         if training_args.do_train and (processes > 1 or workers > 0):
-            raise ValueError(
+            raise FlagError(
                 "--bpe_dropout segments the training set anew in this process at each epoch: it needs one training "
                 f"process and --dataloader_num_workers 0 (got {processes} processes and {workers} workers)"
             )
     if recipe.streaming:
         if training_args.do_train and training_args.max_steps <= 0:
-            raise ValueError("--streaming needs --max_steps: a stream has no length for Trainer to count epochs in")
+            raise FlagError("--streaming needs --max_steps: a stream has no length for Trainer to count epochs in")
         if processes > 1:
-            raise ValueError(f"--streaming reads the stream in one training process, not {processes}")
+            raise FlagError(f"--streaming reads the stream in one training process, not {processes}")
         if training_args.do_train and recipe.max_tokens_per_batch and workers > 0:
-            raise ValueError(
+            raise FlagError(
                 "--streaming packs the token batches of the stream in this process: it needs "
                 f"--dataloader_num_workers 0, got {workers}"
             )
@@ -111,40 +118,41 @@ def config_overrides(text: str | None) -> dict:
     return overrides
 
 
-def new_model_preset(recipe: RecipeArguments) -> str:
+def new_model_preset(preset: str | None, model_type: str | None) -> str:
     """The preset a new model is built from: --preset, else the default preset of --model_type."""
-    return recipe.preset or MODEL_TYPES[recipe.model_type or next(iter(MODEL_TYPES))].default_preset
+    return preset or MODEL_TYPES[model_type or next(iter(MODEL_TYPES))].default_preset
 
 
 def _check_model_flags(recipe: RecipeArguments) -> None:
     """--preset, --model_type and --config_overrides describe one model: a preset's config is built here with the
     overrides (its own checks run: `d_model` divisible by `num_heads`...); a fine-tuned model's is checked when it
-    is loaded (`train.pretrained_model`)."""
+    is loaded (`train.TrainingRun.build_model`)."""
     if recipe.preset is not None and recipe.preset not in available_presets():
         near = difflib.get_close_matches(recipe.preset, available_presets(), n=1)
-        raise ValueError(
+        raise FlagError(
             f"--preset: unknown preset {recipe.preset!r}; "
             + (f"did you mean {near[0]!r}?" if near else f"one of {available_presets()}")
         )
     if recipe.model_name_or_path is not None:
         if recipe.preset is not None:
-            raise ValueError(
+            raise FlagError(
                 f"--preset {recipe.preset} builds a new model, --model_name_or_path fine-tunes "
                 f"{recipe.model_name_or_path} with its own config: give one of them (--config_overrides changes the "
                 "fine-tuned model's config)"
             )
-        if Path(recipe.model_name_or_path).expanduser().exists():  # a local folder: named with what is wrong in it
+        name = recipe.model_name_or_path
+        if Path(name).expanduser().exists() or looks_local(name):  # a local folder: named with what is wrong in it
             try:
                 check_config(recipe.model_name_or_path)
             except ModelFolderError as error:
-                raise ValueError(f"--model_name_or_path {error}") from None
+                raise FlagError(f"--model_name_or_path {error}") from None
         return
-    preset, overrides = new_model_preset(recipe), config_overrides(recipe.config_overrides)
+    preset, overrides = new_model_preset(recipe.preset, recipe.model_type), config_overrides(recipe.config_overrides)
     fields = {field.name for field in dataclasses.fields(MODEL_TYPES[load_preset(preset).model_type].config_class)}
     if unknown := sorted(set(overrides) - fields):
-        raise ValueError(f"--config_overrides: {unknown} are not fields of the {preset!r} preset's config")
+        raise FlagError(f"--config_overrides: {unknown} are not fields of the {preset!r} preset's config")
     if from_tokenizer := [name for name in TOKENIZER_FIELDS if name in overrides]:
-        raise ValueError(
+        raise FlagError(
             f"--config_overrides: {from_tokenizer} are set from the tokenizer (--vocab_size sizes a new "
             "BPE vocabulary)"
         )
@@ -152,35 +160,35 @@ def _check_model_flags(recipe: RecipeArguments) -> None:
         config = load_preset(preset, **overrides)
     except (ValueError, StrictDataclassError) as error:  # the config's own checks; the reason is on the last line
         reason = str(error).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
-        raise ValueError(f"--config_overrides {recipe.config_overrides}: {reason}") from error
+        raise FlagError(f"--config_overrides {recipe.config_overrides}: {reason}") from error
     if recipe.model_type is not None and config.model_type != recipe.model_type:
-        raise ValueError(f"preset {preset!r} is a {config.model_type} model but --model_type is {recipe.model_type}")
+        raise FlagError(f"preset {preset!r} is a {config.model_type} model but --model_type is {recipe.model_type}")
 
 
 def _check_batching_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
     if training_args.sortish_sampler:
-        raise ValueError(
+        raise FlagError(
             "--sortish_sampler does nothing in transformers 5.x (Seq2SeqTrainer no longer reads it); batches of "
             "sentences of similar length are what --max_tokens_per_batch builds (the default)"
         )
     if recipe.max_tokens_per_batch and (ignored := [name for name in SENTENCE_BATCH_FLAGS if name in given]):
-        raise ValueError(
-            f"{', '.join('--' + name for name in ignored)}: these shape batches of sentences, but the training batches "
-            f"are token batches (--max_tokens_per_batch {recipe.max_tokens_per_batch}, bucketed by length); give "
-            "--max_tokens_per_batch 0 to batch by sentences, or leave them out"
+        raise FlagError(
+            f"{', '.join('--' + name for name in ignored)}: these shape batches of sentences, "
+            f"but the training batches are token batches (--max_tokens_per_batch {recipe.max_tokens_per_batch}, "
+            "bucketed by length); give --max_tokens_per_batch 0 to batch by sentences, or leave them out"
         )
     if not training_args.remove_unused_columns:
-        raise ValueError(
+        raise FlagError(
             "--remove_unused_columns false: the datasets keep each pair's raw target sentence (the BLEU reference), "
             "which the model does not take and the collator cannot batch; leave it at true"
         )
     if not training_args.predict_with_generate and (training_args.eval_strategy != "no" or training_args.do_predict):
-        raise ValueError(
+        raise FlagError(
             "--predict_with_generate false: validation and test scores (BLEU, chrF) are computed on generated "
             "translations; leave it at true, or turn evaluation off (--eval_strategy no --do_predict false)"
         )
     if training_args.generation_config is not None:
-        raise ValueError(
+        raise FlagError(
             "--generation_config: the decoding of `attn train` is set by --generation_num_beams, --length_penalty and "
             "--generation_max_length (one generation config for evaluation, the saved model and `attn push`)"
         )
@@ -191,19 +199,19 @@ def _check_best_model_flags(recipe: RecipeArguments, training_args: Seq2SeqTrain
     average of the last ones; --early_stopping_patience needs the validation metric it watches."""
     if training_args.load_best_model_at_end:
         if "average_last_n" in given and recipe.average_last_n > 1:
-            raise ValueError(
+            raise FlagError(
                 f"--load_best_model_at_end keeps the best checkpoint as the final model, --average_last_n "
                 f"{recipe.average_last_n} averages the last ones into it: give one of them"
             )
         recipe.average_last_n = 1
     if recipe.early_stopping_patience is not None:
         if training_args.eval_strategy == "no" or not training_args.do_eval:
-            raise ValueError(
+            raise FlagError(
                 "--early_stopping_patience watches the validation metric: it needs --eval_strategy steps "
                 "(or epoch) and --do_eval true"
             )
         if training_args.metric_for_best_model is None:
-            raise ValueError(
+            raise FlagError(
                 "--early_stopping_patience: name the validation metric it watches with "
                 "--metric_for_best_model (bleu, chrf, ter, exact_match or loss)"
             )
@@ -213,14 +221,37 @@ def _check_best_model_flags(recipe: RecipeArguments, training_args: Seq2SeqTrain
         training_args.greater_is_better = False
 
 
+def _check_alignment_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
+    """--alignment_file, --guided_alignment_weight and --alignment_words (guided alignment, `training.alignment`):
+    a file of one line per training pair, which BPE-dropout, --streaming and --drop_empty_pairs cannot keep."""
+    if recipe.alignment_file is None:
+        if unused := [name for name in ("guided_alignment_weight", "alignment_words") if name in given]:
+            raise FlagError(f"{', '.join('--' + name for name in unused)}: only used with --alignment_file")
+        return
+    if not Path(recipe.alignment_file).is_file():
+        raise FlagError(f"--alignment_file {recipe.alignment_file}: no such file")
+    if recipe.alignment_words not in WORD_PATTERNS:
+        raise FlagError(f"--alignment_words must be one of {list(WORD_PATTERNS)}, got {recipe.alignment_words!r}")
+    if not training_args.do_train:
+        raise FlagError("--alignment_file guides training, but --do_train is false")
+    refused = {
+        "bpe_dropout": "BPE-dropout segments the words anew at each epoch",
+        "streaming": "the stream is tokenized as it is read",
+        "drop_empty_pairs": "dropped pairs would shift the lines of the alignment file",
+    }
+    for name, why in refused.items():
+        if getattr(recipe, name):
+            raise FlagError(f"--alignment_file with --{name}: {why}")
+
+
 def _resolve_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None:
     """--resume_from_checkpoint last (or true): the last checkpoint of --output_dir, which must hold one."""
     if training_args.resume_from_checkpoint in ("True", "true", "last"):
         if not Path(training_args.output_dir).is_dir():
-            raise ValueError(f"--resume_from_checkpoint: --output_dir {training_args.output_dir} does not exist")
+            raise FlagError(f"--resume_from_checkpoint: --output_dir {training_args.output_dir} does not exist")
         training_args.resume_from_checkpoint = get_last_checkpoint(training_args.output_dir)
         if training_args.resume_from_checkpoint is None:
-            raise ValueError(f"--resume_from_checkpoint: no checkpoint in {training_args.output_dir}")
+            raise FlagError(f"--resume_from_checkpoint: no checkpoint in {training_args.output_dir}")
 
 
 def damaged_file(checkpoint: Path) -> tuple[Path, str] | None:
@@ -255,7 +286,7 @@ def check_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None:
         return
     checkpoint = Path(resumed)
     if not checkpoint.is_dir():
-        raise ValueError(f"--resume_from_checkpoint {checkpoint}: no such folder")
+        raise FlagError(f"--resume_from_checkpoint {checkpoint}: no such folder")
     if (damage := damaged_file(checkpoint)) is None:
         return
     file, reason = damage
@@ -268,7 +299,7 @@ def check_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None:
         if whole is not None
         else f"no earlier checkpoint of {checkpoint.parent} is whole: start again (--overwrite_output_dir)"
     )
-    raise ValueError(f"--resume_from_checkpoint {checkpoint}: {file} is damaged ({reason}); {way_out}")
+    raise FlagError(f"--resume_from_checkpoint {checkpoint}: {file} is damaged ({reason}); {way_out}")
 
 
 def _check_foreign_files(output_dir: Path) -> None:
@@ -277,7 +308,7 @@ def _check_foreign_files(output_dir: Path) -> None:
     checkpoint rule's (`check_output_dir`)."""
     staged = re.compile(rf"(checkpoint-\d+|{re.escape(STAGING_DIR)})/")
     if foreign := [name for name in foreign_files(output_dir) if not staged.match(name)]:
-        raise ValueError(
+        raise FlagError(
             f"--output_dir {output_dir} holds files that attn train did not write ({describe_files(foreign)}); "
             "choose an empty or new folder, or give --overwrite_output_dir to write into it anyway (only the files "
             "attn train writes are replaced; the others stay)"
@@ -294,14 +325,9 @@ def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgu
     output_dir = Path(training_args.output_dir)
     resumed = training_args.resume_from_checkpoint
     if output_dir.exists() and not output_dir.is_dir():
-        raise ValueError(f"--output_dir {output_dir}: a file, not a folder; give a new or empty folder")
+        raise FlagError(f"--output_dir {output_dir}: a file, not a folder; give a new or empty folder")
     if training_args.process_index == 0 and output_dir.is_dir():  # the other processes share process 0's lock
         check_not_in_use(output_dir)
-    if recipe.overwrite_output_dir and resumed:
-        raise ValueError(
-            "--overwrite_output_dir deletes the checkpoints of --output_dir, --resume_from_checkpoint "
-            "continues from one: give one of them"
-        )
     existing = find_checkpoints(output_dir) if output_dir.is_dir() else []
     if not existing and not resumed and not recipe.overwrite_output_dir and training_args.do_train:
         _check_foreign_files(output_dir)
@@ -309,20 +335,20 @@ def check_output_dir(recipe: RecipeArguments, training_args: Seq2SeqTrainingArgu
         return
     names = ", ".join(path.name for path in existing)
     if not resumed:
-        raise ValueError(
+        raise FlagError(
             f"--output_dir {output_dir} holds checkpoints of an earlier run ({names}); they would be averaged with "
             "this run's. Continue that run with --resume_from_checkpoint last, delete them with "
             "--overwrite_output_dir, or choose another --output_dir"
         )
     resumed = Path(resumed)
     if resumed.resolve().parent != output_dir.resolve():
-        raise ValueError(
+        raise FlagError(
             f"--resume_from_checkpoint {resumed} is not a checkpoint of --output_dir {output_dir}, which holds "
             f"checkpoints of another run ({names}); choose an empty --output_dir, or --overwrite_output_dir"
         )
     step = re.fullmatch(r"checkpoint-(\d+)", resumed.name)
     if step and (later := [path.name for path in existing if int(path.name.split("-")[1]) > int(step[1])]):
-        raise ValueError(
+        raise FlagError(
             f"--resume_from_checkpoint {resumed}: --output_dir also holds later checkpoints ({', '.join(later)}) that "
             "this run would average with its own; resume from the last one (--resume_from_checkpoint last) or "
             "delete them"
