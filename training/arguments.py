@@ -23,6 +23,7 @@ from transformers import Seq2SeqTrainingArguments
 from transformers.integrations import is_tensorboard_available
 
 from modeling_attn.api.alignment import WORD_PATTERNS
+from modeling_attn.api.hub import PAPER_DECODING
 from modeling_attn.api.values import COUNT, NATURAL, NON_NEGATIVE, POSITIVE, PROBABILITY, Range
 from modeling_attn.loss import GUIDED_ALIGNMENT_WEIGHT
 from modeling_attn.registry import MODEL_TYPES
@@ -39,7 +40,7 @@ PAPER_DEFAULTS = {
     "warmup_steps": 4000,
     "label_smoothing_factor": 0.1,
     "predict_with_generate": True,
-    "generation_num_beams": 4,
+    "generation_num_beams": PAPER_DECODING["num_beams"],
     "eval_strategy": "steps",
     "eval_steps": 1000,
     "save_steps": 1000,
@@ -199,7 +200,10 @@ class RecipeArguments:
             "range": NATURAL,
         },
     )
-    length_penalty: float = field(default=0.6, metadata={"help": "Beam search length penalty alpha (paper: 0.6)."})
+    length_penalty: float = field(
+        default=PAPER_DECODING["length_penalty"],
+        metadata={"help": f"Beam search length penalty alpha (paper: {PAPER_DECODING['length_penalty']})."},
+    )
     average_last_n: int = field(
         default=5,
         metadata={

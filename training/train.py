@@ -53,7 +53,6 @@ from modeling_attn.api.metrics import translation_scores, writes_lowercase
 from modeling_attn.api.outputs import LOCK, is_disk_full, record_written
 from modeling_attn.api.presets import load_preset
 from modeling_attn.generation import SOURCE_LIMIT_FIELD
-from modeling_attn.registry import MODEL_TYPES
 
 from .alignment import guided_alignment
 from .arguments import RecipeArguments, paper_learning_rate, paper_warmup_steps
@@ -634,16 +633,11 @@ def _write_alignment_picture(trainer: TranslationTrainer, sentence: str, path: P
         logger.info("FSDP/DeepSpeed: no attention picture (the model is sharded)")
         return
     from modeling_attn.api.heatmaps import plot_alignment
-    from modeling_attn.api.translation import translate_batch
+    from modeling_attn.api.translation import eager_attention, translate_batch
 
     model = trainer.model.eval()
-    backend = model.config._attn_implementation
-    if MODEL_TYPES[model.config.model_type].per_head_attention:
-        model.set_attn_implementation("eager")  # the backend that returns attention weights
-    try:
+    with eager_attention(model):  # the backend that returns attention weights
         (translation,), (attention,) = translate_batch(model, trainer.processing_class, [sentence], True)
-    finally:
-        model.set_attn_implementation(backend)
     plot_alignment(attention, path=path, title=f"{sentence} -> {translation}")
     logger.info(f"attention picture: {path}")
 
