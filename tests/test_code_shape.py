@@ -141,3 +141,18 @@ def test_architecture_names_every_module_file_and_no_missing_one():
     assert sorted(named - on_disk) == [], "docs/architecture.md names these files, which do not exist"
     planted = "- `modeling_attn/attention.py`: x\n- `training/gone.py`: y\n- `modeling_attn/api/hub.py`\n"
     assert named_modules(planted) == {"modeling_attn/attention.py", "training/gone.py", "modeling_attn/api/hub.py"}
+
+
+FORMAT_SKIPS = 10  # at most this many `# fmt: skip` markers, for tables whose alignment carries meaning (issue 40)
+
+
+def test_ruff_format_is_switched_off_in_at_most_a_few_places():
+    marker = "# fmt: " + "skip"  # spelled in two parts so that this file does not count itself
+    found = [
+        f"{path.relative_to(ROOT)}:{number}"
+        for folder in ("modeling_attn", "training", "configuration", "tests", "bench")
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if marker in line or "# fmt: " + "off" in line
+    ]
+    assert len(found) <= FORMAT_SKIPS, found
