@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 import shutil
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
+from modeling_attn.api.ensemble import find_checkpoints  # noqa: F401  (the recipe's name for it)
 from modeling_attn.api.errors import UserError
 from modeling_attn.loading import WeightsError
 
@@ -85,14 +85,6 @@ def check_same_model(checkpoints: list[str | Path]) -> None:
                 f"cannot average {checkpoint} with {checkpoints[-1]}: {difference} (checkpoints of different runs "
                 "or models)"
             )
-
-
-def find_checkpoints(output_dir: str | Path) -> list[Path]:
-    """The `checkpoint-<step>` folders of a training output folder, oldest first."""
-    folders = [
-        p for p in Path(output_dir).glob("checkpoint-*") if re.fullmatch(r"checkpoint-\d+", p.name) and p.is_dir()
-    ]
-    return sorted(folders, key=lambda p: int(p.name.split("-")[1]))
 
 
 def load_weights(checkpoint: str | Path) -> dict[str, torch.Tensor]:

@@ -37,6 +37,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
 
 from ..registry import MODEL_TYPES
 from .alignment import AlignedTranslation, translate_aligned_nbest
+from .ensemble import AttnEnsemble, describe_ensemble
 from .errors import UserError
 from .hub import (
     RESULTS_FILE,
@@ -336,7 +337,9 @@ def describe_model(model: PreTrainedModel, model_dir: str | Path, quantization: 
     """What the model card says of `model` (loaded from `model_dir`, before any quantization: the parameter count
     is the float model's), with the languages and scores of the folder's `test_results.json` when it has one."""
     folder = Path(model_dir)
-    results = read_results(folder / RESULTS_FILE) if (folder / RESULTS_FILE).is_file() else None
+    ensemble = describe_ensemble(model) if isinstance(model, AttnEnsemble) else None
+    # an ensemble's scores are not those of the folder's model
+    results = read_results(folder / RESULTS_FILE) if (folder / RESULTS_FILE).is_file() and not ensemble else None
     _, origin = model_origin(folder) if folder.is_dir() else (None, None)
     languages = None
     if results and results.get("source_lang") and results.get("target_lang"):
@@ -358,6 +361,7 @@ def describe_model(model: PreTrainedModel, model_dir: str | Path, quantization: 
         "max_position_embeddings": getattr(model.config, "max_position_embeddings", None),
         "alignment": alignment_setting(model.config),
         "origin": origin,
+        "ensemble": ensemble,
         "quantization": quantization,
         "device": str(model.device),
     }
@@ -460,6 +464,12 @@ def _group_for(model: PreTrainedModel, request: TranslateRequest) -> tuple[tuple
     """The decoding options of a request as a batching key and group; RequestError for options generate() cannot
     honour with this model (checked before queueing)."""
     options = generation_overrides(request)
+    if request.alignment and isinstance(model, AttnEnsemble):
+        raise RequestError(
+            "alignment",
+            f"this server decodes with an ensemble of {len(model.members)} models, "
+            "which returns no attention weights to align with",
+        )
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and request.max_new_tokens is not None and request.max_new_tokens > limit:
         raise RequestError(

@@ -263,10 +263,13 @@ def sequence_scores(
     for start in range(0, len(input_ids), step):
         sources, rows = slice(start, start + step), slice(start * per_source, (start + step) * per_source)
         encoded = model.get_encoder()(input_ids=input_ids[sources], attention_mask=attention_mask[sources])
-        # As generate() expands them for its beams: every tensor of the encoder's output repeated along the batch.
+        # As generate() expands them for its beams: every tensor of the encoder's output repeated along the batch
+        # (an ensemble's holds a tuple of them, one per member).
         for key, value in encoded.items():
             if isinstance(value, torch.Tensor):
                 encoded[key] = value.repeat_interleave(per_source, dim=0)
+            elif isinstance(value, tuple) and all(isinstance(item, torch.Tensor) for item in value):
+                encoded[key] = tuple(item.repeat_interleave(per_source, dim=0) for item in value)
         logits = model(
             attention_mask=attention_mask[sources].repeat_interleave(per_source, dim=0),
             encoder_outputs=encoded,

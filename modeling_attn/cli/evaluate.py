@@ -30,12 +30,21 @@ from modeling_attn.cli.parser import CommandParser
 from modeling_attn.cli.report import run_command
 
 from ..api.corpus import SPLIT_STEMS, DataError, paired_sentences, read_folder_split, split_stems, text_pair_rows
+from ..api.ensemble import AttnEnsemble, describe_ensemble
 from ..api.hub import EMBEDDED_TASK, decoding_settings, local_or_hub
 from ..api.outputs import OutputError, check_output_file, output_file
-from ..api.quantize import quantize, quantize_device
-from ..api.translation import SentenceTooLong, TranslateError, batches, load_model, translate_batch
+from ..api.translation import SentenceTooLong, TranslateError, batches, translate_batch
 from ..api.values import COUNT
-from .translate import DecodingArguments, RuntimeArguments, generation_overrides, parse_flags, shown_defaults
+from .translate import (
+    DecodingArguments,
+    EnsembleArguments,
+    RuntimeArguments,
+    generation_overrides,
+    load_models,
+    model_inputs,
+    parse_flags,
+    shown_defaults,
+)
 
 
 @dataclass
@@ -47,8 +56,10 @@ class EvaluateArguments:
     model: str | None = field(
         default=None,
         metadata={
-            "help": "Model folder or Hub repo to translate with (not needed with --hypotheses_file).",
+            "help": "Model folder or Hub repo to translate with (not needed with --hypotheses_file); repeat it for "
+            "an ensemble.",
             "aliases": ["--model_name_or_path"],
+            "action": "append",
         },
     )
     data: str | None = field(
@@ -113,7 +124,7 @@ class EvaluateArguments:
 def evaluate_parser() -> CommandParser:
     return shown_defaults(
         CommandParser(
-            (EvaluateArguments, DecodingArguments, RuntimeArguments),
+            (EvaluateArguments, DecodingArguments, RuntimeArguments, EnsembleArguments),
             prog="attn evaluate",
             description="BLEU, chrF and TER (sacreBLEU, with signatures) of a model's translations of a test set, or "
             "of a file of translations, as JSON.",
@@ -249,8 +260,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _inputs(args: SimpleNamespace) -> dict[str, str | None]:
     """The files and folders `attn evaluate` reads, by flag: its outputs may be none of them."""
-    names = ("model", "data", "sources_file", "references_file", "hypotheses_file")
-    return {f"--{name}": getattr(args, name) for name in names}
+    names = ("data", "sources_file", "references_file", "hypotheses_file")
+    return {**model_inputs(args), **{f"--{name}": getattr(args, name) for name in names}}
 
 
 def _evaluate(args: SimpleNamespace) -> int:
@@ -275,8 +286,7 @@ def _evaluate(args: SimpleNamespace) -> int:
         scores = translation_scores(hypotheses, tests.references, lowercase=args.lowercase)
         result = {**tests.details, "sentences": len(hypotheses), **scores}
     else:
-        model, tokenizer = load_model(args.model, quantize_device(args.device, args.quantize))
-        model = quantize(model, args.quantize, args.int8_engine)
+        model, tokenizer = load_models(args)
         overrides = generation_overrides(args)
         try:
             scores, hypotheses = evaluate(
@@ -292,7 +302,8 @@ def _evaluate(args: SimpleNamespace) -> int:
         except SentenceTooLong as error:
             raise TranslateError(f"{tests.where}, pair {error.row + 1}: the source sentence {error.detail}") from None
         settings = decoding_settings(model.generation_config, overrides)  # as attn train records it, for attn push
-        result = {"model": args.model, **tests.details, "sentences": len(hypotheses), **scores, "generation": settings}
+        named = describe_ensemble(model) if isinstance(model, AttnEnsemble) else args.model[0]
+        result = {"model": named, **tests.details, "sentences": len(hypotheses), **scores, "generation": settings}
     result["seconds"] = round(time.perf_counter() - start, 2)
     text = json.dumps(result, indent=2)
     inputs = _inputs(args)

@@ -19,12 +19,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..api.errors import UserError
-from ..api.quantize import describe_quantization, quantize, quantize_device
-from ..api.translation import load_model
+from ..api.quantize import describe_quantization
 from ..api.values import COUNT, NON_NEGATIVE, Range
 from .parser import CommandParser
 from .report import run_command
-from .translate import RuntimeArguments, parse_flags
+from .translate import EnsembleArguments, RuntimeArguments, load_models, parse_flags, quantize_members
 
 if TYPE_CHECKING:  # the `serve` extra, imported when the command runs
     import uvicorn
@@ -37,7 +36,11 @@ class ServeArguments:
     """`attn serve`'s flags."""
 
     model: str = field(
-        metadata={"help": "Model folder or Hub repo (with its tokenizer).", "aliases": ["--model_name_or_path"]}
+        metadata={
+            "help": "Model folder or Hub repo (with its tokenizer); repeat it (--model A --model B) for an ensemble.",
+            "aliases": ["--model_name_or_path"],
+            "action": "append",
+        }
     )
     host: str = field(default="127.0.0.1", metadata={"help": "Address to bind (0.0.0.0: every interface)."})
     port: int = field(default=8000, metadata={"help": "TCP port (0: any free port).", "range": PORT})
@@ -64,7 +67,7 @@ class ServeArguments:
 
 def serve_parser() -> CommandParser:
     return CommandParser(
-        (ServeArguments, RuntimeArguments),
+        (ServeArguments, RuntimeArguments, EnsembleArguments),
         prog="attn serve",
         description="Serve a translation model over HTTP: POST /translate, GET /health, GET /model, /docs.",
     )
@@ -122,10 +125,10 @@ def serve(argv: list[str] | None) -> int:
 
         torch.set_num_threads(args.threads)
     with listening_socket(args.host, args.port) as listening:
-        model, tokenizer = load_model(args.model, quantize_device(args.device, args.quantize))
+        model, tokenizer = load_models(args, quantized=False)
         quantization = describe_quantization(args.quantize, args.int8_engine)
-        info = describe_model(model, args.model, quantization)  # before quantizing: the float model's size
-        model = quantize(model, args.quantize, args.int8_engine)
+        info = describe_model(model, args.model[0], quantization)  # before quantizing: the float model's size
+        model = quantize_members(model, args)
         limits = ServeLimits(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_body_bytes)
         app = create_app(model, tokenizer, limits, info)
         # uvicorn stops accepting connections on SIGTERM / Ctrl-C and waits for the requests in flight; a second

@@ -31,6 +31,7 @@ from modeling_attn.cli.report import run_command
 
 from ..api.alignment import ALIGN_FORMATS, WORD_PATTERNS, aligned_line, translate_aligned
 from ..api.corpus import decode_lines
+from ..api.ensemble import COMBINATIONS, each_member, load_ensemble, member_paths, parse_weights
 from ..api.heatmaps import (
     ALIGNMENT_MODES,
     STACKS,
@@ -123,13 +124,46 @@ class RuntimeArguments:
 
 
 @dataclass
+class EnsembleArguments:
+    """Several models decoding as one (`modeling_attn.api.ensemble`): flags shared by `attn translate`, `attn evaluate`
+    and `attn serve`."""
+
+    _argument_group_name = "ensembles (several --model)"
+
+    ensemble_weights: str | None = field(
+        default=None,
+        metadata={"help": "One weight per model, comma-separated (2,1; default: equal).", "metavar": "W,W,..."},
+    )
+    ensemble_combine: str = field(
+        default="log_linear",
+        metadata={
+            "help": "How the members' next-token distributions combine: log_linear, the weighted mean of the "
+            "log-probabilities (renormalised); linear, the log of the weighted mean of the probabilities.",
+            "choices": list(COMBINATIONS),
+        },
+    )
+    last_checkpoints: int | None = field(
+        default=None,
+        metadata={
+            "help": "Decode with the last K checkpoint-<step> folders of the training run --model as the members.",
+            "range": COUNT,
+            "metavar": "K",
+        },
+    )
+
+
+@dataclass
 class TranslateArguments:
     """`attn translate`'s own flags."""
 
     _argument_group_name = "input and output"
 
     model: str = field(
-        metadata={"help": "Model folder or Hub repo (with its tokenizer).", "aliases": ["--model_name_or_path"]}
+        metadata={
+            "help": "Model folder or Hub repo (with its tokenizer); repeat it (--model A --model B) for an ensemble.",
+            "aliases": ["--model_name_or_path"],
+            "action": "append",
+        }
     )
     input: str | None = field(
         default=None,
@@ -237,6 +271,7 @@ TRANSLATE_ARGUMENTS = (
     DecodingArguments,
     SamplingArguments,
     RuntimeArguments,
+    EnsembleArguments,
     PictureArguments,
     AlignmentArguments,
 )
@@ -414,6 +449,29 @@ def main(argv: list[str] | None = None) -> int:
     return run_command("attn translate", translate)
 
 
+def model_inputs(args: SimpleNamespace) -> dict[str, str]:
+    """The model folders an output must keep away from, by flag (`--model`, `--model 2`, ... for an ensemble)."""
+    return {f"--model{f' {n + 1}' if n else ''}": path for n, path in enumerate(args.model or [])}
+
+
+def load_models(args: SimpleNamespace, eager: bool = False, quantized: bool = True) -> tuple[Any, Any]:
+    """The model and tokenizer of the --model flags (one model, or an `AttnEnsemble` of several or of the run's
+    --last_checkpoints), each member quantized by --quantize unless not `quantized` (`quantize_members` later)."""
+    paths = member_paths(args.model, args.last_checkpoints)
+    device = quantize_device(args.device, args.quantize)
+    if len(paths) == 1 and args.ensemble_weights is None:
+        model, tokenizer = load_model(paths[0], device, eager=eager)
+    else:
+        weights = parse_weights(args.ensemble_weights, len(paths))
+        model, tokenizer = load_ensemble(paths, device, weights, args.ensemble_combine)
+    return (quantize_members(model, args) if quantized else model), tokenizer
+
+
+def quantize_members(model: Any, args: SimpleNamespace) -> Any:
+    """The model, or each member of an ensemble, quantized by --quantize (and --int8_engine)."""
+    return each_member(model, lambda member: quantize(member, args.quantize, args.int8_engine))
+
+
 def _check_combinations(args: SimpleNamespace) -> None:
     if args.text and args.input is not None:
         raise TranslateError("give the sentences as arguments or with --input, not both")
@@ -425,6 +483,9 @@ def _check_combinations(args: SimpleNamespace) -> None:
         raise TranslateError(f"--{pictures[0]} pictures one translation per sentence; drop --num_return_sequences")
     if args.align and args.num_return_sequences is not None:
         raise TranslateError("--align aligns one translation per sentence; drop --num_return_sequences")
+    if (pictures or args.align) and len(member_paths(args.model, args.last_checkpoints)) > 1:
+        flag = "--align" if args.align else f"--{pictures[0]}"
+        raise TranslateError(f"{flag}: an ensemble returns no attention weights; give one --model")
 
 
 def _translate(args: SimpleNamespace) -> int:
@@ -432,18 +493,17 @@ def _translate(args: SimpleNamespace) -> int:
     pictures = Pictures(args)
     if args.attention_png or args.self_attention_png:
         figure_class()  # fail before translating when matplotlib is missing
-    inputs = {"--input": None if args.input in (None, "-") else args.input, "--model": args.model}
+    inputs = {"--input": None if args.input in (None, "-") else args.input, **model_inputs(args)}
     pictures.check({**inputs, "--output": args.output})
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_model(
-        args.model, quantize_device(args.device, args.quantize), eager=bool(pictures.templates or args.align)
-    )
-    model = quantize(model, args.quantize, args.int8_engine)
+    model, tokenizer = load_models(args, eager=bool(pictures.templates or args.align))
     if args.self_attention_png and not MODEL_TYPES[model.config.model_type].self_attention:
-        raise TranslateError(f"--self-attention-png: {args.model} is an RNN model, with no self-attention to picture")
+        raise TranslateError(
+            f"--self-attention-png: {args.model[0]} is an RNN model, with no self-attention to picture"
+        )
     overrides = generation_overrides(args)
     if args.num_return_sequences:
         check_nbest(model, args.num_return_sequences, overrides)  # before any output
@@ -510,12 +570,16 @@ def _translate(args: SimpleNamespace) -> int:
 __all__ = [
     "AlignmentArguments",
     "DecodingArguments",
+    "EnsembleArguments",
     "PictureArguments",
     "RuntimeArguments",
     "SamplingArguments",
     "TranslateArguments",
     "generation_overrides",
+    "load_models",
+    "model_inputs",
     "parse_flags",
+    "quantize_members",
     "shown_defaults",
     "main",
     "translate_parser",

@@ -1,0 +1,89 @@
+"""What an ensemble of N models costs to decode, against one model: it should be about N times, not more.
+
+    python bench/ensemble.py --preset multi30k-transformer --members 1 2 4 --threads 1
+
+N members of `--preset` (random weights, one seed each: the cost of a step does not depend on their values), decoding
+one batch of `--batch_size` sentences of `--length` source tokens, greedy and beam search (`--beams`), forced to
+exactly `--new_tokens` tokens (`common.generation_settings`), as `AttnEnsemble` (modeling_attn/api/ensemble.py) and,
+for N = 1, as the model itself. Timing is `common.interleaved` with the CPU clock of this process (the work done, on a
+machine shared with other jobs); medians. Writes a Markdown table on stdout and, with `--json FILE`, the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402
+
+from modeling_attn.api.ensemble import AttnEnsemble  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--preset", default="multi30k-transformer")
+    parser.add_argument("--members", type=int, nargs="+", default=[1, 2, 4])
+    parser.add_argument("--batch_size", type=int, default=16)
+    parser.add_argument("--length", type=int, default=16)
+    parser.add_argument("--new_tokens", type=int, default=16)
+    parser.add_argument("--beams", type=int, default=4)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    members = [common.reference_model(args.preset, 256, seed).eval() for seed in range(max(args.members))]
+    batch = common.fixed_length_batch(args.batch_size, args.length, members[0].config.vocab_size, seed=0)
+    models = {"model": members[0], **{f"ensemble of {n}": AttnEnsemble(members[:n]) for n in args.members}}
+    tasks = {}
+    for name, model in models.items():
+        for beams in (1, args.beams):
+            settings = common.generation_settings(beams, args.new_tokens)
+
+            def task(model=model, settings=settings) -> None:
+                with torch.no_grad():
+                    model.generate(batch.input_ids, attention_mask=batch.attention_mask, generation_config=settings)
+
+            tasks[f"{name}, {'greedy' if beams == 1 else f'beam {beams}'}"] = task
+    common.log(f"{len(tasks)} decodings, {args.reps} rounds")
+    seconds = {
+        name: statistics.median(times)
+        for name, times in common.interleaved(tasks, args.reps, common.CLOCKS["cpu"]).items()
+    }
+    rows = []
+    for name, median in seconds.items():
+        model_name, search = name.split(", ")
+        single = seconds[f"model, {search}"]
+        count = 1 if model_name == "model" else int(model_name.split()[-1])
+        rows.append(
+            {
+                "decoder": model_name,
+                "search": search,
+                "seconds": round(median, 3),
+                "times_one_model": round(median / single, 2),
+                "per_member": round(median / single / count, 2),
+            }
+        )
+    print(
+        f"{args.preset}, {args.batch_size} sentences x {args.length} source tokens -> {args.new_tokens} tokens, "
+        f"{args.threads} thread(s), CPU seconds (median of {args.reps}), {common.machine()}, "
+        f"torch {torch.__version__}\n"
+    )
+    print("| decoder | search | CPU s | x one model | x one model / N |\n| --- | --- | ---: | ---: | ---: |")
+    for row in rows:
+        cells = (row["decoder"], row["search"], row["seconds"], row["times_one_model"], row["per_member"])
+        print("| " + " | ".join(map(str, cells)) + " |")
+    if args.json:
+        Path(args.json).write_text(
+            json.dumps({"settings": vars(args), "machine": common.machine(), "rows": rows}, indent=2) + "\n"
+        )
+
+
+if __name__ == "__main__":
+    main()
