@@ -51,6 +51,10 @@ class AttnRNNConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTrainedConfig)
         (no label_smoothing: it is a training setting, given to `forward(..., smoothing=...)` or as Trainer's
             `label_smoothing_factor`; a `label_smoothing` in an older config.json is ignored with a warning and no
             longer changes the loss.)
+        joint_vocabulary: source and target ids are one tokenizer's (a joint BPE vocabulary, Sennrich et al. 2016,
+            as `attn train` builds), even with separate embedding matrices: `resize_token_embeddings` then resizes
+            both sides and the output layer. Defaults to whether decoder_vocab_size equals vocab_size; False for
+            two vocabularies (Marian's `resize_decoder_token_embeddings` then resizes the target side).
         share_encoder_decoder_embeddings: one embedding matrix for source and target (not in the papers).
         tie_word_embeddings: the output projection shares the target embedding matrix (not in the papers);
             needs the decoder output width (readout_size, or decoder_hidden_size for Luong) to equal
@@ -77,6 +81,7 @@ class AttnRNNConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTrainedConfig)
     readout_size: int = 500
     input_feeding: bool = False
     dropout: float | int = 0.0
+    joint_vocabulary: bool | None = None
     share_encoder_decoder_embeddings: bool = False
     tie_word_embeddings: bool = False
     use_cache: bool = True

@@ -46,6 +46,10 @@ class AttnTransformerConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTraine
         positional_layout: sinusoidal positions (Sec. 3.5) with sin and cos "interleaved" on even and
             odd dimensions as in the paper, or as two "halves" [sin | cos] as fairseq and Marian do.
         max_position_embeddings: longest sequence the position table covers.
+        joint_vocabulary: source and target ids are one tokenizer's (a joint BPE vocabulary, Sennrich et al. 2016,
+            as `attn train` builds), even with separate embedding matrices: `resize_token_embeddings` then resizes
+            both sides and the output layer. Defaults to whether decoder_vocab_size equals vocab_size; False for
+            two vocabularies (Marian's `resize_decoder_token_embeddings` then resizes the target side).
         share_encoder_decoder_embeddings: one embedding matrix for source and target (Sec. 3.4).
         tie_word_embeddings: the pre-softmax projection shares the target embedding matrix (Sec. 3.4).
         final_logits_bias: add a fixed (1, decoder_vocab_size) bias to the logits, a saved buffer that is not
@@ -89,6 +93,7 @@ class AttnTransformerConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTraine
     scale_embedding: bool = True
     positional_layout: str = "interleaved"
     max_position_embeddings: int = 1024
+    joint_vocabulary: bool | None = None
     share_encoder_decoder_embeddings: bool = True
     tie_word_embeddings: bool = True
     final_logits_bias: bool = False

@@ -9,7 +9,7 @@
   `smoothing` (label smoothing, Sec. 5.4), `skip_logits`, and guided alignment (Garg et al. 2019).
 - `embed_inputs`: a stack's token embeddings from ids or given vectors, scaled, with whole-word dropout.
 
-The loss and the two names of the cache argument (transformers 5.24) are explained in docs/model.md.
+The loss is explained in docs/model.md; the cache argument's two names (transformers 5.24) are `compat.py`'s.
 
 Shapes: B batch, S source length, T target length, E decoder output width, V target vocabulary.
 """
@@ -17,16 +17,16 @@ Shapes: B batch, S source length, T target length, E decoder output width, V tar
 from __future__ import annotations
 
 import copy
-import warnings
 from pathlib import Path
 
 import torch
 from torch import nn
 from transformers.cache_utils import Cache
-from transformers.modeling_outputs import BaseModelOutput, ModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
+from transformers.modeling_outputs import BaseModelOutput, Seq2SeqLMOutput, Seq2SeqModelOutput
 from transformers.modeling_utils import PreTrainedModel
 from transformers.utils import can_return_tuple
 
+from .compat import CACHE_FIELD, cache_argument, with_cache
 from .dropout import word_dropout
 from .inputs import decoder_inputs_for_labels, labelled_prefix, lookup_embeddings, shift_tokens_right
 from .loading import SafetensorsOnly
@@ -39,24 +39,6 @@ from .loss import (
     token_loss,
 )
 from .remote_code import save_with_remote_code
-
-CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
-
-
-def cache_argument(past_key_values: Cache | None, cache: Cache | None) -> Cache | None:
-    """The decoder cache, given under its transformers < 5.24 name `past_key_values` or its 5.24 name `cache`."""
-    if past_key_values is not None and cache is not None:
-        raise ValueError("pass the decoder cache once, as cache or as past_key_values (its name before 5.24)")
-    if past_key_values is not None and CACHE_FIELD == "cache":  # as transformers' own models warn from 5.24
-        warnings.warn(
-            "`past_key_values` is deprecated: pass the decoder cache as `cache`", FutureWarning, stacklevel=3
-        )
-    return cache if cache is not None else past_key_values
-
-
-def with_cache(output_class: type, cache: Cache | None, **fields) -> ModelOutput:
-    """`output_class(**fields)` with the cache in the installed transformers' field (`CACHE_FIELD`)."""
-    return output_class(**fields, **{CACHE_FIELD: cache})
 
 
 def alignment_attention(cross_attentions: tuple[torch.Tensor | None, ...], config) -> torch.Tensor:
@@ -212,49 +194,62 @@ class EncoderDecoderModel(EncoderDecoderPreTrainedModel):
         """Resize the source vocabulary (transformers' arguments and rules: rows added at the end, initialised from
         the old rows' mean and covariance with `mean_resizing`, or removed from the end).
 
-        With `share_encoder_decoder_embeddings` this is the joint vocabulary: source and target embeddings (one
-        matrix), `config.vocab_size` and `config.decoder_vocab_size`; the generation head also resizes its output
-        layer. With separate vocabularies only the encoder's and `config.vocab_size` change (as MarianMTModel);
+        With one vocabulary (`config.joint_vocabulary`: source and target ids are one tokenizer's) both sides change:
+        the source and target embeddings (one matrix with `share_encoder_decoder_embeddings`, else each),
+        `config.vocab_size` and `config.decoder_vocab_size`; the generation head also resizes its output layer. With
+        two vocabularies only the encoder's and `config.vocab_size` change (as MarianMTModel);
         `resize_decoder_token_embeddings` resizes the target side. A size that would leave a special token id outside
         its vocabulary raises before anything changes.
         """
-        shared = self.config.share_encoder_decoder_embeddings
-        sides = ("vocab_size", "decoder_vocab_size") if shared else ("vocab_size",)
-        embedding = self.shared if shared else self.encoder.embed_tokens
-        return self._resize_vocabulary(embedding, sides, new_num_tokens, pad_to_multiple_of, mean_resizing)
+        config = self.config
+        if config.share_encoder_decoder_embeddings:
+            embeddings = [self.shared]
+        elif config.joint_vocabulary:
+            embeddings = [self.encoder.embed_tokens, self.decoder.embed_tokens]
+        else:
+            embeddings = [self.encoder.embed_tokens]
+        sides = ("vocab_size", "decoder_vocab_size") if config.joint_vocabulary else ("vocab_size",)
+        self._resize_vocabulary(embeddings, sides, new_num_tokens, pad_to_multiple_of, mean_resizing)
+        return self.get_input_embeddings()
 
     def resize_decoder_token_embeddings(
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
     ) -> nn.Embedding:
-        """Resize the target vocabulary of a model with separate source and target embeddings: the decoder's
-        embeddings and `config.decoder_vocab_size` (the generation head also resizes its output layer); as
-        `resize_token_embeddings` otherwise."""
+        """Resize the target vocabulary of a model with two vocabularies: the decoder's embeddings and
+        `config.decoder_vocab_size` (the generation head also resizes its output layer); as `resize_token_embeddings`
+        otherwise."""
         if self.config.share_encoder_decoder_embeddings:
             raise ValueError(
                 "resize_decoder_token_embeddings: source and target share one embedding matrix "
                 "(config.share_encoder_decoder_embeddings=True); resize both with resize_token_embeddings"
             )
-        return self._resize_vocabulary(
-            self.decoder.embed_tokens, ("decoder_vocab_size",), new_num_tokens, pad_to_multiple_of, mean_resizing
-        )
+        if self.config.joint_vocabulary:
+            raise ValueError(
+                "resize_decoder_token_embeddings: source and target ids are one vocabulary (config.joint_vocabulary="
+                "True); resize both with resize_token_embeddings"
+            )
+        embedding, side = self.decoder.embed_tokens, ("decoder_vocab_size",)
+        self._resize_vocabulary([embedding], side, new_num_tokens, pad_to_multiple_of, mean_resizing)
+        return embedding
 
-    def _resize_vocabulary(self, embedding, fields, new_num_tokens, pad_to_multiple_of, mean_resizing):
-        """Resize `embedding` in place (so ties, hooks and `requires_grad` stay) and set the config `fields`."""
+    def _resize_vocabulary(self, embeddings, fields, new_num_tokens, pad_to_multiple_of, mean_resizing) -> None:
+        """Resize each of `embeddings` in place (so ties, hooks and `requires_grad` stay) and set the config
+        `fields`, after checking that the config with the new size is valid."""
         if new_num_tokens is None and pad_to_multiple_of is None:
-            return embedding
+            return
         method = "resize_token_embeddings" if "vocab_size" in fields else "resize_decoder_token_embeddings"
-        size = resized_vocabulary_size(embedding.num_embeddings, new_num_tokens, pad_to_multiple_of, method)
+        size = resized_vocabulary_size(embeddings[0].num_embeddings, new_num_tokens, pad_to_multiple_of, method)
         check_resized_config(self.config, dict.fromkeys(fields, size), method)
-        self._get_resized_embeddings(embedding, size, mean_resizing=mean_resizing)
+        for embedding in embeddings:
+            self._get_resized_embeddings(embedding, size, mean_resizing=mean_resizing)
         for field in fields:
             setattr(self.config, field, size)
         if "vocab_size" in fields:
             self.vocab_size = size  # as transformers' resize_token_embeddings sets it
         self.tie_weights()  # the stacks' embed_tokens follow the shared matrix
         for stack in (self.encoder, self.decoder):
-            if stack.embed_tokens.weight is embedding.weight:
+            if any(stack.embed_tokens.weight is embedding.weight for embedding in embeddings):
                 stack.embed_tokens.num_embeddings = size
-        return self.get_input_embeddings() if "vocab_size" in fields else embedding
 
     @can_return_tuple
     def forward(
@@ -330,10 +325,10 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
     def resize_token_embeddings(
         self, new_num_tokens: int | None = None, pad_to_multiple_of: int | None = None, mean_resizing: bool = True
     ) -> nn.Embedding:
-        """`EncoderDecoderModel.resize_token_embeddings`; with shared embeddings the output layer (and the logits
-        bias) follows the joint vocabulary."""
+        """`EncoderDecoderModel.resize_token_embeddings`; with one vocabulary (`config.joint_vocabulary`) the output
+        layer (and the logits bias) follows it."""
         embedding = self.model.resize_token_embeddings(new_num_tokens, pad_to_multiple_of, mean_resizing)
-        if self.config.share_encoder_decoder_embeddings:
+        if self.config.joint_vocabulary:
             self._resize_output_layer(mean_resizing)
         self.vocab_size = self.config.vocab_size
         return embedding
@@ -450,14 +445,11 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
 
 
 __all__ = [
-    "CACHE_FIELD",
     "alignment_attention",
     "EncoderDecoderForConditionalGeneration",
     "EncoderDecoderModel",
     "EncoderDecoderPreTrainedModel",
-    "cache_argument",
     "check_resized_config",
     "embed_inputs",
     "resized_vocabulary_size",
-    "with_cache",
 ]

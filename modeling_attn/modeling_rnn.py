@@ -19,6 +19,7 @@ Shapes: B batch, S source length, T target length, L decoder layers, H decoder u
 from __future__ import annotations
 
 import torch
+import torch.utils._pytree as pytree
 from torch import nn
 from transformers import GenerationConfig
 from transformers import initialization as init
@@ -29,6 +30,7 @@ from transformers.utils import can_return_tuple, is_torchdynamo_compiling
 
 from .attention import attend
 from .beam_search import CompactBeamSearchMixin
+from .compat import with_cache
 from .configuration_rnn import AttnRNNConfig
 from .dropout import dropout
 from .encoder_decoder import (
@@ -36,13 +38,17 @@ from .encoder_decoder import (
     EncoderDecoderModel,
     EncoderDecoderPreTrainedModel,
     embed_inputs,
-    with_cache,
 )
 from .generation import SourceRelativeLengthMixin
 from .inputs import check_attention_mask
+from .loading import SafetensorsOnly  # noqa: F401  (compat.py: transformers 5.4-5.10)
+from .loss import token_loss  # noqa: F401  (compat.py: transformers 5.4-5.10)
 from .masks import padding_mask
+from .pipeline_translation import TranslationPipeline  # noqa: F401  (compat.py: transformers 5.4-5.10)
 from .recurrent import Recurrent, RNNState, step_loop
+from .remote_code import save_with_remote_code  # noqa: F401  (compat.py: transformers 5.4-5.10)
 from .scores import build_score
+from .validation import check_positive  # noqa: F401  (compat.py: transformers 5.4-5.10)
 
 
 class AttnRNNCache(Cache):
@@ -117,6 +123,36 @@ class AttnRNNCache(Cache):
             raise NotImplementedError(
                 "an RNN state cannot be rolled back to an earlier position; decode again instead"
             )
+
+
+def _register_for_export(cache_class: type[AttnRNNCache]) -> None:
+    """Make `cache_class` a pytree node (its tensors the children, `steps` the context), so that torch.export can
+    take it as an input and return it as an output (as transformers registers its DynamicCache,
+    `integrations.executorch.register_dynamic_cache_export_support`). Idempotent."""
+    if cache_class in pytree.SUPPORTED_NODES:
+        return
+    names = tuple(cache_class.batch_dims)
+
+    def unflatten(tensors, steps: int) -> AttnRNNCache:
+        cache = cache_class()
+        for name, tensor in zip(names, tensors, strict=True):
+            setattr(cache, name, tensor)
+        cache.steps = steps
+        return cache
+
+    def flatten_with_keys(cache: AttnRNNCache) -> tuple[list, int]:
+        return [(pytree.GetAttrKey(name), getattr(cache, name)) for name in names], cache.steps
+
+    pytree.register_pytree_node(
+        cache_class,
+        lambda cache: ([getattr(cache, name) for name in names], cache.steps),
+        unflatten,
+        serialized_type_name=f"{cache_class.__module__}.{cache_class.__qualname__}",
+        flatten_with_keys_fn=flatten_with_keys,
+    )
+
+
+_register_for_export(AttnRNNCache)
 
 
 def _embed(module: nn.Module, input_ids, inputs_embeds, vocab_size: int, name: str) -> torch.Tensor:

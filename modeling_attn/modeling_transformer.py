@@ -17,7 +17,6 @@ Shapes: B batch, S source length, T target length, E d_model, V vocabulary.
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import torch
@@ -35,6 +34,7 @@ from transformers.utils.output_capturing import OutputRecorder, capture_outputs
 
 from .attention import MultiHeadAttention
 from .beam_search import CompactBeamSearchMixin
+from .compat import MASK_CACHE_ARGUMENT, with_cache
 from .configuration_transformer import AttnTransformerConfig
 from .dropout import dropout
 from .encoder_decoder import (
@@ -42,14 +42,16 @@ from .encoder_decoder import (
     EncoderDecoderModel,
     EncoderDecoderPreTrainedModel,
     embed_inputs,
-    with_cache,
 )
 from .generation import SourceRelativeLengthMixin
 from .inputs import check_attention_mask, check_encoder_states
+from .loading import SafetensorsOnly  # noqa: F401  (compat.py: transformers 5.4-5.10)
+from .loss import token_loss  # noqa: F401  (compat.py: transformers 5.4-5.10)
+from .masks import masked_softmax  # noqa: F401  (compat.py: transformers 5.4-5.10)
 from .padding_free import kept_rows, on_rows
-
-# create_causal_mask's name for the cache: `cache` from transformers 5.24, `past_key_values` before
-MASK_CACHE_ARGUMENT = "cache" if "cache" in inspect.signature(create_causal_mask).parameters else "past_key_values"
+from .pipeline_translation import TranslationPipeline  # noqa: F401  (compat.py: transformers 5.4-5.10)
+from .remote_code import save_with_remote_code  # noqa: F401  (compat.py: transformers 5.4-5.10)
+from .validation import check_positive  # noqa: F401  (compat.py: transformers 5.4-5.10)
 
 
 def sinusoid_table(num_positions: int, d_model: int, layout: str = "interleaved") -> torch.Tensor:

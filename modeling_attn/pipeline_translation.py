@@ -21,6 +21,8 @@ from typing import Any
 from transformers import AutoModelForSeq2SeqLM, Pipeline
 from transformers.utils import logging
 
+from .compat import generation_settings, pipeline_generate_kwargs, unremove_translation_task
+
 logger = logging.get_logger(__name__)
 
 # transformers 4's pattern for the task names that carry a language pair
@@ -37,11 +39,12 @@ class TranslationPipeline(Pipeline):
     _load_tokenizer = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        init_settings = generation_settings(kwargs)
         super().__init__(*args, **kwargs)
         task_params = dict(self._task_specific_params())
         self.prefix = task_params.pop("prefix", getattr(self, "prefix", None))  # the base class reads config.prefix
         # The entry's generation settings (T5: num_beams, max_length) are defaults under those of the call and init.
-        self._generate_kwargs = {**task_params, **getattr(self, "_generate_kwargs", {})}
+        self._generate_kwargs = {**task_params, **init_settings}
 
     def _task_specific_params(self) -> dict[str, Any]:
         """The model config's `task_specific_params` entry for this task (for "translation": the first
@@ -119,7 +122,7 @@ class TranslationPipeline(Pipeline):
         if forced_bos is not None:
             generate_kwargs["forced_bos_token_id"] = forced_bos[0] if isinstance(forced_bos, list) else forced_bos
         batch_size = model_inputs["input_ids"].shape[0]
-        output_ids = self.model.generate(**model_inputs, **self._prepare_generate_kwargs(generate_kwargs))
+        output_ids = self.model.generate(**model_inputs, **pipeline_generate_kwargs(self, generate_kwargs))
         # (B * num_return_sequences, T) -> (B, num_return_sequences, T), so the pipeline unbatches per sentence
         return {"output_ids": output_ids.reshape(batch_size, -1, output_ids.shape[-1])}
 
@@ -147,21 +150,15 @@ class TranslationPipeline(Pipeline):
 def register_translation_pipeline() -> None:
     """Make `pipeline("translation" | "translation_XX_to_YY", ...)` build `TranslationPipeline` (see the module
     docstring for exactly what changes in transformers). Idempotent. ImportError naming what changed if transformers'
-    task tables are not those of 5.23-5.24."""
+    task tables are not those of a supported release (`compat.unremove_translation_task`)."""
     from transformers import __version__, pipelines
 
     where = f"transformers {__version__}: modeling_attn's translation pipeline registration"
-    removed = getattr(pipelines, "REMOVED_TASKS", None)
     registry = getattr(pipelines, "PIPELINE_REGISTRY", None)
-    if not isinstance(removed, dict) or not callable(getattr(pipelines, "_resolve_deprecated_task", None)):
-        raise ImportError(f"{where} expects transformers.pipelines.REMOVED_TASKS and _resolve_deprecated_task")
     if registry is None or not callable(getattr(registry, "check_task", None)):
         raise ImportError(f"{where} expects transformers.pipelines.PIPELINE_REGISTRY.check_task")
     ours = getattr(registry.check_task, "_translation_pairs", False)
-    if "translation" in removed:
-        removed.pop("translation")
-    elif not ours:  # not removed by us: a native translation task again, or the table was reorganised
-        raise ImportError(f"{where} expects 'translation' in transformers.pipelines.REMOVED_TASKS; it is not there")
+    unremove_translation_task(pipelines, where, done_before=ours)
     if registry.supported_tasks.get("translation", {}).get("impl") is not TranslationPipeline:
         registry.register_pipeline(
             "translation", pipeline_class=TranslationPipeline, pt_model=AutoModelForSeq2SeqLM, type="text"

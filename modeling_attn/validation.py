@@ -53,9 +53,10 @@ def check_special_token_ids(config: Any, vocab_fields: dict[str, str]) -> None:
 
 
 class EncoderDecoderConfigMixin:
-    """What both configs do alike: the target vocabulary defaults to the source one, a shared embedding matrix
-    needs one vocabulary, the special tokens must lie inside theirs; and `label_smoothing`, a training setting
-    that older checkpoints saved in config.json, is dropped on loading (the loss takes it at call time)."""
+    """What both configs do alike: the target vocabulary defaults to the source one (`joint_vocabulary`), a shared
+    embedding matrix needs one vocabulary, the special tokens must lie inside theirs; and `label_smoothing`, a
+    training setting that older checkpoints saved in config.json, is dropped on loading (the loss takes it at call
+    time)."""
 
     def __post_init__(self, **kwargs):
         label_smoothing = kwargs.pop("label_smoothing", None)
@@ -67,6 +68,8 @@ class EncoderDecoderConfigMixin:
             )
         if self.decoder_vocab_size is None:
             self.decoder_vocab_size = self.vocab_size
+        if self.joint_vocabulary is None:  # one tokenizer's ids unless the sizes say two (older config.json too)
+            self.joint_vocabulary = self.share_encoder_decoder_embeddings or self.decoder_vocab_size == self.vocab_size
         super().__post_init__(**kwargs)
 
     def validate_vocabularies(self):
@@ -75,6 +78,17 @@ class EncoderDecoderConfigMixin:
                 f"{type(self).__name__}.decoder_vocab_size ({self.decoder_vocab_size}) must equal vocab_size "
                 f"({self.vocab_size}) when share_encoder_decoder_embeddings=True; set it to False for separate "
                 "source and target vocabularies"
+            )
+        if self.joint_vocabulary and self.decoder_vocab_size != self.vocab_size:
+            raise ValueError(
+                f"{type(self).__name__}.joint_vocabulary=True (source and target ids are one tokenizer's) needs "
+                f"decoder_vocab_size ({self.decoder_vocab_size}) to equal vocab_size ({self.vocab_size}); set it to "
+                "False for two vocabularies"
+            )
+        if self.share_encoder_decoder_embeddings and not self.joint_vocabulary:
+            raise ValueError(
+                f"{type(self).__name__}.share_encoder_decoder_embeddings=True (one embedding matrix) needs one "
+                "vocabulary: joint_vocabulary=False contradicts it"
             )
         check_special_token_ids(
             self,

@@ -157,7 +157,7 @@ def test_only_caches_whose_rows_can_leave_are_shrunk():
     from transformers.cache_utils import DynamicCache, EncoderDecoderCache, StaticCache
 
     from modeling_attn.beam_search import rows_can_leave
-    from modeling_attn.encoder_decoder import CACHE_FIELD
+    from modeling_attn.compat import CACHE_FIELD
     from modeling_attn.modeling_rnn import AttnRNNCache
 
     static = StaticCache(config=tiny_config(), max_cache_len=8)

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from huggingface_hub.errors import StrictDataclassError
+from test_translate import save_tiny_model
 from tiny import padded_batch, spread_tiny_rnn, tiny_model
-from transformers import AutoModel, AutoModelForSeq2SeqLM
+from transformers import AutoModel, AutoModelForSeq2SeqLM, AutoTokenizer
 
 from modeling_attn import AttnRNNConfig, AttnRNNModel, AttnTransformerConfig, AttnTransformerModel
 
@@ -27,6 +29,11 @@ VARIANTS = {
     "transformer-separate-untied-bias": (
         "transformer",
         dict(SEPARATE, tie_word_embeddings=False, final_logits_bias=True),
+    ),
+    "rnn-joint-untied": ("rnn", {}),  # as `attn train` makes it: one tokenizer, separate embedding matrices
+    "transformer-joint-untied": (
+        "transformer",
+        dict(share_encoder_decoder_embeddings=False, tie_word_embeddings=False),
     ),
     "rnn-separate-untied": ("rnn", dict(decoder_vocab_size=TINY_TARGET)),
     "rnn-separate-tied": ("rnn", dict(decoder_vocab_size=TINY_TARGET, tie_word_embeddings=True)),
@@ -85,13 +92,13 @@ def test_resize_token_embeddings_keeps_every_vocabulary_matrix_in_step(
     tmp_path, variant, new_num_tokens, pad_to_multiple_of, expected
 ):
     model = build(variant)
-    shared = model.config.share_encoder_decoder_embeddings
+    joint = model.config.joint_vocabulary
     old_target = model.config.decoder_vocab_size
     before = logits(model, batch())
 
     assert model.resize_token_embeddings(new_num_tokens, pad_to_multiple_of) is model.get_input_embeddings()
 
-    target = expected if shared else old_target
+    target = expected if joint else old_target
     assert (model.config.vocab_size, model.config.decoder_vocab_size) == (expected, target)
     check_whole(model)
     kept = min(old_target, target)
@@ -133,17 +140,18 @@ def test_resize_decoder_token_embeddings_resizes_the_separate_target_vocabulary(
 @pytest.mark.parametrize(
     "config_class, model_class", [(AttnTransformerConfig, AttnTransformerModel), (AttnRNNConfig, AttnRNNModel)]
 )
-@pytest.mark.parametrize("shared", [True, False])
-def test_the_base_model_resizes_and_reloads_too(tmp_path, config_class, model_class, shared):
+@pytest.mark.parametrize("shared, joint", [(True, True), (False, True), (False, False)])
+def test_the_base_model_resizes_and_reloads_too(tmp_path, config_class, model_class, shared, joint):
     small = (
         dict(d_model=16, encoder_layers=1, decoder_layers=1, num_heads=2, d_ff=16)
         if config_class is AttnTransformerConfig
         else dict(embedding_size=8, encoder_hidden_size=8, decoder_hidden_size=8, attention_size=8, readout_size=8)
     )
-    model = model_class(config_class(vocab_size=40, share_encoder_decoder_embeddings=shared, **small)).eval()
+    config = config_class(vocab_size=40, share_encoder_decoder_embeddings=shared, joint_vocabulary=joint, **small)
+    model = model_class(config).eval()
     model.resize_token_embeddings(50)
     assert model.config.vocab_size == model.encoder.embed_tokens.weight.shape[0] == 50
-    assert model.config.decoder_vocab_size == model.decoder.embed_tokens.weight.shape[0] == (50 if shared else 40)
+    assert model.config.decoder_vocab_size == model.decoder.embed_tokens.weight.shape[0] == (50 if joint else 40)
     assert (model.encoder.embed_tokens.weight is model.decoder.embed_tokens.weight) == shared
     inputs = dict(input_ids=torch.tensor([[49, 3, 4]]), decoder_input_ids=torch.tensor([[1, 5]]))
     model.save_pretrained(tmp_path)
@@ -216,3 +224,53 @@ def test_resized_model_keeps_accelerate_hooks_and_frozen_embeddings():
     assert not model.model.encoder.embed_tokens.weight.requires_grad
     assert not model.lm_head.weight.requires_grad
     check_whole(model)
+
+
+def test_a_model_of_one_tokenizer_takes_new_tokens_with_one_call(tmp_path):
+    """An attn_rnn as `attn train` makes it (one joint BPE tokenizer, separate source and target embeddings): after
+    one resize_token_embeddings(len(tokenizer)) the new tokens are read on both sides and can be produced; saved and
+    reloaded, the model translates them alike."""
+    folder = save_tiny_model(tmp_path / "trained", "attn_rnn")
+    model, tokenizer = AutoModelForSeq2SeqLM.from_pretrained(folder).eval(), AutoTokenizer.from_pretrained(folder)
+    assert model.config.joint_vocabulary and not model.config.share_encoder_decoder_embeddings
+    old_size = len(tokenizer)
+    tokenizer.add_tokens(["<term_a>", "<term_b>"])
+    model.resize_token_embeddings(len(tokenizer))
+    check_whole(model)
+    assert (model.config.vocab_size, model.config.decoder_vocab_size) == (old_size + 2,) * 2
+    new_id = tokenizer.convert_tokens_to_ids("<term_b>")
+
+    def translate(model, tokenizer) -> list[str]:
+        encoded = tokenizer(["the <term_a> sat", "<term_b> park"], return_tensors="pt", padding=True)
+        assert (encoded["input_ids"] >= old_size).any()  # the source side reads the new ids
+        with torch.no_grad():  # the first target token is a new one: the decoder reads it at the next step
+            ids = model.generate(**encoded, forced_bos_token_id=new_id, num_beams=1, max_new_tokens=4)
+        assert (ids[:, 1] == new_id).all()
+        return tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    translations = translate(model, tokenizer)
+    assert all(text.startswith("<term_b>") for text in translations)
+    model.save_pretrained(tmp_path / "resized")
+    tokenizer.save_pretrained(tmp_path / "resized")
+    reloaded = AutoModelForSeq2SeqLM.from_pretrained(tmp_path / "resized").eval()
+    assert translate(reloaded, AutoTokenizer.from_pretrained(tmp_path / "resized")) == translations
+    with pytest.raises(ValueError, match="one vocabulary .*joint_vocabulary=True.*resize both with resize_token_emb"):
+        model.resize_decoder_token_embeddings(len(tokenizer) + 8)
+
+
+@pytest.mark.parametrize("config_class", [AttnTransformerConfig, AttnRNNConfig])
+def test_one_vocabulary_or_two_in_the_config(config_class):
+    """joint_vocabulary defaults to whether the sizes are equal, also for a config.json written before the field; a
+    contradiction is refused naming both fields."""
+    separate = dict(share_encoder_decoder_embeddings=False)
+    assert config_class(vocab_size=40, **separate).joint_vocabulary
+    assert not config_class(vocab_size=40, decoder_vocab_size=30, **separate).joint_vocabulary
+    older = config_class(vocab_size=40, **separate).to_dict()
+    del older["joint_vocabulary"]
+    assert config_class.from_dict(older).joint_vocabulary
+    assert not config_class.from_dict({**older, "decoder_vocab_size": 30}).joint_vocabulary
+    assert not config_class(vocab_size=40, joint_vocabulary=False, **separate).joint_vocabulary  # two of one size
+    with pytest.raises(StrictDataclassError, match=r"joint_vocabulary=True .* decoder_vocab_size \(30\) to equal"):
+        config_class(vocab_size=40, decoder_vocab_size=30, joint_vocabulary=True, **separate)
+    with pytest.raises(StrictDataclassError, match="embeddings=True .*joint_vocabulary=False contradicts"):
+        config_class(vocab_size=40, share_encoder_decoder_embeddings=True, joint_vocabulary=False)
