@@ -157,3 +157,12 @@ def test_a_flag_with_an_optional_value_never_takes_an_argument_that_is_not_one_o
     assert flags.verbose is True and positional.text == ["a sentence"]
     flags, positional = parser.parse(["--verbose", "no", "a sentence"])
     assert flags.verbose is False and positional.text == ["a sentence"]
+
+
+def test_a_flags_file_list_repeats_a_flag_that_is_given_several_times(tmp_path):
+    """`model: [a, b]` in a flags file is `--model a --model b` for a flag that may be repeated (argparse's append)."""
+    parser = CommandParser(Flags)
+    parser.add_argument("--member", action="append")
+    path = tmp_path / "flags.yaml"
+    path.write_text("model: m\nmember: [a, b]\n")
+    assert parser.config_file_flags(path) == ["--model", "m", "--member", "a", "--member", "b"]

@@ -121,7 +121,12 @@ class CommandParser(HfArgumentParser):
             if str(key).replace("-", "_") not in destinations:
                 closest = self.closest_flag(f"--{key}")
                 self.error(f"{path}: unknown flag {key!r}" + (f"; did you mean {closest[2:]!r}?" if closest else ""))
-            argv += _as_arguments(str(key).replace("-", "_"), value)
+            name = str(key).replace("-", "_")
+            if isinstance(self._option_string_actions.get(f"--{name}"), argparse._AppendAction):
+                for item in value if isinstance(value, list) else [value]:  # a repeated flag: `model: [a, b]`
+                    argv += _as_arguments(name, item)
+            else:
+                argv += _as_arguments(name, value)
         return argv
 
     def bare_optional_flags(self, argv: list[str]) -> list[str]:
