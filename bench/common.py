@@ -26,27 +26,19 @@ from pathlib import Path
 
 import torch
 import transformers
+from modeling_attn.training.throughput import peak_bf16_flops
 from torch import nn
 from transformers import CompileConfig, GenerationConfig
 
 import modeling_attn  # noqa: F401  (registers attn_transformer with the Auto classes)
 from modeling_attn import AttnTransformerForConditionalGeneration
 from modeling_attn.api.presets import load_preset
+from modeling_attn.flops import length_sums, transformer_forward_flops
 
 REPO = Path(__file__).resolve().parent.parent
 MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
 SUBWORD_FACTOR = 1.3  # BPE tokens per whitespace word for a ~10k joint vocabulary on Multi30k / WMT EN-DE
 PAD, BOS, EOS = 0, 1, 2
-# Dense bf16 peak (no sparsity) for MFU, by the first substring of torch.cuda.get_device_name() that matches: the
-# H100 PCIe card has 114 SMs at lower clocks (756 TFLOP/s), the SXM one ("NVIDIA H100 80GB HBM3") 132 (989).
-PEAK_BF16_FLOPS = {
-    "H200": 989e12,
-    "H100 PCIe": 756e12,
-    "H100": 989e12,
-    "A100": 312e12,
-    "L40S": 362e12,
-    "4090": 165e12,
-}
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -350,32 +342,16 @@ def median_rate(seconds: list[float], units: float) -> float:
 
 
 def training_flops(config, batch: Batch) -> float:
-    """Matmul FLOPs of one training step on the batch's real tokens: 3 x forward (backward = 2 x forward).
-
-    Only the useful work counts: sentence by sentence, with its own source and target lengths. Compute spent on
-    padding earns nothing, so a model that skips padding and one that computes it are compared on the same work,
-    and MFU is not inflated by padded positions (about half of a randomly ordered batch of 32 sentences).
-    """
-    width, inner = config.d_model, config.d_ff
-    projections = 4 * width * width + 2 * width * inner  # attention q/k/v/out and the feed-forward network, per token
-    total = 0
-    for source, target in zip(batch.attention_mask.sum(1).tolist(), batch.target_lengths, strict=True):
-        encoder = 2 * source * projections + 4 * source * source * width  # + scores and weighted sums
-        decoder = (
-            2 * target * projections  # self-attention projections, FFN
-            + 2 * (target * 2 * width * width + source * 2 * width * width)  # cross-attention projections
-            + 4 * target * (target + source) * width  # scores and weighted sums (causal: counted in full)
-        )
-        output = 2 * target * width * config.decoder_vocab_size
-        total += config.encoder_layers * encoder + config.decoder_layers * decoder + output
-    return 3.0 * total
+    """`modeling_attn.flops.FLOP_FORMULA` (attn_transformer) of one training step on the batch's real tokens: 3 x
+    forward, sentence by sentence with its own source and target lengths (padding earns nothing)."""
+    sums = length_sums(batch.attention_mask.sum(1), torch.tensor(batch.target_lengths))
+    output = 2 * sums[1] * config.d_model * config.decoder_vocab_size
+    return 3.0 * (transformer_forward_flops(config, sums) + output)
 
 
 def peak_flops(device: str) -> float | None:
-    if device != "cuda":
-        return None
-    name = torch.cuda.get_device_name()
-    return next((flops for key, flops in PEAK_BF16_FLOPS.items() if key in name), None)
+    """The dense bf16 peak of this CUDA GPU (`modeling_attn.training.throughput.PEAK_BF16_FLOPS`), else None."""
+    return peak_bf16_flops(torch.cuda.get_device_name()) if device == "cuda" else None
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -16,9 +16,12 @@ measured:
    does), sdpa, the loss on labelled positions only as `attn train` computes it, on length-bucketed batches of
    random ids with realistic lengths (common.sentence_lengths). Target tokens/s, and model FLOPs utilisation:
    FLOPs of the real tokens (FLOP_FORMULA) / median step time / the GPU's dense bf16 peak.
-3. `generate`: greedy and beam 4, forced to the batch's longest reference length (as speed.py does), under bf16
+3. `attn_train`: `attn train` itself for `base` and `big` (Trainer, Multi30k EN->DE read from ../shared/data, token
+   batches of 25,000 tokens, 200 steps, no evaluation, the recipe's CUDA defaults: bf16, fused AdamW, TF32): target
+   tokens/s by Trainer's count, MFU by its `total_flos`, and the settings the run reports.
+4. `generate`: greedy and beam 4, forced to the batch's longest reference length (as speed.py does), under bf16
    autocast: target tokens/s and ms per sentence.
-4. `compile`: the same generation eager with the dynamic cache against compiled with a static cache
+5. `compile`: the same generation eager with the dynamic cache against compiled with a static cache
    (`common.GENERATION_VARIANTS`, as bench/compile_static.py on the CPU): greedy search through generate's
    automatic compilation (`compile_config`: CUDA graphs, "reduce-overhead"), beam search through
    `model.forward = torch.compile(...)`; tokens/s, ms per sentence, the first (compiling) call's seconds and
@@ -49,10 +52,16 @@ import transformers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (this folder's shared helpers)
+from modeling_attn.training.train import run as run_recipe  # noqa: E402
 
 from modeling_attn.api.presets import load_preset  # noqa: E402
+from modeling_attn.cli.train import parse_args as parse_train_args  # noqa: E402
+from modeling_attn.flops import FLOP_FORMULA  # noqa: E402
 
-PARTS = ["attention", "train", "generate", "compile"]
+# what `attn train` reports it trained with (its train_results.json: train_<setting>)
+SETTINGS = ("device", "mixed_precision", "optim", "tf32", "torch_compile")
+
+PARTS = ["attention", "train", "attn_train", "generate", "compile"]
 BACKENDS = ["sdpa", "flash_attention_2"]
 # Added to the allowance of the attention check: transformers' absolute tolerance for its eager-vs-sdpa tests in
 # bfloat16, this repo's eager == sdpa tolerance in float32 (there eager's own error is 0 by construction).
@@ -63,6 +72,9 @@ GPU_RUN = {
     "generate_presets": ["base", "big"],
     "train_batch_size": 512,
     "train_batches": 4,
+    "attn_train_presets": ["base", "big"],
+    "attn_train_steps": 200,
+    "attn_train_tokens": 25_000,
     "generate_batch_sizes": [32, 256],
     "compile_presets": ["base"],
     "compile_batch_sizes": [1, 32],
@@ -75,19 +87,15 @@ DRY_RUN = {
     "generate_presets": ["tiny"],
     "train_batch_size": 8,
     "train_batches": 2,
+    "attn_train_presets": ["tiny"],
+    "attn_train_steps": 4,
+    "attn_train_tokens": 300,
     "generate_batch_sizes": [4],
     "compile_presets": ["tiny"],
     "compile_batch_sizes": [4],
     "compile_backend": "eager",
     "reps": 2,
 }
-FLOP_FORMULA = (
-    "per training step, 3 x the forward matmul FLOPs of each sentence's real tokens (source length s, target length "
-    "t with EOS; E = d_model, F = d_ff, V = target vocabulary; padding counts nothing): encoder_layers x "
-    "[2s(4E^2 + 2EF) + 4s^2 E] + decoder_layers x [2t(4E^2 + 2EF) + 2(2tE^2 + 2sE^2) + 4t(t + s)E] + 2tEV "
-    "(projections and FFN, attention scores and weighted sums with the causal half counted in full, cross-attention, "
-    "output layer; embeddings, norms, softmax and Adam not counted)"
-)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -100,6 +108,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--generate_presets", nargs="+", help="default: base big (dry run: tiny)")
     parser.add_argument("--train_batch_size", type=int, help="sentences per training batch (default 512; dry run 8)")
     parser.add_argument("--train_batches", type=int, help="training steps per timed round (default 4; dry run 2)")
+    parser.add_argument("--attn_train_presets", nargs="+", help="attn train itself: default base big (dry run: tiny)")
+    parser.add_argument("--attn_train_steps", type=int, help="attn train's --max_steps (default 200; dry run 4)")
+    parser.add_argument("--attn_train_tokens", type=int, help="its --max_tokens_per_batch (default 25000; dry 300)")
     parser.add_argument("--generate_batch_sizes", type=int, nargs="+", help="default: 32 256 (dry run: 4)")
     parser.add_argument("--compile_presets", nargs="+", help="default: base (dry run: tiny)")
     parser.add_argument("--compile_batch_sizes", type=int, nargs="+", help="default: 1 32 (dry run: 4)")
@@ -120,7 +131,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    for flag in ("attention_presets", "train_presets", "generate_presets", "compile_presets"):
+    for flag in ("attention_presets", "train_presets", "attn_train_presets", "generate_presets", "compile_presets"):
         for preset in getattr(args, flag):
             try:
                 model_type = load_preset(preset).model_type
@@ -263,6 +274,50 @@ def train(preset: str, args: argparse.Namespace, peak: float | None) -> dict:
     return result
 
 
+def attn_train(preset: str, args: argparse.Namespace, peak: float | None) -> dict:
+    """`attn train` itself, in this process: Trainer, the recipe's token batches and its CUDA defaults, on Multi30k
+    EN->DE (the dry run: the embedded dates task). Target tokens/s are Trainer's count of the steps' real target
+    tokens over its train_runtime (the first steps, their allocations and a fresh BPE vocabulary's caching
+    included); MFU is Trainer's `total_flos` (the project's formula) over the same time and the peak."""
+    output_dir = common.scratch_folder("gpu-attn-train-")
+    flags = ["--preset", preset, "--max_steps", str(args.attn_train_steps)]
+    flags += ["--max_tokens_per_batch", str(args.attn_train_tokens), "--eval_strategy", "no", "--save_strategy", "no"]
+    flags += ["--do_eval", "false", "--do_predict", "false", "--report_to", "none", "--disable_tqdm", "true"]
+    if args.dry_run:
+        flags += ["--vocab_size", "200", "--max_train_samples", "64", "--warmup_steps", "2"]
+    else:
+        flags += [
+            "--data",
+            str(common.MULTI30K),
+            "--source_lang",
+            "en",
+            "--target_lang",
+            "de",
+            "--vocab_size",
+            "10000",
+        ]
+    started = time.perf_counter()
+    recipe, training_args = parse_train_args([*flags, "--output_dir", str(output_dir)])
+    run_recipe(recipe, training_args)
+    results = json.loads((output_dir / "all_results.json").read_text())
+    total_flos = json.loads((output_dir / "trainer_state.json").read_text())["total_flos"]
+    runtime = results["train_runtime"]
+    return {
+        "preset": preset,
+        "command": shlex.join(["attn", "train", *flags, "--output_dir", "OUT"]),
+        "settings": {
+            key[6:]: value for key, value in results.items() if key.startswith("train_") and key[6:] in SETTINGS
+        },
+        "steps": args.attn_train_steps,
+        "train_runtime_s": runtime,
+        "wall_s": time.perf_counter() - started,
+        "target_tokens_per_s": results["train_target_tokens_per_second"],
+        "model_tflops_per_s": total_flos / runtime / 1e12,
+        "mfu": total_flos / runtime / peak if peak else None,
+        "train_loss": results["train_loss"],
+    }
+
+
 def generate(preset: str, args: argparse.Namespace) -> dict:
     """Greedy and beam-4 generation speed of one preset, at each batch size."""
     reference = build(preset, args.seed)
@@ -375,6 +430,8 @@ def main(argv: list[str] | None = None) -> dict:
         save()
     if "train" in args.parts:
         measure("train", args.train_presets, lambda preset: train(preset, args, peak))
+    if "attn_train" in args.parts:
+        measure("attn_train", args.attn_train_presets, lambda preset: attn_train(preset, args, peak))
     if "generate" in args.parts:
         measure("generate", args.generate_presets, lambda preset: generate(preset, args))
     if "compile" in args.parts:

@@ -28,6 +28,7 @@ from transformers.utils import can_return_tuple
 
 from .compat import CACHE_FIELD, cache_argument, with_cache
 from .dropout import word_dropout
+from .flops import training_flops
 from .inputs import decoder_inputs_for_labels, labelled_prefix, lookup_embeddings, shift_tokens_right
 from .loading import SafetensorsOnly
 from .loss import (
@@ -125,6 +126,11 @@ class EncoderDecoderPreTrainedModel(SafetensorsOnly, PreTrainedModel):
         self.check_vocabulary_sizes()
         self.config.validate()
         save_with_remote_code(self, save_directory, super().save_pretrained, *self.heads(), **kwargs)
+
+    def floating_point_ops(self, input_dict: dict, exclude_embeddings: bool = True) -> float:
+        """What Trainer adds to `total_flos` for a training batch: `flops.training_flops`, the project's formula on
+        the real source and target tokens (transformers' own counts 6 x weights x padded source tokens)."""
+        return training_flops(self, input_dict)
 
     def check_vocabulary_sizes(self) -> None:
         """Raise if an embedding matrix, the output layer or the logits bias does not have the size its config field

@@ -143,6 +143,9 @@ def labelled_token_loss(
     """
     check_labels_shape(labels, hidden_states.shape[:2])
     labels = labels.to(hidden_states.device)
+    if is_torchdynamo_compiling():  # picking the rows is data-dependent (a graph break); -100 counts nothing anyway
+        logits = output_layer(hidden_states)
+        return token_loss(logits if bias is None else logits + bias, labels, num_items_in_batch, label_smoothing)
     rows = (labels != -100).reshape(-1).nonzero().squeeze(1)
     picked = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows)
     picked_labels = labels.reshape(-1).index_select(0, rows)

@@ -280,7 +280,7 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     output = tmp_path / "gpu.json"
     report = module.main(["--dry-run", "--output", str(output), "--peak_tflops", "2"])
     assert json.loads(output.read_text()) == report
-    assert set(report["parts"]) == {"attention", "train", "generate", "compile"} and report["dry_run"]
+    assert set(report["parts"]) == {"attention", "train", "attn_train", "generate", "compile"} and report["dry_run"]
     assert finite_numbers(report)  # and each of them finite
 
     attention = report["parts"]["attention"]
@@ -309,6 +309,16 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     assert trained["model_tflops_per_s"] == pytest.approx(flops / median / 1e12)
     assert trained["mfu"] == pytest.approx(trained["model_tflops_per_s"] / 2)
     assert 0 < trained["loss_after"] < 10 and trained["target_tokens_per_s"] > 0
+    # attn train itself (the dates task, 4 steps): Trainer's throughput, MFU from its total_flos, the CPU settings
+    (recipe,) = report["parts"]["attn_train"]["results"]
+    assert recipe["target_tokens_per_s"] > 0 and recipe["mfu"] == pytest.approx(recipe["model_tflops_per_s"] / 2)
+    assert recipe["settings"] == {
+        "device": "cpu",
+        "mixed_precision": "no",
+        "optim": "adamw_torch",
+        "tf32": False,
+        "torch_compile": False,
+    }
     (generated,) = report["parts"]["generate"]["results"]
     for key in ("greedy_batch4", "beam4_batch4"):
         assert generated[key]["target_tokens_per_s"] > 0 and generated[key]["ms_per_sentence"] > 0

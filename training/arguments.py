@@ -238,6 +238,15 @@ class RecipeArguments:
     num_samples_to_print: int = field(
         default=5, metadata={"help": "Test translations printed at the end.", "range": NATURAL}
     )
+    cuda_fast_path: bool = field(
+        default=True,
+        metadata={
+            "help": "On a CUDA GPU, train with what is fast there unless Trainer's own flag is given: bf16 mixed "
+            "precision where the GPU supports it (--bf16; --bf16 false or --fp16 instead), fused AdamW (--optim "
+            "adamw_torch_fused; --optim adamw_torch instead), TF32 matmuls (--tf32; --tf32 false instead). false: "
+            "Trainer's defaults. CPU runs are unchanged."
+        },
+    )
     # Guided alignment training (training/alignment.py)
     alignment_file: str | None = field(
         default=None,

@@ -39,6 +39,7 @@ from transformers import (
     TrainerCallback,
     set_seed,
 )
+from transformers.utils.import_utils import enable_tf32
 
 from modeling_attn.api.errors import FlagError
 from modeling_attn.api.hub import (
@@ -64,6 +65,7 @@ from .hub_push import CheckpointPush, create_hub_repo
 from .metrics import TranslationMetrics
 from .plot import plot_history
 from .prepare import bpe_cache_folder, iter_texts, tokenized_fingerprint
+from .throughput import mfu_line
 from .tokenizer import splits_punctuation, train_bpe_tokenizer, truncate
 from .trainer import STAGING_DIR, TranslationTrainer
 from .validate import config_overrides, new_model_preset
@@ -126,6 +128,7 @@ class TrainingRun:
         self.model: PreTrainedModel | None = None  # build_model
         self.tokenized: datasets.DatasetDict | None = None  # tokenize
         self.trainer_args: Seq2SeqTrainingArguments | None = None  # build_trainer_arguments
+        self.speed_settings: dict | None = None  # build_trainer_arguments: what makes the training fast, as chosen
         self.train_dataset = None  # build_training_set; with guided alignment, collate
         self.collator = None  # collate
         self.trainer: TranslationTrainer | None = None  # build_trainer
@@ -134,7 +137,8 @@ class TrainingRun:
 
     def setup(self) -> None:
         """Logging, the Hub repository of --push_to_hub (created before any work; its id is `repo_id`), the
-        checkpoints --overwrite_output_dir deletes, and the seed.
+        checkpoints --overwrite_output_dir deletes, the seed, and TF32 matmuls under --tf32 (which `validate` may
+        have chosen on a GPU: `resolve_cuda_fast_path`).
 
         With --push_to_hub the recipe pushes the files of `attn push` (code, card), not Trainer's raw folder: Trainer's
         own pushes are off (`build_trainer_arguments`), `CheckpointPush` pushes the checkpoints of --hub_strategy and
@@ -148,6 +152,8 @@ class TrainingRun:
         if self.recipe.overwrite_output_dir and self.args.do_train:
             self._clear_output_dir()
         set_seed(self.args.seed)
+        if self.args.tf32:
+            enable_tf32(True)
 
     def _clear_output_dir(self) -> None:
         """--overwrite_output_dir: delete the checkpoints (and any staging folder) an earlier run left behind."""
@@ -264,9 +270,17 @@ class TrainingRun:
             d_model = getattr(self.model.config, "d_model", None) or self.model.config.hidden_size
             learning_rate = paper_learning_rate(d_model, paper_warmup_steps(self.args))
         self.trainer_args = dataclasses.replace(self.args, learning_rate=learning_rate, push_to_hub=False)
+        self.speed_settings = {
+            "device": self.trainer_args.device.type,
+            "mixed_precision": "bf16" if self.args.bf16 else "fp16" if self.args.fp16 else "no",
+            "optim": str(getattr(self.args.optim, "value", self.args.optim)),
+            "tf32": bool(self.args.tf32),
+            "torch_compile": self.args.torch_compile,
+        }
         logger.info(
             f"model {self.model.config.model_type}: {self.model.num_parameters() / 1e6:.2f}M parameters, "
-            f"peak learning rate {learning_rate:.3g} (warmup {self.args.warmup_steps})"
+            f"peak learning rate {learning_rate:.3g} (warmup {self.args.warmup_steps}); training settings "
+            + ", ".join(f"{key} {value}" for key, value in self.speed_settings.items())
         )
 
     def build_training_set(self) -> None:
@@ -343,8 +357,13 @@ class TrainingRun:
             raise trainer.disk_full("the final model", self.output_dir) from error
         if (base := self.recipe.model_name_or_path) and trainer.is_world_process_zero():  # the card's base_model
             record_origin(self.output_dir, base, "fine-tuned from")
-        trainer.log_metrics("train", result.metrics)
-        trainer.save_metrics("train", result.metrics)
+        metrics = {**result.metrics, **{f"train_{key}": value for key, value in self.speed_settings.items()}}
+        trainer.log_metrics("train", metrics)
+        trainer.save_metrics("train", metrics)
+        if trainer.is_world_process_zero() and (
+            line := mfu_line(trainer.state.total_flos, metrics["train_runtime"], self.args.world_size)
+        ):
+            logger.info(line)
         trainer.save_state()
         if self.args.load_best_model_at_end:
             logger.info(
@@ -407,6 +426,7 @@ class TrainingRun:
             "target_lang": self.parallel.target_lang,
             "sentences": len(hypotheses),
             "generation": decoding_settings(trainer.model.generation_config),
+            "training_settings": self.speed_settings,
         }
         if not trainer.is_world_process_zero():
             return

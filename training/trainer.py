@@ -10,7 +10,8 @@ The changes, nothing else (docs/training.md, "The recipe's modules in detail", e
   the sentences and target tokens the steps consumed;
 - the training loss skips the logits of padding: `label_smoothing_factor` goes to the model's own loss as
   `smoothing`, and training steps pass `skip_logits=True`;
-- under FSDP2, the tied embedding held by one module, and models saved under their own class.
+- under FSDP2, the tied embedding held by one module, and models saved under their own class;
+- `total_flos` counted by the model's own `floating_point_ops` (ours: the FLOPs of the real tokens).
 The trainer checks no flags (`modeling_attn.training.validate` does, before any work) and pushes nothing to the Hub
 (`modeling_attn.training.hub_push.CheckpointPush`, a callback, does).
 """
@@ -147,6 +148,14 @@ class TranslationTrainer(Seq2SeqTrainer):
             # a tensor on the batch's device: no host sync at each step (label padding is -100)
             self._consumed["target_tokens"] = self._consumed["target_tokens"] + (labels != -100).sum()
         return super().training_step(model, inputs, num_items_in_batch)
+
+    def floating_point_ops(self, inputs: dict) -> float:
+        """The model's own count (ours: the project's formula on real tokens, `modeling_attn.flops`), which Trainer's
+        documentation promises but its code skips for the generic 6 x weights x padded `input_ids` positions."""
+        model = self.accelerator.unwrap_model(self.model)
+        if hasattr(model, "floating_point_ops"):
+            return model.floating_point_ops(inputs)
+        return super().floating_point_ops(inputs)
 
     def log(self, logs: dict[str, float], start_time: float | None = None) -> None:
         """Trainer's, with the end-of-training throughput counted from the batches consumed.

@@ -16,10 +16,12 @@ import re
 import zipfile
 from pathlib import Path
 
+import torch
 from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError, safe_open
 from transformers import Seq2SeqTrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
+from transformers.training_args import OptimizerNames
 
 from modeling_attn.api.alignment import WORD_PATTERNS
 from modeling_attn.api.errors import FlagError
@@ -60,6 +62,7 @@ def validate(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, g
     _check_batching_flags(recipe, training_args, given)
     _check_best_model_flags(recipe, training_args, given)
     _check_alignment_flags(recipe, training_args, given)
+    resolve_cuda_fast_path(recipe, training_args, given)
     if training_args.learning_rate is None and 0 < training_args.warmup_steps < 1 and training_args.max_steps <= 0:
         raise FlagError(
             f"--warmup_steps {training_args.warmup_steps} is a ratio of the training steps, "
@@ -244,6 +247,22 @@ def _check_alignment_flags(recipe: RecipeArguments, training_args: Seq2SeqTraini
             raise FlagError(f"--alignment_file with --{name}: {why}")
 
 
+def resolve_cuda_fast_path(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
+    """--cuda_fast_path on a CUDA GPU: bf16 mixed precision and TF32 matmuls where the GPU computes them natively
+    (Ampere or newer), fused AdamW, each unless its own Trainer flag is given (--bf16 or --fp16, --tf32, --optim:
+    those win). Left as they are: CPU runs (--use_cpu, or no GPU), and the precision under DeepSpeed (its config
+    decides it)."""
+    if not recipe.cuda_fast_path or training_args.use_cpu or not torch.cuda.is_available():
+        return
+    native = torch.cuda.is_bf16_supported(including_emulation=False)  # compute capability 8.0 or newer
+    if native and not {"bf16", "fp16"} & given and not training_args.deepspeed:
+        training_args.bf16, training_args.mixed_precision = True, "bf16"  # as Trainer's __post_init__ sets both
+    if native and "tf32" not in given:
+        training_args.tf32 = True  # turned on by `TrainingRun.setup`
+    if "optim" not in given:
+        training_args.optim = OptimizerNames.ADAMW_TORCH_FUSED
+
+
 def _resolve_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None:
     """--resume_from_checkpoint last (or true): the last checkpoint of --output_dir, which must hold one."""
     if training_args.resume_from_checkpoint in ("True", "true", "last"):
@@ -362,5 +381,6 @@ __all__ = [
     "config_overrides",
     "damaged_file",
     "new_model_preset",
+    "resolve_cuda_fast_path",
     "validate",
 ]

@@ -1,0 +1,137 @@
+"""The CPU training step of `attn_transformer` as a share of torch.mm's float32 peak, and its aten op count.
+
+    python bench/cpu_mfu.py --preset base --batch_size 64 --threads 2 --reps 5 --output bench/results/cpu-mfu
+
+The project's own training step (forward with `skip_logits=True` and label smoothing 0.1 as `attn train` runs it,
+backward, Adam; `common.training_task`) on one batch of Multi30k-like lengths (`common.make_batches`, seed 0), and
+in the same process the float32 peak of `torch.mm` on square matrices (`--mm_size`, the best of `--reps` rounds):
+the share is the step's model FLOPs (`modeling_attn.flops.FLOP_FORMULA`, real tokens only) per second over the mm
+peak. Both are timed with the CPU clock of this process (all its threads), which a machine shared with other jobs
+disturbs least, and the share is taken between the best rounds of both (the least disturbed; the median step is
+reported too); `uptime`'s load is recorded. The profile (torch.profiler, one step after the timing) counts the aten
+ops a step calls (every `aten::` event, nested ones included: the launch overhead a GPU would pay) and lists the
+ops taking the most self CPU time.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import statistics
+import sys
+from collections import Counter
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import common  # noqa: E402  (this folder's shared helpers)
+
+# The optimizer of the step: torch.optim.Adam as `common.training_task` builds it (its per-tensor loop on the CPU),
+# and its two other implementations, one kernel per op over all tensors (foreach) or one per tensor (fused).
+OPTIMIZERS = {"for-loop": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+
+
+def training_step(model: torch.nn.Module, batch: common.Batch, optimizer_options: dict):
+    """One call = forward (`skip_logits=True`, label smoothing 0.1), backward and an Adam step on `batch`."""
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **optimizer_options)
+    model.train()
+
+    def step() -> None:
+        common.ours_loss(model, batch, smoothing=0.1).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def mm_peak(size: int, reps: int, clock) -> float:
+    """FLOP/s of `torch.mm` on two float32 (size x size) matrices: the best of `reps` rounds of 4 products."""
+    left, right, out = torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)
+    torch.mm(left, right, out=out)
+    best = float("inf")
+    for _ in range(reps):
+        start = clock()
+        for _ in range(4):
+            torch.mm(left, right, out=out)
+        best = min(best, (clock() - start) / 4)
+    return 2 * size**3 / best
+
+
+def op_profile(step, top: int) -> dict:
+    """The aten ops of one call of `step`: how many, and the `top` ones by self CPU time (ms)."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+        step()
+    events = [event for event in profiler.events() if event.name.startswith("aten::")]
+    counts = Counter(event.name for event in events)
+    self_ms = Counter()
+    for event in events:
+        self_ms[event.name] += event.self_cpu_time_total / 1000
+    return {
+        "aten_ops": len(events),
+        "distinct_aten_ops": len(counts),
+        "top_self_cpu_ms": {name: [round(ms, 1), counts[name]] for name, ms in self_ms.most_common(top)},
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = common.step_parser(__doc__.split("\n")[0], "base", 64)
+    parser.add_argument("--mm_size", type=int, default=1024, help="side of the square matrices of the mm peak")
+    parser.add_argument("--top", type=int, default=12, help="ops listed by self CPU time")
+    parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=["for-loop"])
+    parser.add_argument("--output", type=Path, help="stem of a JSON report")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    clock = common.CLOCKS["cpu"]
+    reference = common.reference_model(args.preset, 256, seed=0)
+    batch = common.make_batches(1, args.batch_size, reference.config.vocab_size, seed=0, max_length=255)[0]
+    steps = {name: training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name]) for name in args.optimizers}
+    rounds = common.interleaved(steps, args.reps, clock)
+    peak = mm_peak(args.mm_size, args.reps, clock)
+    flops = common.training_flops(reference.config, batch)
+    first = args.optimizers[0]
+    seconds, best = rounds[first], min(rounds[first])
+    report = {
+        "command": " ".join(["python", "bench/cpu_mfu.py", *(argv if argv is not None else sys.argv[1:])]),
+        "machine": common.machine(),
+        "load_average": os.getloadavg(),
+        "torch": torch.__version__,
+        "preset": args.preset,
+        "threads": args.threads,
+        "sentences": args.batch_size,
+        "target_tokens": batch.target_tokens,
+        "model_flops_per_step": flops,
+        "step_cpu_seconds": seconds,
+        "mm_peak_flops_per_cpu_second": peak,
+        "step_flops_per_cpu_second": flops / best,
+        "share_of_mm_peak": flops / best / peak,
+        "share_of_mm_peak_median_step": flops / statistics.median(seconds) / peak,
+        "optimizers": {
+            name: {"step_cpu_seconds": values, "share_of_mm_peak": flops / min(values) / peak}
+            | op_profile(steps[name], 0)
+            for name, values in rounds.items()
+        },
+        **op_profile(steps[first], args.top),
+    }
+    print(
+        f"preset {args.preset}, {args.batch_size} sentences ({batch.target_tokens} target tokens), {args.threads} "
+        f"thread(s), {report['machine']}, torch {torch.__version__}, load {report['load_average'][0]:.2f}\n"
+        f"step {best:.3f} CPU-s at best (rounds {' '.join(f'{s:.3f}' for s in seconds)}), "
+        f"{flops / best / 1e9:.1f} GFLOP per CPU-s; torch.mm {args.mm_size}^3 {peak / 1e9:.1f}: "
+        f"**{100 * report['share_of_mm_peak']:.1f}% of the mm peak** (median step: "
+        f"{100 * report['share_of_mm_peak_median_step']:.1f}%); {report['aten_ops']} aten ops per step"
+    )
+    for name, entry in report["optimizers"].items():
+        print(
+            f"Adam {name}: {min(entry['step_cpu_seconds']):.3f} CPU-s at best, "
+            f"{100 * entry['share_of_mm_peak']:.1f}% of the mm peak, {entry['aten_ops']} aten ops per step"
+        )
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    return report
+
+
+if __name__ == "__main__":
+    main()
