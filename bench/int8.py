@@ -78,20 +78,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=[e for e in ("x86", "onednn") if e in ENGINES],
         help="quantized engines to measure (default: x86 and onednn, those this torch has)",
     )
-    parser.add_argument(
-        "--lengths",
-        nargs="+",
-        default=["min_new_tokens", "no_eos"],
-        choices=["min_new_tokens", "no_eos"],
-        help="how the speed part forces lengths (both; see the docstring)",
-    )
-    parser.add_argument(
-        "--parts",
-        nargs="+",
-        default=["speed", "quality"],
-        choices=["speed", "quality"],
-        help="what to measure (both; quality needs --model)",
-    )
+    for flag, choices, text in (
+        ("--lengths", ["min_new_tokens", "no_eos"], "how the speed part forces lengths (both; see the docstring)"),
+        ("--parts", ["speed", "quality"], "what to measure (both; quality needs --model)"),
+    ):  # one or more of the choices, all by default
+        parser.add_argument(flag, nargs="+", default=list(choices), choices=choices, help=text)
     parser.add_argument("--model", help="a trained model folder for the quality part (skipped without one)")
     parser.add_argument(
         "--alone",

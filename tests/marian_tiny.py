@@ -9,15 +9,24 @@ import pytest
 import torch
 from transformers import MarianConfig, MarianMTModel, MarianTokenizer
 
+
+def bart_sizes(layers: int, heads: int) -> dict:
+    """A tiny model of the BART family (Marian, BART, M2M100): on each side `layers` layers of `heads` heads,
+    width 16, feed-forward 32."""
+    return dict(
+        d_model=16,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        encoder_ffn_dim=32,
+        decoder_ffn_dim=32,
+    )
+
+
 MARIAN_TINY = dict(
     vocab_size=60,
-    d_model=16,
-    encoder_layers=2,
-    decoder_layers=2,
-    encoder_attention_heads=4,
-    decoder_attention_heads=4,
-    encoder_ffn_dim=32,
-    decoder_ffn_dim=32,
+    **bart_sizes(2, 4),
     max_position_embeddings=64,
     dropout=0.0,
     eos_token_id=0,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 
 import pytest
 import torch
@@ -26,6 +27,7 @@ from modeling_attn.training.synthetic import (
     generate_pairs,
 )
 from modeling_attn.training.tokenizer import train_bpe_tokenizer
+from runs import NO_EVAL
 from tasks import one_thread
 from tiny import spread_tiny_rnn, tiny_model
 
@@ -437,20 +439,8 @@ def test_guided_training_lowers_aer_on_dates(tmp_path):
             "4000",
             "--max_tokens_per_batch",
             "1024",
-            "--eval_strategy",
-            "no",
-            "--do_eval",
-            "false",
-            "--do_predict",
-            "false",
-            "--save_strategy",
-            "no",
-            "--average_last_n",
-            "1",
-            "--report_to",
-            "none",
-            "--disable_tqdm",
-            "true",
+            *NO_EVAL,
+            *shlex.split("--save_strategy no --report_to none --disable_tqdm true"),
         ]
         if guided:
             flags += ["--alignment_file", str(tmp_path / "train.align"), "--alignment_words", "alnum"]

@@ -8,14 +8,14 @@ import logging
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from modeling_attn.training.bpe_dropout import BPEDropoutBatchSampler, BPEDropoutPairs, dropout_segmenter
 from modeling_attn.training.synthetic import generate_pairs
 from modeling_attn.training.tokenizer import train_bpe_tokenizer
-from test_training_train import QUIET, REPO, TINY, _free_port
+from runs import QUIET, torchrun
+from test_training_train import REPO, TINY
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -160,25 +160,8 @@ def test_a_bpe_dropout_outside_0_1_is_refused_by_the_parser_naming_the_flag(tmp_
 
 @pytest.mark.slow  # two real processes (torchrun, gloo)
 def test_two_training_processes_are_refused_with_the_reason(tmp_path):
-    launch = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(_free_port()),
-        "-m",
-        "modeling_attn.training",
-        "--output_dir",
-        str(tmp_path / "out"),
-        *TINY,
-        *QUIET,
-        "--max_steps",
-        "2",
-        "--bpe_dropout",
-        "0.1",
-    ]
+    flags = [*TINY, *QUIET, "--max_steps", "2", "--bpe_dropout", "0.1"]
+    launch = [*torchrun(), "--output_dir", str(tmp_path / "out"), *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     result = subprocess.run(launch, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode != 0

@@ -20,7 +20,7 @@ import torch
 from modeling_attn.training.synthetic import generate_pairs
 from modeling_attn.training.tokenizer import train_bpe_tokenizer
 from peft import LoraConfig, PeftModel, get_peft_model
-from tiny import padded_batch, tiny_model
+from tiny import padded_batch, tiny_model, tiny_rnn_config
 from transformers import (
     AutoModelForSeq2SeqLM,
     AutoTokenizer,
@@ -30,7 +30,7 @@ from transformers import (
     TrainerCallback,
 )
 
-from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration
+from modeling_attn import AttnRNNForConditionalGeneration
 
 
 def transformer(**overrides):
@@ -39,16 +39,7 @@ def transformer(**overrides):
 
 def rnn(**overrides):
     torch.manual_seed(0)
-    sizes = dict(
-        vocab_size=99,
-        embedding_size=16,
-        encoder_hidden_size=16,
-        decoder_hidden_size=16,
-        attention_size=16,
-        readout_size=16,
-    )
-    config = AttnRNNConfig(**{**sizes, **overrides})
-    return AttnRNNForConditionalGeneration(config).train()
+    return AttnRNNForConditionalGeneration(tiny_rnn_config(**overrides)).train()
 
 
 MODELS = {"transformer": transformer, "rnn": rnn}

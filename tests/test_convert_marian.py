@@ -12,7 +12,7 @@ import json
 
 import pytest
 import torch
-from marian_tiny import SENTENCES, random_marian, saved_marian
+from marian_tiny import SENTENCES, bart_sizes, random_marian, saved_marian
 from safetensors.torch import load_file
 from tasks import EOS, PAD, fit_reverse_task, one_thread, reverse_task
 from tiny import padded_batch, tiny_model
@@ -200,16 +200,7 @@ def test_attn_to_marian_computes_the_same(variant):
 
 def tiny_bart() -> BartForConditionalGeneration:
     """Another architecture of the same shape family (BART), which the conversion must refuse."""
-    config = BartConfig(
-        vocab_size=40,
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
-    )
+    config = BartConfig(vocab_size=40, **bart_sizes(1, 2))
     return BartForConditionalGeneration(config)
 
 

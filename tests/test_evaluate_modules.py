@@ -15,6 +15,7 @@ import ast
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -28,6 +29,7 @@ from marian_tiny import marian_tokenizer, random_marian
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from tasks import one_thread
+from tiny import two_layers
 from transformers import pipeline
 
 from modeling_attn import AttnTransformerConfig, AttnTransformerForConditionalGeneration
@@ -285,12 +287,7 @@ def train_multi30k_model(folder: Path, pairs: int = 2000, steps: int = 300) -> P
     torch.manual_seed(0)
     config = AttnTransformerConfig(
         vocab_size=len(tokenizer),
-        d_model=32,
-        encoder_layers=2,
-        decoder_layers=2,
-        num_heads=4,
-        d_ff=64,
-        dropout=0.0,
+        **two_layers(32),
         pad_token_id=0,
         bos_token_id=1,
         eos_token_id=2,
@@ -333,6 +330,12 @@ def attn_evaluate(capsys, *argv: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+def multi30k_test(model: Path) -> list[str]:
+    """The flags of `attn evaluate` that score `model` on the Multi30k en-de test split."""
+    en_de_test = shlex.split("--source_lang en --target_lang de --split test")
+    return ["--model", str(model), "--data", str(MULTI30K), *en_de_test]
+
+
 def evaluator_bleu(
     model_or_pipeline, sources: list[str], references: list[str], task: str = "translation", **compute
 ) -> dict:
@@ -361,20 +364,7 @@ def test_translation_evaluator_gives_attn_evaluates_bleu_on_multi30k(multi30k_mo
     count = 100
     sources = read_lines(MULTI30K / "test_2016_flickr.en.gz")[:count]
     references = read_lines(MULTI30K / "test_2016_flickr.de.gz")[:count]
-    argv = [
-        "--model",
-        str(multi30k_model),
-        "--data",
-        str(MULTI30K),
-        "--source_lang",
-        "en",
-        "--target_lang",
-        "de",
-        "--split",
-        "test",
-        "--max_samples",
-        str(count),
-    ]
+    argv = [*multi30k_test(multi30k_model), "--max_samples", str(count)]
     with one_thread():
         one_by_one = attn_evaluate(capsys, *argv, "--batch_size", "1")
         batched = attn_evaluate(capsys, *argv)
@@ -506,18 +496,6 @@ def test_the_documented_lines_run_offline_as_written(multi30k_model, tmp_path, c
     assert result.returncode == 0, result.stderr[-3000:]
     printed = ast.literal_eval(result.stdout.strip().splitlines()[-1])  # the dict print() shows
     with one_thread():
-        expected = attn_evaluate(
-            capsys,
-            "--model",
-            str(multi30k_model),
-            "--data",
-            str(MULTI30K),
-            "--source_lang",
-            "en",
-            "--target_lang",
-            "de",
-            "--split",
-            "test",
-        )
+        expected = attn_evaluate(capsys, *multi30k_test(multi30k_model))
     assert expected["sentences"] == 1000
     assert (printed["score"], printed["signature"]) == (expected["bleu"], expected["bleu_signature"])

@@ -14,10 +14,10 @@ import copy
 import pytest
 import torch
 from marian_tiny import SENTENCES, saved_marian
-from tasks import EOS, fit_reverse_task, one_thread, reverse_task
+from tasks import EOS, one_thread, reverse_task, train_transformer_reverser
 from tiny import tiny_model
 
-from modeling_attn import AttnTransformerConfig, AttnTransformerForConditionalGeneration
+from modeling_attn import AttnTransformerForConditionalGeneration
 from modeling_attn.api.export_ctranslate2 import CTranslate2Translator, export_ctranslate2
 from modeling_attn.cli.main import main as cli
 
@@ -37,20 +37,7 @@ def reverser() -> AttnTransformerForConditionalGeneration:
     """Our Transformer (the paper's settings: interleaved positions, post-LN, relu) trained briefly on
     `reverse_task` (6 s): input-dependent outputs with close decisions, where a wrong weight would show."""
     with one_thread():
-        torch.manual_seed(0)
-        config = AttnTransformerConfig(
-            vocab_size=16,
-            d_model=32,
-            encoder_layers=2,
-            decoder_layers=2,
-            num_heads=4,
-            d_ff=64,
-            dropout=0.0,
-            max_position_embeddings=32,
-        )
-        model = AttnTransformerForConditionalGeneration(config)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
-        return fit_reverse_task(model, optimizer, steps=150)
+        return train_transformer_reverser(steps=150)
 
 
 def unpadded(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> list[list[int]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 import torch
 from tasks import one_thread
-from tiny import spread_tiny_rnn
+from tiny import spread_tiny_rnn, two_layers
 
 from modeling_attn import AttnTransformerConfig, AttnTransformerForConditionalGeneration
 from modeling_attn.api.export_onnx import (
@@ -48,12 +48,7 @@ def train_dates_model(steps: int = 400):
     torch.manual_seed(0)
     config = AttnTransformerConfig(
         vocab_size=len(tokenizer),
-        d_model=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        num_heads=4,
-        d_ff=128,
-        dropout=0.0,
+        **two_layers(64),
         max_position_embeddings=64,
         pad_token_id=tokenizer.pad_token_id,
         bos_token_id=tokenizer.bos_token_id,

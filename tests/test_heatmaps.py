@@ -10,11 +10,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from tasks import one_thread, reverse_task, train_rnn_reverser
-from tiny import tiny_model
+from tiny import RNN_SIZES, tiny_model
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
@@ -100,14 +101,7 @@ def test_generate_attention_equals_a_teacher_forced_forward(model_type, num_beam
         model = tiny_model("eager", vocab_size=16)
     else:
         torch.manual_seed(0)
-        config = AttnRNNConfig(
-            vocab_size=16,
-            embedding_size=8,
-            encoder_hidden_size=8,
-            decoder_hidden_size=8,
-            attention_size=8,
-            readout_size=8,
-        )
+        config = AttnRNNConfig(vocab_size=16, **dict.fromkeys(RNN_SIZES, 8))
         model = AttnRNNForConditionalGeneration(config).eval()
     input_ids, attention_mask, _ = reverse_task(4, torch.Generator().manual_seed(5))
     with torch.no_grad():
@@ -205,20 +199,21 @@ def test_missing_matplotlib_is_a_clear_error(monkeypatch):
         plot_alignment(attention)
 
 
+def saved(reverser, folder: Path) -> Path:
+    """The reverser saved with its letter tokenizer: a model folder for `attn translate`."""
+    reverser.save_pretrained(folder)
+    letter_tokenizer().save_pretrained(folder)
+    return folder
+
+
+def picture_flags(folder: Path) -> list[str]:
+    """A picture of each sentence's attention and the JSON of the first, written to `folder`."""
+    return ["--attention-png", str(folder / "align-{n}.png"), "--attention-json", str(folder / "first.json")]
+
+
 @needs_matplotlib
 def test_cli_writes_the_pictures_of_the_reverser(reverser, tmp_path, capsys):
-    reverser.save_pretrained(tmp_path / "model")
-    letter_tokenizer().save_pretrained(tmp_path / "model")
-    argv = [
-        "--model",
-        str(tmp_path / "model"),
-        "a b c d e f",
-        "m l k j",
-        "--attention-png",
-        str(tmp_path / "align-{n}.png"),
-        "--attention-json",
-        str(tmp_path / "first.json"),
-    ]
+    argv = ["--model", str(saved(reverser, tmp_path / "model")), "a b c d e f", "m l k j", *picture_flags(tmp_path)]
     capsys.readouterr()
     assert translate_main(argv) == 0
     assert capsys.readouterr().out.splitlines() == ["f e d c b a", "j k l m"]
@@ -234,18 +229,7 @@ def test_cli_writes_the_pictures_of_the_reverser(reverser, tmp_path, capsys):
 @needs_matplotlib
 def test_cli_pictures_the_first_non_empty_sentence(reverser, tmp_path, capsys):
     """An empty sentence has no attention: FILE pictures the first non-empty one, {n} skips it with a note."""
-    reverser.save_pretrained(tmp_path / "model")
-    letter_tokenizer().save_pretrained(tmp_path / "model")
-    argv = [
-        "--model",
-        str(tmp_path / "model"),
-        "",
-        "a b c",
-        "--attention-png",
-        str(tmp_path / "align-{n}.png"),
-        "--attention-json",
-        str(tmp_path / "first.json"),
-    ]
+    argv = ["--model", str(saved(reverser, tmp_path / "model")), "", "a b c", *picture_flags(tmp_path)]
     capsys.readouterr()
     assert translate_main(argv) == 0
     captured = capsys.readouterr()
@@ -272,9 +256,7 @@ def test_cli_pictures_the_first_non_empty_sentence(reverser, tmp_path, capsys):
 def test_cli_pictures_never_replace_an_input_or_a_users_file_and_name_a_bad_format(reverser, tmp_path, capsys):
     """The picture flags write through api/outputs.py as --output does: checked before any work, written whole, a
     file attn wrote replaced on the next run, anything else only with --overwrite."""
-    model = tmp_path / "model"
-    reverser.save_pretrained(model)
-    letter_tokenizer().save_pretrained(model)
+    model = saved(reverser, tmp_path / "model")
     source, users = tmp_path / "in.txt", tmp_path / "mine.png"
     source.write_text("a b c\n")
     users.write_bytes(b"the user's picture")

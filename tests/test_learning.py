@@ -8,22 +8,14 @@ from __future__ import annotations
 
 import torch
 from tasks import exact_match, fit_reverse_task, one_thread, reverse_task
+from tiny import two_layers
 
 from modeling_attn import AttnTransformerConfig, AttnTransformerForConditionalGeneration
 
 
 def train_reverser(steps: int = 500, batch_size: int = 64) -> AttnTransformerForConditionalGeneration:
     torch.manual_seed(0)
-    config = AttnTransformerConfig(
-        vocab_size=16,
-        d_model=64,
-        encoder_layers=2,
-        decoder_layers=2,
-        num_heads=4,
-        d_ff=128,
-        dropout=0.0,
-        max_position_embeddings=16,
-    )
+    config = AttnTransformerConfig(vocab_size=16, **two_layers(64), max_position_embeddings=16)
     model = AttnTransformerForConditionalGeneration(config).train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, betas=(0.9, 0.98), weight_decay=0.0)
     warmup = 50  # then linear decay to 0

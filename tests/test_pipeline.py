@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from marian_tiny import marian_tokenizer, saved_marian
+from marian_tiny import bart_sizes, marian_tokenizer, saved_marian
 from tasks import one_thread
 from test_translate import CORPUS, SENTENCES, save_tiny_model
 from transformers import (
@@ -149,13 +149,7 @@ def tiny_m2m100(folder: Path) -> tuple[M2M100ForConditionalGeneration, M2M100Tok
     vocab_size = max(tokenizer.lang_code_to_id.values()) + 1  # the language tokens come after the pieces
     config = M2M100Config(
         vocab_size=vocab_size,
-        d_model=16,
-        encoder_layers=1,
-        decoder_layers=1,
-        encoder_attention_heads=2,
-        decoder_attention_heads=2,
-        encoder_ffn_dim=32,
-        decoder_ffn_dim=32,
+        **bart_sizes(1, 2),
         max_position_embeddings=64,
         dropout=0.0,
         pad_token_id=1,

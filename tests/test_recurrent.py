@@ -15,12 +15,12 @@ import onnxruntime
 import pytest
 import torch
 from test_modeling_rnn import IDS, VARIANTS, VOCAB, make_model
-from tiny import padded_batch
+from tiny import padded_batch, tiny_rnn_config
 from torch import nn
 from torch.export import Dim
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration
+from modeling_attn import AttnRNNForConditionalGeneration
 from modeling_attn.recurrent import Recurrent, step_loop
 
 SHAPES = [
@@ -107,16 +107,7 @@ def test_step_loop_visits_positions_in_order_or_reversed():
 
 def tiny_rnn(**variant) -> AttnRNNForConditionalGeneration:
     torch.manual_seed(0)
-    config = AttnRNNConfig(
-        vocab_size=99,
-        embedding_size=16,
-        encoder_hidden_size=16,
-        decoder_hidden_size=16,
-        attention_size=16,
-        readout_size=16,
-        **variant,
-    )
-    model = AttnRNNForConditionalGeneration(config).eval()
+    model = AttnRNNForConditionalGeneration(tiny_rnn_config(**variant)).eval()
     with torch.no_grad():  # spread weights: outputs that differ clearly between positions and sentences
         for parameter in model.parameters():
             parameter.uniform_(-0.5, 0.5)

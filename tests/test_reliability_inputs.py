@@ -34,7 +34,7 @@ from modeling_attn.training.data import load_parallel_data
 from modeling_attn.training.tokenizer import train_bpe_tokenizer
 from modeling_attn.training.train import TrainingRun
 from safetensors.torch import load_file, save_file
-from tiny import padded_batch, tiny_config, tiny_model
+from tiny import TINY_RNN, padded_batch, tiny_config, tiny_model
 from transformers import AutoModelForSeq2SeqLM
 
 from modeling_attn import (
@@ -49,7 +49,6 @@ from modeling_attn.loading import WeightsError
 
 CORPUS = ["the cat sat on the mat", "a dog ran in the park", "1987-03-03", "the 4th of July 1776"] * 5
 SPECIAL = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
-RNN = dict(embedding_size=16, encoder_hidden_size=16, decoder_hidden_size=16, attention_size=16, readout_size=16)
 
 
 def _copy(world: SimpleNamespace, name: str) -> Path:
@@ -69,7 +68,7 @@ def world(tmp_path_factory) -> SimpleNamespace:
     model.save_pretrained(world.model)
     tokenizer.save_pretrained(world.model)
     torch.manual_seed(0)
-    AttnRNNForConditionalGeneration(AttnRNNConfig(vocab_size=len(tokenizer), **RNN, **SPECIAL)).save_pretrained(
+    AttnRNNForConditionalGeneration(AttnRNNConfig(vocab_size=len(tokenizer), **TINY_RNN, **SPECIAL)).save_pretrained(
         world.rnn
     )
     weights = (world.model / "model.safetensors").read_bytes()
@@ -113,7 +112,7 @@ def transformer():
 @pytest.fixture(scope="module")
 def rnn():
     torch.manual_seed(0)
-    return AttnRNNForConditionalGeneration(AttnRNNConfig(vocab_size=99, **RNN, **SPECIAL)).eval()
+    return AttnRNNForConditionalGeneration(AttnRNNConfig(vocab_size=99, **TINY_RNN, **SPECIAL)).eval()
 
 
 def _with(batch_edit):

@@ -13,9 +13,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 import torch
 from modeling_attn.training.trainer import STAGING_DIR
+from runs import ATTN_TRAIN, NO_EVAL, tiny_on
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
@@ -32,40 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 STEPS = 60
 # A tiny model on 120 pairs of the embedded task, 8 token batches per epoch: 60 steps cross 7 epoch boundaries,
 # a checkpoint every 5 steps, at most 2 kept (so rotation deletes folders while the job may be killed).
-ARGS = [
-    "--preset",
-    "tiny",
-    "--vocab_size",
-    "200",
-    "--max_train_samples",
-    "120",
-    "--max_tokens_per_batch",
-    "200",
-    "--report_to",
-    "none",
-    "--disable_tqdm",
-    "True",
-    "--dataloader_pin_memory",
-    "False",
-    "--eval_strategy",
-    "no",
-    "--do_eval",
-    "False",
-    "--do_predict",
-    "False",
-    "--average_last_n",
-    "1",
-    "--max_steps",
-    str(STEPS),
-    "--save_steps",
-    "5",
-    "--save_total_limit",
-    "2",
-    "--logging_steps",
-    "1",
-    "--seed",
-    "7",
-]
+ARGS = [*tiny_on(120), *NO_EVAL, "--max_steps", str(STEPS)]
+ARGS += shlex.split("--save_steps 5 --save_total_limit 2 --logging_steps 1 --seed 7")
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 CHECKPOINT_FILES = (
     "model.safetensors",
@@ -83,7 +52,7 @@ KILLS = ["during_save", "random_step", "after_checkpoint", "during_save", "rando
 
 
 def start(output_dir: Path, resume: bool, log: Path) -> subprocess.Popen:
-    command = [sys.executable, "-m", "modeling_attn.training", "--output_dir", str(output_dir), *ARGS]
+    command = [*ATTN_TRAIN, "--output_dir", str(output_dir), *ARGS]
     if resume:
         command += ["--resume_from_checkpoint", "last"]
     with open(log, "w") as stderr:  # a file, not a pipe: the child must never block on a full pipe

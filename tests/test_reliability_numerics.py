@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny import tiny_model
+from tiny import tiny_model, tiny_rnn_config
 
-from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration, masks
+from modeling_attn import AttnRNNForConditionalGeneration, masks
 from modeling_attn.masks import masked_softmax
 
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -38,16 +38,7 @@ def transformer():
 
 def rnn():
     torch.manual_seed(0)
-    config = AttnRNNConfig(
-        vocab_size=99,
-        embedding_size=16,
-        encoder_hidden_size=16,
-        decoder_hidden_size=16,
-        attention_size=16,
-        readout_size=16,
-        **SPECIAL,
-    )
-    return AttnRNNForConditionalGeneration(config).eval()
+    return AttnRNNForConditionalGeneration(tiny_rnn_config(**SPECIAL)).eval()
 
 
 def check_long_inputs(make_model, target_length: int) -> None:

@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 import torch
 from modeling_attn.training.tokenizer import train_bpe_tokenizer
-from tiny import spread_tiny_rnn
+from tiny import spread_tiny_rnn, tiny_config
 
-from modeling_attn import AttnTransformerConfig, AttnTransformerForConditionalGeneration
+from modeling_attn import AttnTransformerForConditionalGeneration
 from modeling_attn.api.alignment import (
     decoded_spans,
     encode_with_spans,
@@ -71,24 +71,14 @@ def sentences(count: int, seed: int) -> list[str]:
     return [" ".join(generator.choices(WORDS, k=generator.randint(1, 12))) for _ in range(count)]
 
 
+SPECIAL_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+
+
 def save_model(folder: Path) -> Path:
     """A random tiny Transformer (64 positions) with a BPE tokenizer, beam 2 and 6 new tokens at most."""
     tokenizer = train_bpe_tokenizer(CORPUS, vocab_size=100, min_frequency=1)
     torch.manual_seed(0)
-    config = AttnTransformerConfig(
-        vocab_size=len(tokenizer),
-        d_model=16,
-        encoder_layers=2,
-        decoder_layers=2,
-        num_heads=4,
-        d_ff=32,
-        dropout=0.0,
-        max_position_embeddings=MAX_POSITIONS,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-        decoder_start_token_id=1,
-    )
+    config = tiny_config(vocab_size=len(tokenizer), max_position_embeddings=MAX_POSITIONS, **SPECIAL_IDS)
     model = AttnTransformerForConditionalGeneration(config)
     model.generation_config.update(max_new_tokens=6, num_beams=2)
     model.save_pretrained(folder)
@@ -101,9 +91,6 @@ def model_dir(tmp_path_factory) -> Path:
     return save_model(tmp_path_factory.mktemp("serve-model"))
 
 
-SPECIAL_IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
-
-
 def save_alignment_model(folder: Path, model_type: str) -> Path:
     """A random tiny model whose translations have several words, for the alignment tests: a Transformer aligning on
     its 2nd of 3 decoder layers, first 2 heads, or an RNN; weights spread (a model at the default init translates
@@ -114,14 +101,9 @@ def save_alignment_model(folder: Path, model_type: str) -> Path:
         model = spread_tiny_rnn(vocab_size=len(tokenizer), **SPECIAL_IDS)
     else:
         torch.manual_seed(0)
-        config = AttnTransformerConfig(
+        config = tiny_config(
             vocab_size=len(tokenizer),
-            d_model=16,
-            encoder_layers=2,
             decoder_layers=3,
-            num_heads=4,
-            d_ff=32,
-            dropout=0.0,
             max_position_embeddings=MAX_POSITIONS,
             alignment_layer=1,
             alignment_heads=2,

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from runs import COMPARABLE, QUIET, free_port, tiny_on, torchrun
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM
 
@@ -33,59 +33,10 @@ import modeling_attn  # noqa: F401  (registers the model types with the Auto cla
 REPO = Path(__file__).resolve().parents[1]
 STEPS = 20
 # The tiny preset on 400 pairs of the embedded task, token batches of 200: about a second per step on 2 cores.
-COMMON = [
-    "--preset",
-    "tiny",
-    "--vocab_size",
-    "200",
-    "--max_train_samples",
-    "400",
-    "--max_tokens_per_batch",
-    "200",
-    "--report_to",
-    "none",
-    "--disable_tqdm",
-    "True",
-    "--dataloader_pin_memory",
-    "False",
-    "--eval_strategy",
-    "no",
-    "--do_predict",
-    "False",
-    "--average_last_n",
-    "1",
-    "--max_steps",
-    str(STEPS),
-    "--logging_steps",
-    "1",
-    "--config_overrides",
-    "dropout=0",
-    "--seed",
-    "3",
-]
+COMMON = [*tiny_on(400), *QUIET, *COMPARABLE, "--max_steps", str(STEPS)]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
 # DDP against one process: the README's requirement. FSDP against DDP: the same, see test_fsdp_matches_ddp.
 LOSS_TOLERANCE = 1e-5
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _torchrun() -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(_free_port()),
-        "-m",
-        "modeling_attn.training",
-    ]
 
 
 def _accelerate_fsdp() -> list[str]:
@@ -100,7 +51,7 @@ def _accelerate_fsdp() -> list[str]:
         "--mixed_precision",
         "no",
         "--main_process_port",
-        str(_free_port()),
+        str(free_port()),
         "-m",
         "modeling_attn.training",
     ]
@@ -108,14 +59,8 @@ def _accelerate_fsdp() -> list[str]:
 
 def _run(launcher: list[str], output_dir: Path, *flags: str) -> Path:
     start = time.time()
-    result = subprocess.run(
-        [*launcher, "--output_dir", str(output_dir), *COMMON, *flags],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    command = [*launcher, "--output_dir", str(output_dir), *COMMON, *flags]
+    result = subprocess.run(command, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-4000:]
     print(f"{output_dir.name}: {time.time() - start:.0f} s")
     return output_dir
@@ -139,7 +84,7 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     resume = ["--save_steps", "10", "--resume_from_checkpoint", str(root / "fsdp" / "checkpoint-10")]
     return {
         "one": _run([sys.executable, "-m", "modeling_attn.training"], root / "one", *one),
-        "ddp": _run(_torchrun(), root / "ddp", "--save_strategy", "no"),
+        "ddp": _run(torchrun(), root / "ddp", "--save_strategy", "no"),
         "fsdp": _run(_accelerate_fsdp(), root / "fsdp", "--save_steps", "10"),
         "fsdp_resumed": _run(_accelerate_fsdp(), root / "fsdp-resumed", *resume),
     }
@@ -223,7 +168,7 @@ def test_accelerate_launch_cpu_with_several_processes_is_refused(tmp_path):
         "--dynamo_backend",
         "no",
         "--main_process_port",
-        str(_free_port()),
+        str(free_port()),
         "-m",
         "modeling_attn.training",
         "--output_dir",

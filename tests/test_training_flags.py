@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
-import sys
 from concurrent.futures import Future
 from pathlib import Path
 
@@ -22,6 +22,8 @@ from huggingface_hub import ModelCard, get_token
 from modeling_attn.training.data import load_parallel_data
 from modeling_attn.training.hub_push import CheckpointPush, hub_uploads
 from modeling_attn.training.train import TrainingRun
+from runs import ATTN_TRAIN, QUIET
+from runs import TINY_TASK as TINY
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
@@ -34,28 +36,7 @@ from modeling_attn.cli.train import build_parser, parse_args
 from modeling_attn.cli.train import main as cli_main
 from modeling_attn.cli.train import train as main
 
-TINY = [
-    "--preset",
-    "tiny",
-    "--vocab_size",
-    "200",
-    "--max_train_samples",
-    "120",
-    "--max_eval_samples",
-    "16",
-    "--max_predict_samples",
-    "16",
-    "--max_tokens_per_batch",
-    "200",
-    "--report_to",
-    "none",
-    "--disable_tqdm",
-    "True",
-    "--dataloader_pin_memory",
-    "False",
-]
 REPO = Path(__file__).resolve().parents[1]
-QUIET = ["--eval_strategy", "no", "--do_predict", "False", "--average_last_n", "1"]
 
 
 def one_line_error(capsys) -> str:
@@ -194,20 +175,12 @@ def test_sentence_batches_take_trainers_batch_flags(tmp_path):
     assert (recipe.max_tokens_per_batch, args.per_device_train_batch_size) == (0, 64)
 
 
+# --load_best_model_at_end with an evaluation at each save.
+BEST_AT_END = shlex.split("--load_best_model_at_end --eval_steps 10 --save_steps 10")
+
+
 def test_load_best_model_at_end_turns_averaging_off(tmp_path):
-    recipe, args = parse_args(
-        [
-            "--output_dir",
-            str(tmp_path),
-            "--load_best_model_at_end",
-            "--eval_steps",
-            "10",
-            "--save_steps",
-            "10",
-            "--report_to",
-            "none",
-        ]
-    )
+    recipe, args = parse_args(["--output_dir", str(tmp_path), *BEST_AT_END, "--report_to", "none"])
     assert args.load_best_model_at_end and args.metric_for_best_model == "loss" and recipe.average_last_n == 1
 
 
@@ -224,22 +197,8 @@ def test_load_best_model_at_end_turns_averaging_off(tmp_path):
 def test_the_best_checkpoint_is_the_one_with_the_lowest_ter(tmp_path, metric, given, greater):
     """Trainer guesses the direction of --metric_for_best_model from its name (only "loss" is lower-is-better);
     TER is an error rate: lower is better, unless --greater_is_better says otherwise."""
-    _, args = parse_args(
-        [
-            "--output_dir",
-            str(tmp_path),
-            "--load_best_model_at_end",
-            "--eval_steps",
-            "10",
-            "--save_steps",
-            "10",
-            "--metric_for_best_model",
-            metric,
-            *given,
-            "--report_to",
-            "none",
-        ]
-    )
+    flags = [*BEST_AT_END, "--metric_for_best_model", metric, *given]
+    _, args = parse_args(["--output_dir", str(tmp_path), *flags, "--report_to", "none"])
     assert args.greater_is_better is greater
 
 
@@ -359,14 +318,7 @@ def test_load_best_model_at_end_and_early_stopping(tmp_path):
     assert (
         run_tiny(
             out,
-            "--max_steps",
-            "40",
-            "--eval_steps",
-            "2",
-            "--save_steps",
-            "2",
-            "--warmup_steps",
-            "2",
+            *shlex.split("--max_steps 40 --eval_steps 2 --save_steps 2 --warmup_steps 2"),
             "--load_best_model_at_end",
             "--metric_for_best_model",
             "loss",
@@ -398,22 +350,8 @@ def test_trained_and_pushed_folders_decode_alike_and_the_card_says_how(tmp_path)
     test_results.json / the card state.
     """
     out = tmp_path / "out"
-    assert (
-        run_tiny(
-            out,
-            "--max_steps",
-            "2",
-            "--eval_strategy",
-            "no",
-            "--save_steps",
-            "2",
-            "--average_last_n",
-            "1",
-            "--max_predict_samples",
-            "4",
-        )
-        == 0
-    )
+    flags = shlex.split("--max_steps 2 --eval_strategy no --save_steps 2 --average_last_n 1 --max_predict_samples 4")
+    assert run_tiny(out, *flags) == 0
     assert attn(["push", "--model", str(out), "--repo-id", "me/dates", "--save-to", str(tmp_path / "hub")]) == 0
     trained, pushed = (GenerationConfig.from_pretrained(folder).to_diff_dict() for folder in (out, tmp_path / "hub"))
     checkpoint = GenerationConfig.from_pretrained(out / "checkpoint-2").to_diff_dict()
@@ -432,23 +370,8 @@ def test_trained_and_pushed_folders_decode_alike_and_the_card_says_how(tmp_path)
 
 def test_a_fixed_generation_max_length_is_the_decoding_everywhere(tmp_path):
     out = tmp_path / "out"
-    assert (
-        run_tiny(
-            out,
-            *QUIET,
-            "--max_steps",
-            "1",
-            "--save_strategy",
-            "no",
-            "--generation_max_length",
-            "16",
-            "--generation_num_beams",
-            "2",
-            "--length_penalty",
-            "1.0",
-        )
-        == 0
-    )
+    decoding = shlex.split("--generation_max_length 16 --generation_num_beams 2 --length_penalty 1.0")
+    assert run_tiny(out, *QUIET, "--max_steps", "1", "--save_strategy", "no", *decoding) == 0
     assert attn(["push", "--model", str(out), "--repo-id", "me/dates", "--save-to", str(tmp_path / "hub")]) == 0
     trained, pushed = (GenerationConfig.from_pretrained(folder).to_diff_dict() for folder in (out, tmp_path / "hub"))
     assert trained == pushed
@@ -485,6 +408,12 @@ class FolderPush(CheckpointPush):
         return done
 
 
+# The steps of the recipe (training/train.py's `run`) that build its Trainer, in order.
+TO_TRAINER = shlex.split(
+    "load_data build_tokenizer build_model tokenize build_trainer_arguments build_training_set collate build_trainer"
+)
+
+
 def test_checkpoint_pushes_run_as_a_callback_at_each_save(tmp_path):
     """--hub_strategy checkpoint through the recipe's own steps and `CheckpointPush` (a `TrainerCallback`, `on_save`):
     each save pushes the checkpoint's model with the files of `attn push` to the root and the checkpoint itself (what
@@ -496,25 +425,12 @@ def test_checkpoint_pushes_run_as_a_callback_at_each_save(tmp_path):
             str(out),
             *TINY,
             *QUIET,
-            "--max_steps",
-            "4",
-            "--save_steps",
-            "2",
-            "--warmup_steps",
-            "2",
-            "--hub_strategy",
-            "checkpoint",
+            *shlex.split("--max_steps 4 --save_steps 2 --warmup_steps 2 --hub_strategy checkpoint"),
         ]
     )
     training = TrainingRun(recipe, args)
-    training.load_data()
-    training.build_tokenizer()
-    training.build_model()
-    training.tokenize()
-    training.build_trainer_arguments()
-    training.build_training_set()
-    training.collate()
-    training.build_trainer()
+    for step in TO_TRAINER:
+        getattr(training, step)()
     trainer = training.trainer
     push = FolderPush("me/dates", repository)
     trainer.add_callback(push)
@@ -586,24 +502,8 @@ def test_validation_during_training_decodes_with_the_saved_generation_config(tmp
     """The scores logged by the validation at the last step equal those of the saved model (the same weights: no
     averaging) translating the validation set with its own generation_config.json (the paper's decoding)."""
     out = tmp_path / "out"
-    assert (
-        run_tiny(
-            out,
-            "--max_steps",
-            "40",
-            "--eval_steps",
-            "40",
-            "--save_steps",
-            "40",
-            "--warmup_steps",
-            "10",
-            "--average_last_n",
-            "1",
-            "--do_predict",
-            "False",
-        )
-        == 0
-    )
+    steps = shlex.split("--max_steps 40 --eval_steps 40 --save_steps 40 --warmup_steps 10")
+    assert run_tiny(out, *steps, "--average_last_n", "1", "--do_predict", "False") == 0
     logged = [
         entry for entry in json.loads((out / "trainer_state.json").read_text())["log_history"] if "eval_chrf" in entry
     ][-1]
@@ -622,22 +522,8 @@ def test_push_to_hub_without_a_hub_stops_before_any_work(tmp_path):
     before the data is read."""
     out = tmp_path / "out"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable,
-        "-m",
-        "modeling_attn.training",
-        "--output_dir",
-        str(out),
-        *TINY,
-        *QUIET,
-        "--max_steps",
-        "1",
-        "--push_to_hub",
-        "--hub_model_id",
-        "me/dates",
-        "--hub_strategy",
-        "checkpoint",
-    ]
+    command = [*ATTN_TRAIN, "--output_dir", str(out), *TINY, *QUIET, "--max_steps", "1"]
+    command += shlex.split("--push_to_hub --hub_model_id me/dates --hub_strategy checkpoint")
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-3000:]
     assert re.search(

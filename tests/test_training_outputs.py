@@ -22,38 +22,14 @@ import pytest
 import torch
 from full_disk import small_tmpfs
 from modeling_attn.training.validate import damaged_file
+from runs import NO_EVAL, tiny_on
 from safetensors.torch import save_file
 
 from modeling_attn.api.outputs import MANIFEST, is_disk_full, record_written
 from modeling_attn.cli.main import main as attn
 from modeling_attn.cli.train import parse_args
 
-TINY = [
-    "--preset",
-    "tiny",
-    "--vocab_size",
-    "200",
-    "--max_train_samples",
-    "60",
-    "--max_tokens_per_batch",
-    "200",
-    "--report_to",
-    "none",
-    "--disable_tqdm",
-    "True",
-    "--dataloader_pin_memory",
-    "False",
-    "--eval_strategy",
-    "no",
-    "--do_eval",
-    "False",
-    "--do_predict",
-    "False",
-    "--average_last_n",
-    "1",
-    "--save_steps",
-    "2",
-]
+TINY = [*tiny_on(60), *NO_EVAL, "--save_steps", "2"]
 
 
 def fake_checkpoint(folder: Path, seed: int = 0) -> Path:

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import gzip
 import logging
+import shlex
 import shutil
 from pathlib import Path
 
 import datasets
 import numpy as np
 import pytest
+import runs
 import torch
 from datasets import Dataset
 from modeling_attn.training.batching import StreamingTokenBatches, TokenBatchSampler, column_lengths
@@ -27,28 +29,8 @@ from modeling_attn.api.corpus import read_lines
 from modeling_attn.cli.train import parse_args
 from modeling_attn.cli.train import train as main
 
-TINY = [
-    "--preset",
-    "tiny",
-    "--vocab_size",
-    "200",
-    "--report_to",
-    "none",
-    "--disable_tqdm",
-    "True",
-    "--dataloader_pin_memory",
-    "False",
-    "--generation_max_length",
-    "16",
-    "--eval_strategy",
-    "no",
-    "--do_predict",
-    "False",
-    "--average_last_n",
-    "1",
-    "--max_tokens_per_batch",
-    "200",
-]
+TINY = [*runs.TINY, "--generation_max_length", "16", *runs.QUIET]
+EN_DE = shlex.split("--source_lang en --target_lang de")
 
 
 @pytest.fixture
@@ -77,22 +59,13 @@ def corpus(tmp_path) -> Path:
     return write_corpus(tmp_path / "corpus", pairs)
 
 
+def corpus_args(tmp_path: Path, corpus: Path, *extra: str):
+    """The recipe and Trainer arguments of an English-German run on `corpus`."""
+    return parse_args(["--data", str(corpus), "--output_dir", str(tmp_path / "out"), *EN_DE, *extra])
+
+
 def recipe_for(tmp_path: Path, corpus: Path, *extra: str):
-    recipe, _ = parse_args(
-        [
-            "--data",
-            str(corpus),
-            "--output_dir",
-            str(tmp_path / "out"),
-            "--source_lang",
-            "en",
-            "--target_lang",
-            "de",
-            "--max_source_length",
-            "48",
-            *extra,
-        ]
-    )
+    recipe, _ = corpus_args(tmp_path, corpus, "--max_source_length", "48", *extra)
     return recipe
 
 
@@ -138,20 +111,7 @@ def test_arrow_path_gives_the_token_ids_and_batches_of_the_in_memory_path(tmp_pa
 
 def test_a_second_run_reuses_the_cache(tmp_path, corpus, cache, caplog):
     """Read, BPE vocabulary and tokenization are computed once; a second run opens the same files, writes none."""
-    recipe, args = parse_args(
-        [
-            "--data",
-            str(corpus),
-            "--output_dir",
-            str(tmp_path / "out"),
-            "--source_lang",
-            "en",
-            "--target_lang",
-            "de",
-            "--vocab_size",
-            "200",
-        ]
-    )
+    recipe, args = corpus_args(tmp_path, corpus, "--vocab_size", "200")
 
     def run():
         training = TrainingRun(recipe, args)
@@ -227,27 +187,8 @@ def test_streaming_batches_hold_the_budget_and_cover_each_pair_once(buffer_pairs
 def test_streaming_resume_skips_the_batches_already_trained(tmp_path, corpus, cache):
     """What the README says: a resumed streamed run reads the stream again and skips the batches it trained, so
     it ends with the weights of the run never stopped (within the first pass over the data)."""
-    common = [
-        *TINY,
-        "--data",
-        str(corpus),
-        "--source_lang",
-        "en",
-        "--target_lang",
-        "de",
-        "--streaming",
-        "True",
-        "--streaming_buffer_pairs",
-        "64",
-        "--save_strategy",
-        "steps",
-        "--save_steps",
-        "4",
-        "--seed",
-        "7",
-        "--logging_steps",
-        "1",
-    ]
+    common = [*TINY, "--data", str(corpus), *EN_DE, "--streaming", "True", "--streaming_buffer_pairs", "64"]
+    common += shlex.split("--save_strategy steps --save_steps 4 --seed 7 --logging_steps 1")
     straight, resumed = tmp_path / "straight", tmp_path / "resumed"
     assert main([*common, "--output_dir", str(straight), "--max_steps", "8"]) == 0
     assert main([*common, "--output_dir", str(resumed), "--max_steps", "4"]) == 0

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from modeling_attn.training.arguments import RecipeArguments, paper_learning_rate
 from modeling_attn.training.train import TrainingRun, run
+from runs import tiny_on
 from transformers import AutoModelForSeq2SeqLM, Seq2SeqTrainingArguments
 
 from modeling_attn.api.presets import load_preset
@@ -34,22 +35,7 @@ FLAGS = {field.name for cls in (RecipeArguments, Seq2SeqTrainingArguments) for f
 FLAG_HOLDERS = ("recipe", "args")
 # The one step that may use `self.args` whole: it builds Trainer's copy of it (`dataclasses.replace`).
 READS_ARGS_WHOLE = {"build_trainer_arguments"}
-TINY = [
-    "--preset",
-    "tiny",
-    "--vocab_size",
-    "200",
-    "--max_train_samples",
-    "40",
-    "--max_tokens_per_batch",
-    "200",
-    "--report_to",
-    "none",
-    "--disable_tqdm",
-    "True",
-    "--dataloader_pin_memory",
-    "False",
-]
+TINY = tiny_on(40)
 
 
 def step_table(markdown: str) -> dict[str, set[str]]:

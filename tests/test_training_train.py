@@ -11,7 +11,7 @@ import importlib.util
 import json
 import os
 import re
-import socket
+import shlex
 import subprocess
 import sys
 import time
@@ -22,6 +22,7 @@ import torch
 from huggingface_hub import ModelCard
 from modeling_attn.training.arguments import paper_learning_rate, paper_warmup_steps
 from modeling_attn.training.synthetic import generate_pairs
+from runs import ATTN_TRAIN, COMPARABLE, QUIET, SILENT, TINY_TASK, torchrun
 from safetensors.torch import load_file
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, DataCollatorForSeq2Seq, Seq2SeqTrainer
 
@@ -36,29 +37,7 @@ from modeling_attn.cli.train import train as main
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
 # A tiny model on a slice of the embedded task: seconds per run.
-TINY = [
-    "--preset",
-    "tiny",
-    "--vocab_size",
-    "200",
-    "--max_train_samples",
-    "120",
-    "--max_eval_samples",
-    "16",
-    "--max_predict_samples",
-    "16",
-    "--max_tokens_per_batch",
-    "200",
-    "--report_to",
-    "none",
-    "--disable_tqdm",
-    "True",
-    "--dataloader_pin_memory",
-    "False",
-    "--generation_max_length",
-    "16",
-]
-QUIET = ["--eval_strategy", "no", "--do_predict", "False", "--average_last_n", "1"]
+TINY = [*TINY_TASK, "--generation_max_length", "16"]
 
 # The README's main command and its documented score (section "Set up and run", kept in step with README.md).
 # (Check 7, the README's Python with a plain Seq2SeqTrainer, runs in tests/test_readme.py.)
@@ -259,12 +238,7 @@ def test_fine_tuning_lowers_the_loss_on_new_data(trained_tiny, tmp_path):
         "5",
         "--max_tokens_per_batch",
         "400",
-        "--report_to",
-        "none",
-        "--disable_tqdm",
-        "True",
-        "--dataloader_pin_memory",
-        "False",
+        *SILENT,
         *QUIET,
     ]
     assert main(args) == 0
@@ -274,12 +248,6 @@ def test_fine_tuning_lowers_the_loss_on_new_data(trained_tiny, tmp_path):
     assert json.loads((finetuned / "origin.json").read_text())["source"] == str(trained_tiny.resolve())  # card's
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def _two_processes_vs_one(tmp_path: Path, steps: int, extra: list[str]) -> tuple[list[float], list[float], Path, Path]:
     """Train with `torchrun --nproc_per_node 2` (gloo) and in one process accumulating 2 batches.
 
@@ -287,49 +255,13 @@ def _two_processes_vs_one(tmp_path: Path, steps: int, extra: list[str]) -> tuple
     --gradient_accumulation_steps 2 see the same two batches; Trainer normalises the loss by the token count of the
     whole step in both cases. Dropout is off so that the only difference left is floating-point summation order.
     """
-    common = [
-        *TINY,
-        *QUIET,
-        "--max_steps",
-        str(steps),
-        "--logging_steps",
-        "1",
-        "--save_strategy",
-        "no",
-        "--config_overrides",
-        "dropout=0",
-        "--seed",
-        "3",
-        *extra,
-    ]
+    common = [*TINY, *QUIET, *COMPARABLE, "--max_steps", str(steps), "--save_strategy", "no", *extra]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     two, one = tmp_path / "two", tmp_path / "one"
-    launch = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--nproc_per_node",
-        "2",
-        "--master_port",
-        str(_free_port()),
-        "-m",
-        "modeling_attn.training",
-        "--output_dir",
-        str(two),
-        *common,
-    ]
+    launch = [*torchrun(), "--output_dir", str(two), *common]
     result = subprocess.run(launch, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-4000:]
-    single = [
-        sys.executable,
-        "-m",
-        "modeling_attn.training",
-        "--output_dir",
-        str(one),
-        "--gradient_accumulation_steps",
-        "2",
-        *common,
-    ]
+    single = [*ATTN_TRAIN, "--output_dir", str(one), "--gradient_accumulation_steps", "2", *common]
     result = subprocess.run(single, cwd=REPO, env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-4000:]
     return trainer_losses(two), trainer_losses(one), two, one
@@ -398,24 +330,15 @@ def test_a_second_run_into_the_same_output_dir_is_refused_with_the_first_ones_pi
     """Issue 34: two `attn train` runs started into one --output_dir; the second stops in one line, naming the first
     one's pid, and the first runs on (its folder untouched by the second)."""
     out = tmp_path / "out"
-    first = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "modeling_attn.training",
-            "--output_dir",
-            str(out),
-            *TINY,
-            *QUIET,
-            "--max_steps",
-            "100000",
-            "--save_steps",
-            "100000",
-        ],
-        cwd=REPO,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    long_run = [
+        *ATTN_TRAIN,
+        "--output_dir",
+        str(out),
+        *TINY,
+        *QUIET,
+        *shlex.split("--max_steps 100000 --save_steps 100000"),
+    ]
+    first = subprocess.Popen(long_run, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 300
         while not (out / ".attn.lock").exists():

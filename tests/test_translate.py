@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import shlex
 import signal
 import subprocess
 import sys
@@ -22,9 +23,10 @@ import pytest
 import sacrebleu
 import torch
 from modeling_attn.training.tokenizer import train_bpe_tokenizer
+from tiny import tiny_config, tiny_rnn_config
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, set_seed
 
-from modeling_attn import AttnRNNConfig, AttnRNNForConditionalGeneration, AttnTransformerConfig
+from modeling_attn import AttnRNNForConditionalGeneration
 from modeling_attn import AttnTransformerForConditionalGeneration as Transformer
 from modeling_attn.api.translation import TranslateError, load_model, translate, translate_batch, translate_nbest
 from modeling_attn.cli.evaluate import main as evaluate_main
@@ -49,28 +51,9 @@ def save_tiny_model(folder, model_type: str):
     special = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
     torch.manual_seed(0)
     if model_type == "attn_transformer":
-        config = AttnTransformerConfig(
-            vocab_size=len(tokenizer),
-            d_model=16,
-            encoder_layers=2,
-            decoder_layers=2,
-            num_heads=4,
-            d_ff=32,
-            dropout=0.0,
-            **special,
-        )
-        model = Transformer(config)
+        model = Transformer(tiny_config(vocab_size=len(tokenizer), **special))
     else:
-        config = AttnRNNConfig(
-            vocab_size=len(tokenizer),
-            embedding_size=16,
-            encoder_hidden_size=16,
-            decoder_hidden_size=16,
-            attention_size=16,
-            readout_size=16,
-            **special,
-        )
-        model = AttnRNNForConditionalGeneration(config)
+        model = AttnRNNForConditionalGeneration(tiny_rnn_config(vocab_size=len(tokenizer), **special))
         with torch.no_grad():  # Luong's uniform [-0.1, 0.1] start translates every sentence alike
             for parameter in model.parameters():
                 parameter.uniform_(-1.0, 1.0)
@@ -213,25 +196,17 @@ def test_attn_translate_command_on_stdin(model_dir):
     assert result.stdout.splitlines() == reference_translations(model_dir, SENTENCES)
 
 
+# `attn translate` in a process of its own, and its flags for a run of batches of 4 greedy translations.
+ATTN_TRANSLATE = [sys.executable, "-m", "modeling_attn.cli.main", "translate"]
+ONE_BEAM = shlex.split("--batch_size 4 --num_beams 1")
+
+
 def test_a_closed_pipe_ends_translate_quietly(model_dir, tmp_path):
     """`attn translate ... | head -1`: the reader leaves early; the command stops without a traceback."""
     source = tmp_path / "many.txt"
     source.write_text("\n".join(SENTENCES * 400) + "\n")  # still translating when the reader leaves
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "modeling_attn.cli.main",
-            "translate",
-            "--model",
-            str(model_dir),
-            "--input",
-            str(source),
-            "--batch_size",
-            "4",
-            "--num_beams",
-            "1",
-        ],
+        [*ATTN_TRANSLATE, "--model", str(model_dir), "--input", str(source), *ONE_BEAM],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -514,25 +489,9 @@ def test_an_interrupted_run_leaves_no_partial_output(transformer_dir, tmp_path, 
     # finish between that moment and the signal
     source.write_text("\n".join(SENTENCES * 50000) + "\n")
     output.write_text("the previous run\n")
+    command = [*ATTN_TRANSLATE, "--model", str(transformer_dir), "--input", str(source), "--output", str(output)]
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "modeling_attn.cli.main",
-            "translate",
-            "--model",
-            str(transformer_dir),
-            "--input",
-            str(source),
-            "--output",
-            str(output),
-            "--overwrite",
-            "--batch_size",
-            "4",
-            "--num_beams",
-            "1",
-            "--no_progress",
-        ],
+        [*command, "--overwrite", *ONE_BEAM, "--no_progress"],
         stderr=subprocess.PIPE,
         text=True,
         preexec_fn=default_sigint,

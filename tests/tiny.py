@@ -11,11 +11,25 @@ from modeling_attn import (
     AttnTransformerForConditionalGeneration,
 )
 
-TINY = dict(vocab_size=99, d_model=16, encoder_layers=2, decoder_layers=2, num_heads=4, d_ff=32, dropout=0.0)
+
+def two_layers(d_model: int) -> dict:
+    """2 + 2 layers of 4 heads of width `d_model`, feed-forward 2 x `d_model`, no dropout: the tests' Transformers."""
+    return dict(d_model=d_model, encoder_layers=2, decoder_layers=2, num_heads=4, d_ff=2 * d_model, dropout=0.0)
+
+
+TINY = dict(vocab_size=99, **two_layers(16))
+# The sizes of an RNN-attention model, each a number of units.
+RNN_SIZES = ("embedding_size", "encoder_hidden_size", "decoder_hidden_size", "attention_size", "readout_size")
+# The tiny RNN-attention model: 16 units everywhere.
+TINY_RNN = dict.fromkeys(RNN_SIZES, 16)
 
 
 def tiny_config(**overrides) -> AttnTransformerConfig:
     return AttnTransformerConfig(**{**TINY, **overrides})
+
+
+def tiny_rnn_config(**overrides) -> AttnRNNConfig:
+    return AttnRNNConfig(**{"vocab_size": 99, **TINY_RNN, **overrides})
 
 
 def tiny_model(attn_implementation: str = "eager", seed: int = 0, **overrides):
@@ -29,16 +43,7 @@ def spread_tiny_rnn(vocab_size: int = 99, seed: int = 0, **special) -> AttnRNNFo
     """A 16-unit RNN-attention model with weights spread over [-1, 1], so that different sentences translate
     differently (an untrained model at the default init translates most sentences alike)."""
     torch.manual_seed(seed)
-    config = AttnRNNConfig(
-        vocab_size=vocab_size,
-        embedding_size=16,
-        encoder_hidden_size=16,
-        decoder_hidden_size=16,
-        attention_size=16,
-        readout_size=16,
-        **special,
-    )
-    model = AttnRNNForConditionalGeneration(config).eval()
+    model = AttnRNNForConditionalGeneration(tiny_rnn_config(vocab_size=vocab_size, **special)).eval()
     with torch.no_grad():
         for parameter in model.parameters():
             parameter.uniform_(-1.0, 1.0)

@@ -59,13 +59,6 @@ class Chrf(DefaultSettings, evaluate.Metric):
         eps_smoothing: bool = False,
     ) -> dict:
         streams = reference_streams("chrf", predictions, references)
-        chrf = CHRF(
-            char_order=char_order,
-            word_order=word_order,
-            beta=beta,
-            lowercase=lowercase,
-            whitespace=whitespace,
-            eps_smoothing=eps_smoothing,
-        )
+        chrf = CHRF(char_order, word_order, beta, lowercase, whitespace, eps_smoothing)  # sacreBLEU's order
         score = chrf.corpus_score(predictions, streams)
         return result(score, ("char_order", "word_order", "beta"), str(chrf.get_signature()))

@@ -64,13 +64,6 @@ class Sacrebleu(DefaultSettings, evaluate.Metric):
         use_effective_order: bool = False,
     ) -> dict:
         streams = reference_streams("sacrebleu", predictions, references)
-        bleu = BLEU(
-            lowercase=lowercase,
-            force=force,
-            tokenize=tokenize,
-            smooth_method=smooth_method,
-            smooth_value=smooth_value,
-            effective_order=use_effective_order,
-        )
+        bleu = BLEU(lowercase, force, tokenize, smooth_method, smooth_value, effective_order=use_effective_order)
         score = bleu.corpus_score(predictions, streams)
         return result(score, BLEU_KEYS, str(bleu.get_signature()))
