@@ -43,6 +43,7 @@ from .encoder_decoder import (
     EncoderDecoderPreTrainedModel,
     embed_inputs,
 )
+from .flops import training_flops  # noqa: F401  (compat.py: transformers 5.4-5.10)
 from .generation import SourceRelativeLengthMixin
 from .inputs import check_attention_mask, check_encoder_states
 from .loading import SafetensorsOnly  # noqa: F401  (compat.py: transformers 5.4-5.10)
