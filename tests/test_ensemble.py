@@ -4,7 +4,9 @@
 Reference checks: a one-member ensemble, and a two-member ensemble of one model's weights, give the model's own tokens
 and scores for greedy search, beam search with length penalty and n-best, and seeded sampling; one beam step of a
 mixed Transformer + RNN ensemble equals the weighted combination of the members' log-probabilities computed here by
-hand, in both combinations; the commands' output equals the ensemble run in Python.
+hand, in both combinations; the commands' output equals the ensemble run in Python. Word alignments: an ensemble of
+one model (or of two copies) aligns as the model does from generate()'s own attention, and an ensemble's forced
+alignment is the weighted average of its members' alignments.
 """
 
 from __future__ import annotations
@@ -18,8 +20,9 @@ from test_translate import CORPUS, SENTENCES, error_line, run_translate, save_ti
 from tiny import padded_batch, spread_tiny_rnn, tiny_model
 from transformers import set_seed
 
+from modeling_attn.api.alignment import align_pairs, aligned_line, translate_aligned, translate_aligned_nbest
 from modeling_attn.api.ensemble import AttnEnsemble, EnsembleError, find_checkpoints, load_ensemble
-from modeling_attn.api.translation import load_model, translate, translate_nbest
+from modeling_attn.api.translation import eager_attention, load_model, translate, translate_nbest
 from modeling_attn.cli.evaluate import main as evaluate_main
 from modeling_attn.cli.translate import main as translate_main
 
@@ -208,7 +211,11 @@ def test_the_last_checkpoints_of_a_run_decode_together(folders, tmp_path, capsys
         (["--ensemble_weights", "1"], "--ensemble_weights 1: 1 weights for 2 models; give one each"),
         (["--ensemble_weights", "1,x"], "--ensemble_weights 1,x: give numbers separated by commas (2,1)"),
         (["--ensemble_weights", "1,-1"], "--ensemble_weights 1.0 -1.0: each weight must be a positive number"),
-        (["--align"], "--align: an ensemble returns no attention weights; give one --model"),
+        (
+            ["--attention-png", "x.png"],
+            "--attention_png: pictures show one model's attention, and an ensemble decodes with several; give one "
+            "--model (an ensemble's --align averages its members' alignment attention)",
+        ),
         (["--last_checkpoints", "2"], "--last_checkpoints 2: give one --model, the training run's output folder"),
     ],
 )
@@ -233,6 +240,59 @@ def test_the_server_takes_several_models(folders):
         assert [item["text"] for item in answer["translations"]] == list(translate(ensemble, tokenizer, SENTENCES))
         info = client.get("/model").json()
         assert info["ensemble"] == {"members": paths, "weights": [0.5, 0.5], "combine": "log_linear"}
-        refused = client.post("/translate", json={"text": ["x"], "alignment": "hard"})
-        assert refused.status_code == 422
-        assert "ensemble of 2 models, which returns no attention weights" in refused.json()["error"]
+        assert (
+            info["alignment"]["attention"] == "the members' alignment attention averaged with the ensemble's weights"
+        )
+        assert [member["weight"] for member in info["alignment"]["members"]] == [0.5, 0.5]
+        aligned = client.post("/translate", json={"text": SENTENCES, "alignment": "hard"}).json()["translations"]
+        with eager_attention(ensemble):
+            expected = translate_aligned(ensemble, tokenizer, SENTENCES)
+        assert [item["text"] for item in aligned] == [item.text for item in expected]
+        assert [[tuple(pair) for pair in item["alignment"]] for item in aligned] == [
+            item.alignment.pairs for item in expected
+        ]
+
+
+# -- word alignments ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["attn_transformer", "attn_rnn"])
+@pytest.mark.parametrize("copies", [1, 2])
+def test_an_ensemble_of_one_model_aligns_as_the_model(folders, kind, copies):
+    """The ensemble reads its translation teacher-forced; the model alone aligns from generate()'s attention."""
+    model, tokenizer = load_model(folders[kind], "cpu", eager=True)
+    ensemble = AttnEnsemble([model] * copies)
+    for search in ({"num_beams": 1}, {"num_beams": 2}):
+        alone = translate_aligned(model, tokenizer, ["", *SENTENCES], **search)
+        together = translate_aligned(ensemble, tokenizer, ["", *SENTENCES], **search)
+        assert [item.text for item in together] == [item.text for item in alone]
+        for mine, theirs in zip(together, alone, strict=True):
+            assert mine.alignment.pairs == theirs.alignment.pairs
+            torch.testing.assert_close(mine.alignment.weights, theirs.alignment.weights)
+    alone = translate_aligned_nbest(model, tokenizer, SENTENCES, num_return_sequences=2, num_beams=2)
+    together = translate_aligned_nbest(ensemble, tokenizer, SENTENCES, num_return_sequences=2, num_beams=2)
+    for mine, theirs in zip(sum(together, []), sum(alone, []), strict=True):
+        assert (mine.text, mine.alignment.pairs) == (theirs.text, theirs.alignment.pairs)
+        assert mine.score == pytest.approx(theirs.score, abs=1e-5)
+
+
+def test_an_ensembles_alignment_is_the_weighted_average_of_its_members(folders):
+    members = [load_model(folders[kind], "cpu", eager=True)[0] for kind in ("attn_transformer", "attn_rnn")]
+    tokenizer = load_model(folders["attn_rnn"], "cpu")[1]
+    targets = SENTENCES[::-1]
+    ensemble = AttnEnsemble(members, weights=[3, 1])
+    found = align_pairs(ensemble, tokenizer, SENTENCES, targets)
+    alone = [align_pairs(member, tokenizer, SENTENCES, targets) for member in members]
+    for mine, first, second in zip(found, *alone, strict=True):
+        assert mine.target_words == first.target_words
+        torch.testing.assert_close(mine.weights, 0.75 * first.weights + 0.25 * second.weights)
+
+
+def test_attn_translate_aligns_with_an_ensemble(folders, capsys, monkeypatch):
+    paths = [folders["attn_transformer"], folders["attn_rnn"]]
+    argv = ["--model", paths[0], "--model", paths[1], "--ensemble_weights", "2,1", "--no_progress", "--device", "cpu"]
+    ensemble, tokenizer = load_ensemble(paths, "cpu", weights=[2, 1], eager=True)
+    expected = translate_aligned(ensemble, tokenizer, SENTENCES)
+    lines = run_translate([*argv, "--align", *SENTENCES], capsys, monkeypatch)
+    assert lines == [aligned_line(item).rstrip("\n") for item in expected]
+    assert [line.split(" ||| ")[0] for line in lines] == list(translate(ensemble, tokenizer, SENTENCES))

@@ -9,6 +9,8 @@ word to its source word of largest weight, written as Pharaoh pairs `i-j`. docs/
 
 - `translate_aligned` / `translate_aligned_nbest`: translate sentences (or n-best lists) and align each translation;
 - `align_pairs`: align given (source, target) pairs, teacher-forced (forced alignment);
+- an `AttnEnsemble` aligns with its members' alignment attention on its translation read teacher-forced, averaged
+  with the ensemble's weights (`forced_attention`);
 - `alignment_error_rate`: AER (Och & Ney 2003, "A Systematic Comparison of Various Statistical Alignment Models").
 
 The Transformer returns attention weights only with `attn_implementation="eager"` (`load_model(..., eager=True)`).
@@ -27,6 +29,7 @@ import torch
 from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..encoder_decoder import alignment_attention
+from .ensemble import AttnEnsemble
 from .heatmaps import TranslationAttention, attention_from_generate
 from .translation import TranslateError, _encode, batches, check_nbest, sequence_scores
 
@@ -238,19 +241,41 @@ def selected_attention(attention: TranslationAttention, config: Any) -> torch.Te
 def _check_eager(model: PreTrainedModel) -> None:
     from ..registry import MODEL_TYPES
 
-    entry = MODEL_TYPES.get(model.config.model_type)
-    if entry is not None and entry.per_head_attention and model.config._attn_implementation != "eager":
-        raise TranslateError(
-            f"word alignments need the attention weights, which the Transformer returns only with the eager attention "
-            f"(this model uses {model.config._attn_implementation!r}): load it with load_model(..., eager=True) or "
-            "call model.set_attn_implementation('eager')"
+    for member in model.members if isinstance(model, AttnEnsemble) else [model]:
+        entry = MODEL_TYPES.get(member.config.model_type)
+        if entry is not None and entry.per_head_attention and member.config._attn_implementation != "eager":
+            raise TranslateError(
+                "word alignments need the attention weights, which the Transformer returns only with the eager "
+                f"attention (this model uses {member.config._attn_implementation!r}): load it with "
+                "load_model(..., eager=True) or call model.set_attn_implementation('eager')"
+            )
+
+
+@torch.no_grad()
+def forced_attention(
+    model: PreTrainedModel, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels: torch.Tensor
+) -> torch.Tensor:
+    """(B, T, S) on the CPU: the alignment attention (`alignment_attention`) of the targets `labels` (-100 after
+    each) read teacher-forced; for an `AttnEnsemble`, the average of its members' (each with its own layer and heads,
+    or alpha) weighted as their log-probabilities are. Rows still sum to 1."""
+    members, weights = (model.members, model.weights) if isinstance(model, AttnEnsemble) else ([model], [1.0])
+    total = torch.zeros(())
+    for member, weight in zip(members, weights, strict=True):
+        outputs = member(
+            input_ids=input_ids.to(member.device),
+            attention_mask=attention_mask.to(member.device),
+            labels=labels.to(member.device),
+            output_attentions=True,
         )
+        total = total + weight * alignment_attention(outputs.cross_attentions, member.config).float().cpu()
+    return total
 
 
 @dataclass
 class AlignedTranslation:
     """One translation, its word alignment with the source, the attention it came from (None for an empty
-    sentence, which is not translated) and, from `translate_aligned_nbest`, its score."""
+    sentence, which is not translated, and for an ensemble's translation, aligned by `forced_attention`) and, from
+    `translate_aligned_nbest`, its score."""
 
     text: str
     alignment: WordAlignment
@@ -284,12 +309,8 @@ def _aligned(
     """Generated sequence `index` of `generated` (generate()'s output with attentions, the encoded sources) aligned
     with its source `sentence` (its number in the caller's list, its text)."""
     outputs, encoded = generated
-    row, text = sentence
     attention = attention_from_generate(outputs, encoded["input_ids"], encoded["attention_mask"], index, tokenizer)
-    source_ids, source_spans, source_text = encode_with_spans(tokenizer, text)
-    source_row = index // (outputs.sequences.shape[0] // encoded["input_ids"].shape[0])
-    if source_ids != encoded["input_ids"][source_row, : len(source_ids)].tolist():
-        raise TranslateError(f"sentence {row}: the tokenizer gives other ids alone than in a batch")
+    source_text, source_spans = _source(tokenizer, generated, index, sentence)
     beam_indices = getattr(outputs, "beam_indices", None)
     generated_columns = beam_indices.shape[1] if beam_indices is not None else len(outputs.cross_attentions)
     prompt_length = outputs.sequences.shape[1] - generated_columns
@@ -302,6 +323,84 @@ def _aligned(
         words,
     )
     return AlignedTranslation(translation, alignment, attention)
+
+
+def _source(
+    tokenizer: PreTrainedTokenizerBase, generated: tuple[Any, BatchEncoding], index: int, sentence: tuple[int, str]
+) -> tuple[str, list[Span | None]]:
+    """The text and token spans of generated sequence `index`'s source `sentence`, checked against the batch."""
+    outputs, encoded = generated
+    row, text = sentence
+    source_ids, source_spans, source_text = encode_with_spans(tokenizer, text)
+    source_row = index // (outputs.sequences.shape[0] // encoded["input_ids"].shape[0])
+    if source_ids != encoded["input_ids"][source_row, : len(source_ids)].tolist():
+        raise TranslateError(f"sentence {row}: the tokenizer gives other ids alone than in a batch")
+    return source_text, source_spans
+
+
+def _forced_aligned(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    generated: tuple[Any, BatchEncoding],
+    sentences: list[tuple[int, str]],
+    words: str,
+) -> list[AlignedTranslation]:
+    """Every sequence of `generated` (generate()'s output without attentions, the encoded sources; the same number
+    per sentence of `sentences`) aligned with its source through `forced_attention`: what an ensemble aligns with.
+    Each target runs from after the decoder start token to its first end-of-sentence token (or the length limit)."""
+    outputs, encoded = generated
+    per_sentence = outputs.sequences.shape[0] // encoded["input_ids"].shape[0]
+    eos = model.generation_config.eos_token_id
+    ends = set(eos if isinstance(eos, list) else [eos])
+    targets = []
+    for row in outputs.sequences[:, 1:].tolist():
+        end = next((position for position, token in enumerate(row) if token in ends), len(row) - 1)
+        targets.append(row[: end + 1])
+    labels, _ = _padded(targets, -100)
+    sources = {key: encoded[key].repeat_interleave(per_sentence, dim=0) for key in ("input_ids", "attention_mask")}
+    weights = forced_attention(model, sources["input_ids"], sources["attention_mask"], labels)
+    found = []
+    for index, target_ids in enumerate(targets):
+        source_text, source_spans = _source(tokenizer, generated, index, sentences[index // per_sentence])
+        translation = tokenizer.decode(target_ids, skip_special_tokens=True)
+        alignment = word_alignment(
+            weights[index, : len(target_ids), : len(source_spans)],
+            (source_text, source_spans),
+            (translation, decoded_spans(tokenizer, target_ids, translation)),
+            words,
+        )
+        found.append(AlignedTranslation(translation, alignment, None))
+    return found
+
+
+def _all_aligned(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    generated: tuple[Any, BatchEncoding],
+    sentences: list[tuple[int, str]],
+    words: str,
+) -> list[AlignedTranslation]:
+    """Every sequence of `generated` aligned with its source: from generate()'s attention (`_aligned`), or for an
+    ensemble teacher-forced (`_forced_aligned`)."""
+    if isinstance(model, AttnEnsemble):
+        return _forced_aligned(model, tokenizer, generated, sentences, words)
+    per_sentence = generated[0].sequences.shape[0] // generated[1]["input_ids"].shape[0]
+    return [
+        _aligned(model, tokenizer, generated, index, sentences[index // per_sentence], words)
+        for index in range(generated[0].sequences.shape[0])
+    ]
+
+
+def _generate(model: PreTrainedModel, encoded: BatchEncoding, **generate_kwargs: Any) -> Any:
+    """generate() on `encoded` returning a dict, with attentions unless `model` is an ensemble (aligned by
+    `forced_attention` instead)."""
+    return model.generate(
+        input_ids=encoded["input_ids"],
+        attention_mask=encoded["attention_mask"],
+        output_attentions=not isinstance(model, AttnEnsemble),
+        return_dict_in_generate=True,
+        **generate_kwargs,
+    )
 
 
 @torch.no_grad()
@@ -325,15 +424,10 @@ def translate_aligned(
     if not rows:
         return results
     encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
-    outputs = model.generate(
-        input_ids=encoded["input_ids"],
-        attention_mask=encoded["attention_mask"],
-        output_attentions=True,
-        return_dict_in_generate=True,
-        **generate_kwargs,
-    )
-    for index, row in enumerate(rows):
-        results[row] = _aligned(model, tokenizer, (outputs, encoded), index, (row, sentences[row]), words)
+    outputs = _generate(model, encoded, **generate_kwargs)
+    found = _all_aligned(model, tokenizer, (outputs, encoded), [(row, sentences[row]) for row in rows], words)
+    for row, aligned in zip(rows, found, strict=True):
+        results[row] = aligned
     return results
 
 
@@ -358,14 +452,7 @@ def translate_aligned_nbest(
     if not rows:
         return results
     encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
-    outputs = model.generate(
-        input_ids=encoded["input_ids"],
-        attention_mask=encoded["attention_mask"],
-        output_attentions=True,
-        return_dict_in_generate=True,
-        num_return_sequences=num_return_sequences,
-        **generate_kwargs,
-    )
+    outputs = _generate(model, encoded, num_return_sequences=num_return_sequences, **generate_kwargs)
     length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
     scores = sequence_scores(
         model,
@@ -374,13 +461,11 @@ def translate_aligned_nbest(
         outputs.sequences,
         1.0 if length_penalty is None else length_penalty,
     ).tolist()
+    found = _all_aligned(model, tokenizer, (outputs, encoded), [(row, sentences[row]) for row in rows], words)
+    found = [replace(aligned, score=score) for aligned, score in zip(found, scores, strict=True)]
     for index, row in enumerate(rows):
-        block = range(index * num_return_sequences, (index + 1) * num_return_sequences)
-        found = [
-            replace(_aligned(model, tokenizer, (outputs, encoded), k, (row, sentences[row]), words), score=scores[k])
-            for k in block
-        ]
-        results[row] = sorted(found, key=lambda aligned: -aligned.score)  # as translate_nbest: samples come unordered
+        block = found[index * num_return_sequences : (index + 1) * num_return_sequences]
+        results[row] = sorted(block, key=lambda aligned: -aligned.score)  # as translate_nbest: samples come unordered
     return results
 
 
@@ -393,8 +478,9 @@ def align_pairs(
     words: str = "whitespace",
     batch_size: int = 32,
 ) -> list[WordAlignment]:
-    """Word alignments of given (source, target) pairs: the model reads each target teacher-forced (as in training)
-    and its attention is turned into words as for a translation (forced alignment)."""
+    """Word alignments of given (source, target) pairs: the model (or each member of an ensemble) reads each target
+    teacher-forced (as in training) and its attention (`forced_attention`) is turned into words as for a translation
+    (forced alignment)."""
     _check_eager(model)
     split_words("", words)
     if len(sources) != len(targets):
@@ -406,13 +492,7 @@ def align_pairs(
         target_sides = [encode_with_spans(tokenizer, targets[row], target=True) for row in rows]
         input_ids, attention_mask = _padded([ids for ids, _, _ in source_sides], pad or 0)
         labels, _ = _padded([ids for ids, _, _ in target_sides], -100)
-        outputs = model(
-            input_ids=input_ids.to(model.device),
-            attention_mask=attention_mask.to(model.device),
-            labels=labels.to(model.device),
-            output_attentions=True,
-        )
-        weights = alignment_attention(outputs.cross_attentions, model.config).float().cpu()  # (B, T, S)
+        weights = forced_attention(model, input_ids, attention_mask, labels)  # (B, T, S)
         for index, ((_, s_spans, s_text), (_, t_spans, t_text)) in enumerate(
             zip(source_sides, target_sides, strict=True)
         ):
@@ -439,6 +519,7 @@ __all__ = [
     "alignment_error_rate",
     "decoded_spans",
     "encode_with_spans",
+    "forced_attention",
     "format_pharaoh",
     "hard_alignment",
     "parse_pharaoh",

@@ -11,8 +11,9 @@ transformers' `generate()` and this package's own beam search (`modeling_attn.be
 search with length penalty and n-best, and sampling are the single-model code paths, and a one-member ensemble
 gives the model's own tokens and scores. The decoding settings (beam size, length penalty, length limit) are the first
 member's `generation_config`. `load_ensemble` loads model folders (or the last checkpoints of a training run) with
-one tokenizer, refusing members whose vocabularies differ, naming both. Alignments and attention pictures are not
-computed for an ensemble (refused by the commands); docs/translate-evaluate.md, "Ensembles".
+one tokenizer, refusing members whose vocabularies differ, naming both. Word alignments of an ensemble's translation
+are the average of its members' alignment attention (`modeling_attn.api.alignment.forced_attention`); attention
+pictures are not drawn for an ensemble (refused by the command); docs/translate-evaluate.md, "Ensembles".
 """
 
 from __future__ import annotations
@@ -339,11 +340,13 @@ def load_ensemble(
     weights: Sequence[float] | None = None,
     combine: str = "log_linear",
     quantize_member=None,
+    eager: bool = False,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The models in `paths` (folders or Hub repos) as one `AttnEnsemble`, or the model itself for one path with no
     weights; with the first member's tokenizer, after checking that every member's tokenizer is the same.
-    `quantize_member` (e.g. `--quantize int8`) is applied to each member."""
-    loaded = [load_model(path, device) for path in paths]
+    `quantize_member` (e.g. `--quantize int8`) is applied to each member; `eager` loads each with the eager
+    attention (`load_model`), for word alignments."""
+    loaded = [load_model(path, device, eager=eager) for path in paths]
     check_same_tokenizer([tokenizer for _, tokenizer in loaded], list(paths))
     members = [model for model, _ in loaded]
     model = members[0] if len(members) == 1 and weights is None else AttnEnsemble(members, weights, combine)

@@ -359,7 +359,7 @@ def describe_model(model: PreTrainedModel, model_dir: str | Path, quantization: 
         "decoding": _describe_generation(model.generation_config),
         "generation": decoding_settings(model.generation_config),
         "max_position_embeddings": getattr(model.config, "max_position_embeddings", None),
-        "alignment": alignment_setting(model.config),
+        "alignment": alignment_setting(model),
         "origin": origin,
         "ensemble": ensemble,
         "quantization": quantization,
@@ -367,10 +367,20 @@ def describe_model(model: PreTrainedModel, model_dir: str | Path, quantization: 
     }
 
 
-def alignment_setting(config: Any) -> dict[str, Any] | None:
+def alignment_setting(model: PreTrainedModel) -> dict[str, Any] | None:
     """Where `"alignment"` reads word alignments from (`encoder_decoder.alignment_attention`): the Transformer's
     `alignment_layer` and `alignment_heads` (as in config.json; 0 heads: all), the RNN's alpha; None for a model type
-    this project does not know."""
+    this project does not know. An ensemble: the average of its members' (`alignment.forced_attention`), each
+    member's setting listed with its weight."""
+    if isinstance(model, AttnEnsemble):
+        return {
+            "attention": "the members' alignment attention averaged with the ensemble's weights",
+            "members": [
+                {**(alignment_setting(member) or {}), "weight": round(weight, 6)}
+                for member, weight in zip(model.members, model.weights, strict=True)
+            ],
+        }
+    config = model.config
     if config.model_type not in MODEL_TYPES:
         return None
     setting: dict[str, Any] = {"attention": _describe_alignments(config)}
@@ -464,12 +474,6 @@ def _group_for(model: PreTrainedModel, request: TranslateRequest) -> tuple[tuple
     """The decoding options of a request as a batching key and group; RequestError for options generate() cannot
     honour with this model (checked before queueing)."""
     options = generation_overrides(request)
-    if request.alignment and isinstance(model, AttnEnsemble):
-        raise RequestError(
-            "alignment",
-            f"this server decodes with an ensemble of {len(model.members)} models, "
-            "which returns no attention weights to align with",
-        )
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and request.max_new_tokens is not None and request.max_new_tokens > limit:
         raise RequestError(

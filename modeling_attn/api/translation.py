@@ -125,7 +125,15 @@ def load_model(
 def eager_attention(model: PreTrainedModel) -> Iterator[None]:
     """The model with the eager attention (the one that returns attention weights) while the block runs, then the
     attention it had; a model type without per-head attention (the RNN) is left as it is. The switch is seen by
-    every thread that runs the model meanwhile (the server runs it in one worker thread)."""
+    every thread that runs the model meanwhile (the server runs it in one worker thread). An ensemble
+    (`AttnEnsemble`) switches each of its members."""
+    members = getattr(model, "members", None)
+    if isinstance(members, torch.nn.ModuleList):
+        with contextlib.ExitStack() as stack:
+            for member in members:
+                stack.enter_context(eager_attention(member))
+            yield
+        return
     implementation = model.config._attn_implementation
     entry = MODEL_TYPES.get(model.config.model_type)
     switch = implementation != "eager" and entry is not None and entry.per_head_attention

@@ -463,7 +463,7 @@ def load_models(args: SimpleNamespace, eager: bool = False, quantized: bool = Tr
         model, tokenizer = load_model(paths[0], device, eager=eager)
     else:
         weights = parse_weights(args.ensemble_weights, len(paths))
-        model, tokenizer = load_ensemble(paths, device, weights, args.ensemble_combine)
+        model, tokenizer = load_ensemble(paths, device, weights, args.ensemble_combine, eager=eager)
     return (quantize_members(model, args) if quantized else model), tokenizer
 
 
@@ -483,9 +483,11 @@ def _check_combinations(args: SimpleNamespace) -> None:
         raise TranslateError(f"--{pictures[0]} pictures one translation per sentence; drop --num_return_sequences")
     if args.align and args.num_return_sequences is not None:
         raise TranslateError("--align aligns one translation per sentence; drop --num_return_sequences")
-    if (pictures or args.align) and len(member_paths(args.model, args.last_checkpoints)) > 1:
-        flag = "--align" if args.align else f"--{pictures[0]}"
-        raise TranslateError(f"{flag}: an ensemble returns no attention weights; give one --model")
+    if pictures and len(member_paths(args.model, args.last_checkpoints)) > 1:
+        raise TranslateError(
+            f"--{pictures[0]}: pictures show one model's attention, and an ensemble decodes with several; give one "
+            "--model (an ensemble's --align averages its members' alignment attention)"
+        )
 
 
 def _translate(args: SimpleNamespace) -> int:
