@@ -195,6 +195,20 @@ def test_recipe_runs_end_to_end_on_a_few_hundred_sentences(tmp_path, model_type,
     with pytest.raises(SystemExit, match="takes no attn train flags"):
         recipe.main([*argv, "--evaluate_only"])
 
+    # bench/multi30k/ensemble.py on the run twice: the run's model scores as the recipe scored it, the "seed
+    # ensemble" of two copies of it as the model, and the checkpoint ensemble's members are the run's checkpoints.
+    ensemble = _load("ensemble")
+    flags = ["--runs", str(output_dir), str(output_dir), "--last_checkpoints", "2", "--num_beams", "2"]
+    assert ensemble.main([*argv[:4], *argv[6:8], *argv[12:14], *flags, "--output", str(tmp_path / "ensemble")]) == 0
+    table = json.loads((tmp_path / "ensemble.json").read_text())["systems"]
+    assert table["run 1"]["bleu_lc_tok"] == table["seed ensemble of 2"]["bleu_lc_tok"] == results["bleu_lc_tok"]
+    assert table["run 1"]["length_penalty"] == results["length_penalty"]
+    assert table["checkpoints of run 1"]["members"] == [
+        str(output_dir / "checkpoint-2"),
+        str(output_dir / "checkpoint-4"),
+    ]
+    assert "| seed ensemble of 2 | 2 |" in (tmp_path / "ensemble.md").read_text()
+
 
 def test_model_card_of_a_multi30k_run_reports_both_bleu_scores(tmp_path):
     """`attn push --results multi30k_results.json`: sacreBLEU, chrF and the lowercased tokenized BLEU in the card."""

@@ -96,44 +96,56 @@ def train(args: argparse.Namespace, extra: list[str]) -> tuple[list[str], float]
     return command, time.perf_counter() - start
 
 
-def evaluate(args: argparse.Namespace) -> dict:
-    """Translate test2016 with the model in --output_dir and score it (sacreBLEU, chrF, lowercased tokenized BLEU)."""
+def test_and_validation(args: argparse.Namespace, with_validation: bool) -> tuple:
+    """The test split and (`with_validation`) the validation split of `--data`, each cut to `--max_test_samples`."""
     from modeling_attn.training.data import load_parallel_data, require_splits
 
-    from modeling_attn.api.hub import paper_generation_config
-    from modeling_attn.api.translation import load_model
-    from modeling_attn.cli.evaluate import evaluate as translate_and_score
-
     parallel = load_parallel_data(args.data, args.source_lang, args.target_lang)
-    splits = ["test", "validation"] if len(args.length_penalties) > 1 else ["test"]
+    splits = ["test", "validation"] if with_validation else ["test"]
     require_splits(parallel, splits, args.data)
 
     def first_pairs(name: str):
         table = parallel.splits[name]
         return table.select(range(min(args.max_test_samples, len(table)))) if args.max_test_samples else table
 
-    test = first_pairs("test")
-    validation = first_pairs("validation") if "validation" in splits else None
+    return first_pairs("test"), (first_pairs("validation") if with_validation else None)
+
+
+def translate_split(
+    model, tokenizer, split, length_penalty: float, num_beams: int, batch_size: int
+) -> tuple[dict, list]:
+    """`attn evaluate`'s translation and scores (sacreBLEU, chrF) of a split's pairs with beam search."""
+    from modeling_attn.cli.evaluate import evaluate as translate_and_score
+
+    sources, references = list(split["source"]), list(split["target"])
+    return translate_and_score(
+        model, tokenizer, sources, references, batch_size, num_beams=num_beams, length_penalty=length_penalty
+    )
+
+
+def validation_choice(
+    model, tokenizer, validation, target_lang: str, length_penalties: list[float], num_beams: int, batch_size: int
+) -> dict[float, float]:
+    """The validation split's lowercased tokenized BLEU with each length penalty ({} without a validation split):
+    the test is translated with the best, so that the test split plays no part in the choice."""
+    selection = {}
+    for length_penalty in length_penalties if validation is not None else []:
+        _, hypotheses = translate_split(model, tokenizer, validation, length_penalty, num_beams, batch_size)
+        score, _ = lowercased_tokenized_bleu(hypotheses, list(validation["target"]), target_lang)
+        selection[length_penalty] = round(score.score, 2)
+    return selection
+
+
+def evaluate(args: argparse.Namespace) -> dict:
+    """Translate test2016 with the model in --output_dir and score it (sacreBLEU, chrF, lowercased tokenized BLEU)."""
+    from modeling_attn.api.hub import paper_generation_config
+    from modeling_attn.api.translation import load_model
+
+    test, validation = test_and_validation(args, with_validation=len(args.length_penalties) > 1)
     model, tokenizer = load_model(args.output_dir)
     output_dir = Path(args.output_dir)
-
-    def translate(split, length_penalty: float) -> tuple[dict, list[str]]:
-        return translate_and_score(
-            model,
-            tokenizer,
-            list(split["source"]),
-            list(split["target"]),
-            args.batch_size,
-            num_beams=args.num_beams,
-            length_penalty=length_penalty,
-        )
-
-    selection = {}
-    if validation is not None:
-        for length_penalty in args.length_penalties:
-            _, hypotheses = translate(validation, length_penalty)
-            score, _ = lowercased_tokenized_bleu(hypotheses, list(validation["target"]), args.target_lang)
-            selection[length_penalty] = round(score.score, 2)
+    decoding = {"num_beams": args.num_beams, "batch_size": args.batch_size}
+    selection = validation_choice(model, tokenizer, validation, args.target_lang, args.length_penalties, **decoding)
     length_penalty = args.length_penalties[0] if validation is None else max(selection, key=selection.get)  # 1st tie
     # The model's decoding (modeling_attn.api.hub's one owner of it) with the test's beams and length penalty:
     # the folder saved here, and what `attn push` uploads with multi30k_results.json, decode as the test did.
@@ -141,7 +153,7 @@ def evaluate(args: argparse.Namespace) -> dict:
     model.generation_config = paper_generation_config(model, chosen)
     model.generation_config.save_pretrained(output_dir)
     start = time.perf_counter()
-    scores, hypotheses = translate(test, length_penalty)
+    scores, hypotheses = translate_split(model, tokenizer, test, length_penalty, **decoding)
     seconds = time.perf_counter() - start
     lc_bleu, lc_signature = lowercased_tokenized_bleu(hypotheses, list(test["target"]), args.target_lang)
     (output_dir / f"test2016.hyp.{args.target_lang}").write_text("".join(f"{h}\n" for h in hypotheses), "utf-8")
