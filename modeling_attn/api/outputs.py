@@ -275,10 +275,11 @@ def output_folder(
         )
     this_writer = writer(command, (inputs or {}) if sources is None else sources)
     record = _read_record(target / MANIFEST)
-    if not force and record["files"] and record["writer"] != this_writer and (owned := sorted(record["files"])):
+    if not force and record["files"] and record["writer"] != this_writer:
         raise OutputError(
             f"{output_name} {path} holds another model, written by {_describe_writer(record['writer'])} "
-            f"({describe_files(owned)}); choose an empty or new folder, or pass --force to replace its files"
+            f"({describe_files(sorted(record['files']))}); choose an empty or new folder, or pass --force to replace "
+            "its files"
         )
     created = not target.exists()
     try:
