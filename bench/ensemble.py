@@ -5,8 +5,11 @@
 N members of `--preset` (random weights, one seed each: the cost of a step does not depend on their values), decoding
 one batch of `--batch_size` sentences of `--length` source tokens, greedy and beam search (`--beams`), forced to
 exactly `--new_tokens` tokens (`common.generation_settings`), as `AttnEnsemble` (modeling_attn/api/ensemble.py) and,
-for N = 1, as the model itself. Timing is `common.interleaved` with the CPU clock of this process (the work done, on a
-machine shared with other jobs); medians. Writes a Markdown table on stdout and, with `--json FILE`, the numbers.
+for N = 1, as the model itself. `model on Nx batch` rows decode N times the batch with one model: the bound of what
+running the members' decoders batched together (one op per layer for all members, N times the rows) could cost, as
+the same FLOPs in as many ops as one model. Timing is `common.interleaved` with the CPU clock of this process (the
+work done, on a machine shared with other jobs); medians. Writes a Markdown table on stdout and, with `--json FILE`,
+the numbers.
 """
 
 from __future__ import annotations
@@ -39,14 +42,20 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     members = [common.reference_model(args.preset, 256, seed).eval() for seed in range(max(args.members))]
-    batch = common.fixed_length_batch(args.batch_size, args.length, members[0].config.vocab_size, seed=0)
-    models = {"model": members[0], **{f"ensemble of {n}": AttnEnsemble(members[:n]) for n in args.members}}
+    vocabulary = members[0].config.vocab_size
+    batches = {
+        n: common.fixed_length_batch(args.batch_size * n, args.length, vocabulary, 0) for n in {1, *args.members}
+    }
+    # name: (decoder, its batch, N)
+    models = {"model": (members[0], batches[1], 1)}
+    models.update({f"ensemble of {n}": (AttnEnsemble(members[:n]), batches[1], n) for n in args.members})
+    models.update({f"model on {n}x batch": (members[0], batches[n], n) for n in args.members if n > 1})
     tasks = {}
-    for name, model in models.items():
+    for name, (model, batch, _) in models.items():
         for beams in (1, args.beams):
             settings = common.generation_settings(beams, args.new_tokens)
 
-            def task(model=model, settings=settings) -> None:
+            def task(model=model, batch=batch, settings=settings) -> None:
                 with torch.no_grad():
                     model.generate(batch.input_ids, attention_mask=batch.attention_mask, generation_config=settings)
 
@@ -60,7 +69,7 @@ def main() -> None:
     for name, median in seconds.items():
         model_name, search = name.split(", ")
         single = seconds[f"model, {search}"]
-        count = 1 if model_name == "model" else int(model_name.split()[-1])
+        count = models[model_name][2]
         rows.append(
             {
                 "decoder": model_name,
