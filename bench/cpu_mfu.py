@@ -11,6 +11,15 @@ disturbs least, and the share is taken between the best rounds of both (the leas
 reported too); `uptime`'s load is recorded. The profile (torch.profiler, one step after the timing) counts the aten
 ops a step calls (every `aten::` event, nested ones included: the launch overhead a GPU would pay) and lists the
 ops taking the most self CPU time.
+
+`--compiled` also measures the first optimizer's step with the model compiled as `attn train --torch_compile true`
+compiles it on the CPU: Trainer's default backend there is inductor, and accelerate wraps the model in
+`torch.compile(model, backend="inductor")` (dynamic=None), so forward, loss and backward run as inductor's C++
+kernels and the optimizer step stays eager. Trainer's token batches change shape, so the compiled model first runs
+a batch of another shape: torch then recompiles with dynamic sizes, and the timed batch runs that dynamic graph, as
+every batch of an `attn train` run but the first does. The compilation's CPU seconds (both graphs, before the
+timing) are reported. Compiled, the model computes every padded position (`padding_free.kept_rows` picks no rows
+while compiling: data-dependent shapes) and the loss takes the labelled rows' logits whole (`loss.fuses_output_loss`).
 """
 
 from __future__ import annotations
@@ -33,17 +42,27 @@ import common  # noqa: E402  (this folder's shared helpers)
 OPTIMIZERS = {"for-loop": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}
 
 
-def training_step(model: torch.nn.Module, batch: common.Batch, optimizer_options: dict):
-    """One call = forward (`skip_logits=True`, label smoothing 0.1), backward and an Adam step on `batch`."""
+def training_step(model: torch.nn.Module, batch: common.Batch, optimizer_options: dict, compiled: bool = False):
+    """One call = forward (`skip_logits=True`, label smoothing 0.1), backward and an Adam step on `batch`; with
+    `compiled`, forward and backward run through `torch.compile(model)` with inductor (module docstring)."""
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, **optimizer_options)
     model.train()
+    forward = torch.compile(model, backend="inductor") if compiled else model
 
-    def step() -> None:
-        common.ours_loss(model, batch, smoothing=0.1).backward()
+    def step(on: common.Batch = batch) -> None:
+        common.ours_loss(forward, on, smoothing=0.1).backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
     return step
+
+
+def compile_step(step, other: common.Batch, batch: common.Batch, clock) -> float:
+    """CPU seconds of `step`'s first call on `other` then on `batch`: torch's static graph, then its dynamic one."""
+    start = clock()
+    step(other)
+    step(batch)
+    return clock() - start
 
 
 def mm_peak(size: int, reps: int, clock) -> float:
@@ -80,17 +99,27 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--mm_size", type=int, default=1024, help="side of the square matrices of the mm peak")
     parser.add_argument("--top", type=int, default=12, help="ops listed by self CPU time")
     parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=["for-loop"])
+    parser.add_argument(
+        "--compiled", action="store_true", help="also the first optimizer's step compiled (module docstring)"
+    )
     parser.add_argument("--output", type=Path, help="stem of a JSON report")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     clock = common.CLOCKS["cpu"]
     reference = common.reference_model(args.preset, 256, seed=0)
-    batch = common.make_batches(1, args.batch_size, reference.config.vocab_size, seed=0, max_length=255)[0]
+    batch, other = common.make_batches(2, args.batch_size, reference.config.vocab_size, seed=0, max_length=255)
     steps = {name: training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name]) for name in args.optimizers}
+    compile_seconds = {}
+    if args.compiled:
+        torch._dynamo.reset()
+        name = args.optimizers[0]
+        compiled = training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name], compiled=True)
+        compile_seconds[f"{name}, compiled"] = compile_step(compiled, other, batch, clock)
+        steps[f"{name}, compiled"] = compiled
     rounds = common.interleaved(steps, args.reps, clock)
     peak = mm_peak(args.mm_size, args.reps, clock)
     flops = common.training_flops(reference.config, batch)
-    first = args.optimizers[0]
+    first = next(iter(rounds))  # the headline: --optimizers' first, eager
     seconds, best = rounds[first], min(rounds[first])
     report = {
         "command": " ".join(["python", "bench/cpu_mfu.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -100,6 +129,7 @@ def main(argv: list[str] | None = None) -> dict:
         "preset": args.preset,
         "threads": args.threads,
         "sentences": args.batch_size,
+        "step": first,
         "target_tokens": batch.target_tokens,
         "model_flops_per_step": flops,
         "step_cpu_seconds": seconds,
@@ -107,22 +137,24 @@ def main(argv: list[str] | None = None) -> dict:
         "step_flops_per_cpu_second": flops / best,
         "share_of_mm_peak": flops / best / peak,
         "share_of_mm_peak_median_step": flops / statistics.median(seconds) / peak,
-        "optimizers": {
+        "steps": {
             name: {"step_cpu_seconds": values, "share_of_mm_peak": flops / min(values) / peak}
+            | ({"compile_cpu_seconds": compile_seconds[name]} if name in compile_seconds else {})
             | op_profile(steps[name], 0)
             for name, values in rounds.items()
         },
         **op_profile(steps[first], args.top),
     }
     print(
-        f"preset {args.preset}, {args.batch_size} sentences ({batch.target_tokens} target tokens), {args.threads} "
-        f"thread(s), {report['machine']}, torch {torch.__version__}, load {report['load_average'][0]:.2f}\n"
+        f"step {first}: preset {args.preset}, {args.batch_size} sentences ({batch.target_tokens} target tokens), "
+        f"{args.threads} thread(s), {report['machine']}, torch {torch.__version__}, "
+        f"load {report['load_average'][0]:.2f}\n"
         f"step {best:.3f} CPU-s at best (rounds {' '.join(f'{s:.3f}' for s in seconds)}), "
         f"{flops / best / 1e9:.1f} GFLOP per CPU-s; torch.mm {args.mm_size}^3 {peak / 1e9:.1f}: "
         f"**{100 * report['share_of_mm_peak']:.1f}% of the mm peak** (median step: "
         f"{100 * report['share_of_mm_peak_median_step']:.1f}%); {report['aten_ops']} aten ops per step"
     )
-    for name, entry in report["optimizers"].items():
+    for name, entry in report["steps"].items():
         print(
             f"Adam {name}: {min(entry['step_cpu_seconds']):.3f} CPU-s at best, "
             f"{100 * entry['share_of_mm_peak']:.1f}% of the mm peak, {entry['aten_ops']} aten ops per step"

@@ -229,7 +229,9 @@ def _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing,
         grad_hidden, grad_weight, grad_bias = grads
         if grad_hidden is not None:
             torch.mm(grad_logits, weight, out=grad_hidden[start : start + chunk])
-        if grad_weight is not None:
+        if grad_weight is not None and start == 0:
+            torch.mm(grad_logits.T, rows, out=grad_weight)  # the first chunk writes the buffer: no zero fill
+        elif grad_weight is not None:
             grad_weight.addmm_(grad_logits.T, rows)
         if grad_bias is not None:
             grad_bias += grad_logits.sum(dim=0)
@@ -244,7 +246,7 @@ class _LinearTokenLoss(torch.autograd.Function):
         wants = ctx.needs_input_grad
         grads = (
             torch.empty_like(hidden_states) if wants[0] else None,
-            torch.zeros_like(weight) if wants[1] else None,
+            (torch.empty_like if hidden_states.shape[0] else torch.zeros_like)(weight) if wants[1] else None,
             torch.zeros_like(bias) if bias is not None and wants[2] else None,
         )
         total = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk, grads)
