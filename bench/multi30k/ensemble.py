@@ -7,8 +7,8 @@ The runs are `recipe.py` output folders trained with different `--seed`s on one 
 `--tokenizer_name_or_path` is the first's tokenizer). Systems, each decoded with beam search (`--num_beams`):
 - `run i`: the run's model (the average of its last checkpoints, as the recipe saves it);
 - `seed ensemble of k`: the first k runs' models as one `AttnEnsemble` (equal weights, log_linear), k = 2..N;
-- `checkpoints of run i`: the run's last `--last_checkpoints` checkpoints as members (`attn translate --model RUN
-  --last_checkpoints K`), next to the run's model, their average.
+- `checkpoints of run i` (of the first `--checkpoint_runs`, default all): the run's last `--last_checkpoints`
+  checkpoints as members (`attn translate --model RUN --last_checkpoints K`), next to the run's model, their average.
 Every system's length penalty is chosen on the validation split (`recipe.validation_choice`: lowercased tokenized
 BLEU), and the validation-picked system (which members, how many) is the best of all on validation; the test split
 plays no part in any choice. Test2016 is then translated once per system: lowercased tokenized BLEU (the reference
@@ -44,6 +44,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--source_lang", required=True)
     parser.add_argument("--target_lang", required=True)
     parser.add_argument("--last_checkpoints", type=int, default=4, help="members of a checkpoint ensemble (4)")
+    parser.add_argument("--checkpoint_runs", type=int, help="checkpoint ensembles of the first K runs only (all)")
     parser.add_argument("--num_beams", type=int, default=5)
     parser.add_argument("--batch_size", type=int, default=64)
     parser.add_argument("--length_penalties", type=float, nargs="+", default=[0.6, 1.0, 1.5, 2.0])
@@ -59,7 +60,7 @@ def systems(args: argparse.Namespace) -> dict[str, list[str]]:
     found.update(
         {
             f"checkpoints of run {i + 1}": last_checkpoints(run, args.last_checkpoints)
-            for i, run in enumerate(args.runs)
+            for i, run in enumerate(args.runs[: args.checkpoint_runs])
         }
     )
     return found
