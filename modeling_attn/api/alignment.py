@@ -338,18 +338,24 @@ def _source(
     return source_text, source_spans
 
 
-def _forced_aligned(
+def _all_aligned(
     model: PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
     generated: tuple[Any, BatchEncoding],
     sentences: list[tuple[int, str]],
     words: str,
 ) -> list[AlignedTranslation]:
-    """Every sequence of `generated` (generate()'s output without attentions, the encoded sources; the same number
-    per sentence of `sentences`) aligned with its source through `forced_attention`: what an ensemble aligns with.
-    Each target runs from after the decoder start token to its first end-of-sentence token (or the length limit)."""
+    """Every sequence of `generated` (generate()'s output, the encoded sources; the same number per sentence of
+    `sentences`) aligned with its source: from generate()'s attention (`_aligned`), or for an ensemble teacher-forced
+    through `forced_attention`, each target running from after the decoder start token to its first end-of-sentence
+    token (or the length limit)."""
     outputs, encoded = generated
     per_sentence = outputs.sequences.shape[0] // encoded["input_ids"].shape[0]
+    if not isinstance(model, AttnEnsemble):
+        return [
+            _aligned(model, tokenizer, generated, index, sentences[index // per_sentence], words)
+            for index in range(outputs.sequences.shape[0])
+        ]
     eos = model.generation_config.eos_token_id
     ends = set(eos if isinstance(eos, list) else [eos])
     targets = []
@@ -371,24 +377,6 @@ def _forced_aligned(
         )
         found.append(AlignedTranslation(translation, alignment, None))
     return found
-
-
-def _all_aligned(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    generated: tuple[Any, BatchEncoding],
-    sentences: list[tuple[int, str]],
-    words: str,
-) -> list[AlignedTranslation]:
-    """Every sequence of `generated` aligned with its source: from generate()'s attention (`_aligned`), or for an
-    ensemble teacher-forced (`_forced_aligned`)."""
-    if isinstance(model, AttnEnsemble):
-        return _forced_aligned(model, tokenizer, generated, sentences, words)
-    per_sentence = generated[0].sequences.shape[0] // generated[1]["input_ids"].shape[0]
-    return [
-        _aligned(model, tokenizer, generated, index, sentences[index // per_sentence], words)
-        for index in range(generated[0].sequences.shape[0])
-    ]
 
 
 def _generate(model: PreTrainedModel, encoded: BatchEncoding, **generate_kwargs: Any) -> Any:
