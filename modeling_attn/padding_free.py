@@ -21,21 +21,15 @@ def kept_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
     return None if bool(keep.all()) else keep.nonzero().squeeze(1)
 
 
-def on_rows(function, states: torch.Tensor, rows: torch.Tensor | None):
+def on_rows(function, states: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
     """Apply a position-wise `function` to the `rows` of (B, L, E) `states` only; other positions get zeros.
 
     With `rows=None` it is `function(states)`. On a ragged batch this skips the padded share of the work, forward
-    and backward. A tuple of functions gives a list of their outputs, the rows picked once for all of them.
+    and backward.
     """
-    functions = function if isinstance(function, tuple) else (function,)
     if rows is None:
-        outputs = [each(states) for each in functions]
-    else:
-        flat = states.reshape(-1, states.shape[-1])
-        picked = flat.index_select(0, rows)
-        outputs = []
-        for each in functions:
-            out = each(picked)
-            out = out.new_zeros(flat.shape[0], out.shape[-1]).index_copy_(0, rows, out)  # in place: no clone
-            outputs.append(out.view(*states.shape[:-1], out.shape[-1]))
-    return outputs if isinstance(function, tuple) else outputs[0]
+        return function(states)
+    flat = states.reshape(-1, states.shape[-1])
+    picked = function(flat.index_select(0, rows))
+    out = picked.new_zeros(flat.shape[0], picked.shape[-1]).index_copy(0, rows, picked)
+    return out.view(*states.shape[:-1], picked.shape[-1])
