@@ -372,6 +372,15 @@ def machine() -> str:
     return f"{name}, {os.cpu_count()} CPU cores"
 
 
+def write_report(stem: str | Path, results: dict, markdown: str) -> None:
+    """`results` to `stem`.json and `markdown` to `stem`.md (folders made), and the Markdown on stdout."""
+    output = Path(stem)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
+    output.with_suffix(".md").write_text(markdown)
+    print(markdown)
+
+
 def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 

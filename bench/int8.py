@@ -32,7 +32,6 @@ Two parts, written to `--output` (default bench/results/int8-cpu.{json,md}):
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import shlex
 import statistics
@@ -54,6 +53,7 @@ from common import (  # noqa: E402
     make_batches,
     reference_model,
     scratch_folder,
+    write_report,
 )
 
 from modeling_attn.api.quantize import int8_engine, quantize_int8, quantize_int8_rowwise  # noqa: E402
@@ -361,11 +361,7 @@ def main(argv: list[str] | None = None) -> int:
         "speed": speed(args) if "speed" in args.parts else None,
         "quality": quality(args) if args.model and "quality" in args.parts else None,
     }
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
-    output.with_suffix(".md").write_text(markdown(results))
-    print(markdown(results))
+    write_report(args.output, results, markdown(results))
     return 0
 
 

@@ -30,7 +30,7 @@ import transformers
 
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
 from bleu import lowercased_tokenized_bleu  # noqa: E402  (this folder's modules, found through sys.path)
-from common import machine  # noqa: E402
+from common import machine, write_report  # noqa: E402
 from recipe import DEFAULT_DATA, test_and_validation, translate_split, validation_choice  # noqa: E402
 
 from modeling_attn.api.ensemble import AttnEnsemble, last_checkpoints, load_ensemble  # noqa: E402
@@ -134,10 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     results["machine"] = f"{machine()}, {torch.get_num_threads()} torch threads"
     results["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
-    output = Path(args.output)
-    output.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
-    output.with_suffix(".md").write_text(table(results))
-    print(table(results))
+    write_report(args.output, results, table(results))
     return 0
 
 
