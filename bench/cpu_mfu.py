@@ -4,7 +4,9 @@
 
 The project's own training step (forward with `skip_logits=True` and label smoothing 0.1 as `attn train` runs it,
 backward, Adam; `common.training_task`) on one batch of Multi30k-like lengths (`common.make_batches`, seed 0), and
-in the same process the float32 peak of `torch.mm` on square matrices (`--mm_size`, the best of `--reps` rounds):
+in the same process the float32 peak of `torch.mm` on square matrices (`--mm_size`; a round of `--mm_products` products
+timed in every round beside the steps, so that a machine whose speed drifts drifts for both; the best of `--reps`
+rounds):
 the share is the step's model FLOPs (`modeling_attn.flops.FLOP_FORMULA`, real tokens only) per second over the mm
 peak. Both are timed with the CPU clock of this process (all its threads), which a machine shared with other jobs
 disturbs least, and the share is taken between the best rounds of both (the least disturbed; the median step is
@@ -37,9 +39,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (this folder's shared helpers)
 
+from modeling_attn.modeling_transformer import AttnTransformerEncoderLayer  # noqa: E402
+
 # The optimizer of the step: torch.optim.Adam as `common.training_task` builds it (its per-tensor loop on the CPU),
 # and its two other implementations, one kernel per op over all tensors (foreach) or one per tensor (fused).
 OPTIMIZERS = {"for-loop": {}, "foreach": {"foreach": True}, "fused": {"fused": True}}
+MM = "torch.mm"  # the peak's task among the rounds
 
 
 def training_step(model: torch.nn.Module, batch: common.Batch, optimizer_options: dict, compiled: bool = False):
@@ -57,6 +62,21 @@ def training_step(model: torch.nn.Module, batch: common.Batch, optimizer_options
     return step
 
 
+def attention_on_every_position(step):
+    """`step` with the Transformer's attention projections on every position, padding included (their rows before
+    issue 41; `AttnTransformerEncoderLayer.attention_rows`), to time that change's gain in the same rounds."""
+
+    def run(*args) -> None:
+        original = AttnTransformerEncoderLayer.attention_rows
+        AttnTransformerEncoderLayer.attention_rows = lambda self, rows: None
+        try:
+            step(*args)
+        finally:
+            AttnTransformerEncoderLayer.attention_rows = original
+
+    return run
+
+
 def compile_step(step, other: common.Batch, batch: common.Batch, clock) -> float:
     """CPU seconds of `step`'s first call on `other` then on `batch`: torch's static graph, then its dynamic one."""
     start = clock()
@@ -65,17 +85,15 @@ def compile_step(step, other: common.Batch, batch: common.Batch, clock) -> float
     return clock() - start
 
 
-def mm_peak(size: int, reps: int, clock) -> float:
-    """FLOP/s of `torch.mm` on two float32 (size x size) matrices: the best of `reps` rounds of 4 products."""
+def mm_products(size: int, count: int):
+    """A task of `count` float32 (size x size) products, timed in the rounds beside the steps (`main`)."""
     left, right, out = torch.randn(size, size), torch.randn(size, size), torch.empty(size, size)
-    torch.mm(left, right, out=out)
-    best = float("inf")
-    for _ in range(reps):
-        start = clock()
-        for _ in range(4):
+
+    def products() -> None:
+        for _ in range(count):
             torch.mm(left, right, out=out)
-        best = min(best, (clock() - start) / 4)
-    return 2 * size**3 / best
+
+    return products
 
 
 def op_profile(step, top: int) -> dict:
@@ -97,10 +115,22 @@ def op_profile(step, top: int) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = common.step_parser(__doc__.split("\n")[0], "base", 64)
     parser.add_argument("--mm_size", type=int, default=1024, help="side of the square matrices of the mm peak")
+    parser.add_argument(
+        "--mm_products",
+        type=int,
+        default=256,
+        help="products of one timed mm round (256 of 1024^3: about the CPU time of a base step, so that the best "
+        "round of either is as likely to have found the machine undisturbed)",
+    )
     parser.add_argument("--top", type=int, default=12, help="ops listed by self CPU time")
     parser.add_argument("--optimizers", nargs="+", choices=list(OPTIMIZERS), default=["for-loop"])
     parser.add_argument(
         "--compiled", action="store_true", help="also the first optimizer's step compiled (module docstring)"
+    )
+    parser.add_argument(
+        "--every_position",
+        action="store_true",
+        help="also the first optimizer's step with the attention projections on every position (padding included)",
     )
     parser.add_argument("--output", type=Path, help="stem of a JSON report")
     args = parser.parse_args(argv)
@@ -116,8 +146,14 @@ def main(argv: list[str] | None = None) -> dict:
         compiled = training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name], compiled=True)
         compile_seconds[f"{name}, compiled"] = compile_step(compiled, other, batch, clock)
         steps[f"{name}, compiled"] = compiled
-    rounds = common.interleaved(steps, args.reps, clock)
-    peak = mm_peak(args.mm_size, args.reps, clock)
+    if args.every_position:
+        name = args.optimizers[0]
+        steps[f"{name}, attention on every position"] = attention_on_every_position(
+            training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name])
+        )
+    rounds = common.interleaved({**steps, MM: mm_products(args.mm_size, args.mm_products)}, args.reps, clock)
+    mm_seconds = rounds.pop(MM)
+    peak = 2 * args.mm_size**3 * args.mm_products / min(mm_seconds)
     flops = common.training_flops(reference.config, batch)
     first = next(iter(rounds))  # the headline: --optimizers' first, eager
     seconds, best = rounds[first], min(rounds[first])
@@ -134,6 +170,7 @@ def main(argv: list[str] | None = None) -> dict:
         "model_flops_per_step": flops,
         "step_cpu_seconds": seconds,
         "mm_peak_flops_per_cpu_second": peak,
+        "mm_round_cpu_seconds": mm_seconds,
         "step_flops_per_cpu_second": flops / best,
         "share_of_mm_peak": flops / best / peak,
         "share_of_mm_peak_median_step": flops / statistics.median(seconds) / peak,

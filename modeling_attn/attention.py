@@ -24,6 +24,7 @@ from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .masks import masked_softmax
+from .padding_free import on_rows
 
 
 def attend(
@@ -80,7 +81,9 @@ class MultiHeadAttention(nn.Module):
 
     `is_cross_attention` layers take keys and values from `encoder_hidden_states`; with a cache they
     compute them at the first decoding step and reuse them afterwards. Causal self-attention layers
-    append each step's keys and values to the cache.
+    append each step's keys and values to the cache. `rows` and `source_rows` (flat indices of the real tokens of
+    `hidden_states` and of `encoder_hidden_states`, `padding_free.kept_rows`) restrict the projections to them; the
+    padded positions get zeros, which no real position reads (their keys are masked).
     """
 
     def __init__(
@@ -105,9 +108,13 @@ class MultiHeadAttention(nn.Module):
         attention_mask: torch.Tensor | None = None,
         encoder_hidden_states: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
+        rows: torch.Tensor | None = None,
+        source_rows: torch.Tensor | None = None,
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        query = split_heads(self.q_proj(hidden_states), self.head_dim)  # (B, H, T, D)
+        own = (self.q_proj,) if self.is_cross_attention else (self.q_proj, self.k_proj, self.v_proj)
+        query, *key_value = on_rows(own, hidden_states, rows)  # (B, T, E) each
+        query = split_heads(query, self.head_dim)  # (B, H, T, D)
         cache: Cache | None = None
         if past_key_values is not None:
             cache = (
@@ -119,9 +126,9 @@ class MultiHeadAttention(nn.Module):
         if self.is_cross_attention and cache is not None and past_key_values.is_updated.get(self.layer_idx):
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
-            source = encoder_hidden_states if self.is_cross_attention else hidden_states
-            key = split_heads(self.k_proj(source), self.head_dim)  # (B, H, S, D)
-            value = split_heads(self.v_proj(source), self.head_dim)
+            if self.is_cross_attention:
+                key_value = on_rows((self.k_proj, self.v_proj), encoder_hidden_states, source_rows)
+            key, value = (split_heads(states, self.head_dim) for states in key_value)  # (B, H, S, D)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)
                 if self.is_cross_attention:
@@ -140,4 +147,4 @@ class MultiHeadAttention(nn.Module):
             scaling=self.scaling,
             **kwargs,
         )
-        return self.out_proj(merge_heads(output)), weights
+        return on_rows(self.out_proj, merge_heads(output), rows), weights

@@ -45,6 +45,7 @@ from .inputs import check_attention_mask
 from .loading import SafetensorsOnly  # noqa: F401  (compat.py: transformers 5.4-5.10)
 from .loss import token_loss  # noqa: F401  (compat.py: transformers 5.4-5.10)
 from .masks import padding_mask
+from .padding_free import on_rows  # noqa: F401  (compat.py: transformers 5.4-5.10)
 from .pipeline_translation import TranslationPipeline  # noqa: F401  (compat.py: transformers 5.4-5.10)
 from .recurrent import Recurrent, RNNState, step_loop
 from .remote_code import save_with_remote_code  # noqa: F401  (compat.py: transformers 5.4-5.10)

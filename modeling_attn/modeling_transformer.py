@@ -141,7 +141,9 @@ class AttnTransformerEncoderLayer(GradientCheckpointingLayer):
         token_rows: torch.Tensor | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        """`token_rows` (flat indices of the real tokens, `padding_free.kept_rows`) restricts the FFN to them."""
+        """`token_rows` (flat indices of the real tokens, `padding_free.kept_rows`) restricts the FFN to them, and in
+        training the attention's projections too (`attention_rows`)."""
+        kwargs["rows"] = self.attention_rows(token_rows)
         if self.norm_first:
             hidden_states = hidden_states + self._sa_block(
                 self.self_attn_layer_norm(hidden_states), attention_mask, **kwargs
@@ -151,6 +153,11 @@ class AttnTransformerEncoderLayer(GradientCheckpointingLayer):
             hidden_states + self._sa_block(hidden_states, attention_mask, **kwargs)
         )
         return self.final_layer_norm(hidden_states + self._ff_block(hidden_states, token_rows))
+
+    def attention_rows(self, rows: torch.Tensor | None) -> torch.Tensor | None:
+        """The rows the attention's projections run on: the real tokens in training, every position otherwise, so
+        that evaluation and decoding outputs (padded positions included) are those of the full projections."""
+        return rows if self.training else None
 
     def _sa_block(self, hidden_states, attention_mask, **kwargs):
         hidden_states, _ = self.self_attn(hidden_states, attention_mask=attention_mask, **kwargs)
@@ -182,9 +189,16 @@ class AttnTransformerDecoderLayer(AttnTransformerEncoderLayer):
         encoder_attention_mask: torch.Tensor | None = None,
         past_key_values: EncoderDecoderCache | None = None,
         token_rows: torch.Tensor | None = None,
+        source_rows: torch.Tensor | None = None,
         **kwargs,
     ) -> torch.Tensor:
-        cross = dict(encoder_hidden_states=encoder_hidden_states, attention_mask=encoder_attention_mask)
+        """`token_rows` and `source_rows`: the real target and source tokens (the encoder layer's `forward`)."""
+        cross = dict(
+            encoder_hidden_states=encoder_hidden_states,
+            attention_mask=encoder_attention_mask,
+            source_rows=self.attention_rows(source_rows),
+        )
+        kwargs["rows"] = self.attention_rows(token_rows)
         if self.norm_first:
             hidden_states = hidden_states + self._sa_block(
                 self.self_attn_layer_norm(hidden_states), attention_mask, past_key_values=past_key_values, **kwargs
@@ -368,6 +382,8 @@ class AttnTransformerDecoder(AttnTransformerStack):
 
         # the current positions' part of a (B, past + T) decoder mask
         token_rows = kept_rows(attention_mask[:, past_length:] if padding_mask else None)
+        source_padding = self.training and encoder_attention_mask is not None and encoder_attention_mask.dim() == 2
+        source_rows = kept_rows(encoder_attention_mask if source_padding else None)  # for `attention_rows`
         causal_mask = create_causal_mask(
             config=self.config,
             inputs_embeds=hidden_states,
@@ -388,6 +404,7 @@ class AttnTransformerDecoder(AttnTransformerStack):
                 encoder_attention_mask=encoder_attention_mask,
                 past_key_values=past_key_values,
                 token_rows=token_rows,
+                source_rows=source_rows,
                 **kwargs,
             )
         if self.layer_norm is not None:

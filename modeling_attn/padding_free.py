@@ -1,9 +1,12 @@
 """Padding-free position-wise work: the rows of a padded (B, L, E) batch that hold real tokens.
 
-A position-wise function (the feed-forward network) then runs on those rows only.
+A position-wise function (the feed-forward network; in training the attention's q/k/v/out projections too) then
+runs on those rows only.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from transformers.utils import is_torchdynamo_compiling
@@ -21,15 +24,26 @@ def kept_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
     return None if bool(keep.all()) else keep.nonzero().squeeze(1)
 
 
-def on_rows(function, states: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
+Rowwise = Callable[[torch.Tensor], torch.Tensor]
+
+
+def on_rows(
+    function: Rowwise | tuple[Rowwise, ...], states: torch.Tensor, rows: torch.Tensor | None
+) -> torch.Tensor | list[torch.Tensor]:
     """Apply a position-wise `function` to the `rows` of (B, L, E) `states` only; other positions get zeros.
 
     With `rows=None` it is `function(states)`. On a ragged batch this skips the padded share of the work, forward
-    and backward.
+    and backward. A tuple of functions gives a list of their outputs, the rows picked once for all of them.
     """
+    functions = function if isinstance(function, tuple) else (function,)
     if rows is None:
-        return function(states)
-    flat = states.reshape(-1, states.shape[-1])
-    picked = function(flat.index_select(0, rows))
-    out = picked.new_zeros(flat.shape[0], picked.shape[-1]).index_copy(0, rows, picked)
-    return out.view(*states.shape[:-1], picked.shape[-1])
+        outputs = [each(states) for each in functions]
+    else:
+        flat = states.reshape(-1, states.shape[-1])
+        picked = flat.index_select(0, rows)
+        outputs = []
+        for each in functions:
+            out = each(picked)
+            out = out.new_zeros(flat.shape[0], out.shape[-1]).index_copy_(0, rows, out)  # in place: no clone
+            outputs.append(out.view(*states.shape[:-1], out.shape[-1]))
+    return outputs if isinstance(function, tuple) else outputs[0]

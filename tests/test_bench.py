@@ -315,7 +315,7 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     assert recipe["settings"] == {
         "device": "cpu",
         "mixed_precision": "no",
-        "optim": "adamw_torch",
+        "optim": "adamw_torch_fused",
         "tf32": False,
         "torch_compile": False,
     }

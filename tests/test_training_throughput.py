@@ -39,12 +39,12 @@ def fast_path(args: Seq2SeqTrainingArguments) -> tuple:
 
 
 def test_on_a_gpu_with_bf16_the_fast_path_is_the_default(tmp_path, monkeypatch):
-    assert fast_path(flags(tmp_path)) == (False, "no", None, OptimizerNames.ADAMW_TORCH)  # the CPU: unchanged
+    assert fast_path(flags(tmp_path)) == (False, "no", None, OptimizerNames.ADAMW_TORCH_FUSED)  # the CPU: fp32
     mock_gpu(monkeypatch)
     assert fast_path(flags(tmp_path)) == (True, "bf16", True, OptimizerNames.ADAMW_TORCH_FUSED)
 
 
-def test_an_older_gpu_gets_fused_adamw_only(tmp_path, monkeypatch):
+def test_an_older_gpu_trains_in_float32(tmp_path, monkeypatch):
     mock_gpu(monkeypatch, native_bf16=False)
     assert fast_path(flags(tmp_path)) == (False, "no", None, OptimizerNames.ADAMW_TORCH_FUSED)
 
@@ -53,8 +53,9 @@ def test_trainers_own_flags_win_and_one_flag_turns_the_fast_path_off(tmp_path, m
     mock_gpu(monkeypatch)
     given = flags(tmp_path, "--bf16", "false", "--tf32", "false", "--optim", "adamw_torch")
     assert fast_path(given) == (False, "no", False, OptimizerNames.ADAMW_TORCH)
-    assert fast_path(flags(tmp_path, "--cuda_fast_path", "false")) == (False, "no", None, OptimizerNames.ADAMW_TORCH)
-    assert fast_path(flags(tmp_path, "--use_cpu", "true")) == (False, "no", None, OptimizerNames.ADAMW_TORCH)
+    fused = OptimizerNames.ADAMW_TORCH_FUSED  # the default on every device
+    assert fast_path(flags(tmp_path, "--cuda_fast_path", "false")) == (False, "no", None, fused)
+    assert fast_path(flags(tmp_path, "--use_cpu", "true")) == (False, "no", None, fused)
 
 
 @pytest.fixture
@@ -88,13 +89,23 @@ def test_the_run_says_which_settings_it_trained_with(tmp_path):
     expected = {
         "device": "cpu",
         "mixed_precision": "no",
-        "optim": "adamw_torch",
+        "optim": "adamw_torch_fused",
         "tf32": False,
         "torch_compile": False,
     }
     results = json.loads((tmp_path / "run" / "all_results.json").read_text())
     assert {key: results[f"train_{key}"] for key in expected} == expected
     assert json.loads((tmp_path / "run" / "test_results.json").read_text())["training_settings"] == expected
+
+
+@pytest.mark.parametrize(
+    ("device", "compiled", "warned"), [("cpu", True, True), ("cpu", False, False), ("cuda", True, False)]
+)
+def test_a_compiled_cpu_run_is_warned_that_eager_is_faster(device, compiled, warned):
+    warning = throughput.cpu_compile_warning({"device": device, "torch_compile": compiled})
+    assert (warning is not None) == warned
+    if warned:
+        assert warning.startswith("--torch_compile on the CPU: measured slower than eager")
 
 
 def formula(config, source_lengths: list[int], target_lengths: list[int]) -> float:

@@ -1,4 +1,4 @@
-"""The GPU peaks that MFU divides by, and `attn train`'s closing MFU line.
+"""The GPU peaks that MFU divides by, and `attn train`'s closing MFU line (and its warning for a compiled CPU run).
 
 `PEAK_BF16_FLOPS` is a small table of common GPUs' dense bf16 tensor-core peaks, not a database: a GPU it does not
 name gets no MFU line (bench/gpu.py takes `--peak_tflops`). MFU = Trainer's `total_flos` (the project's formula on
@@ -45,4 +45,16 @@ def mfu_line(total_flos: float, seconds: float, processes: int) -> str | None:
     )
 
 
-__all__ = ["PEAK_BF16_FLOPS", "mfu_line", "peak_bf16_flops"]
+def cpu_compile_warning(settings: dict) -> str | None:
+    """The warning `attn train` logs for `--torch_compile` on the CPU (`settings`: the run's `speed_settings`), where
+    it was measured slower than eager (docs/speed.md); None for any other run."""
+    if not (settings["torch_compile"] and settings["device"] == "cpu"):
+        return None
+    return (
+        "--torch_compile on the CPU: measured slower than eager for attn_transformer (7.80 against 4.33 CPU-s per "
+        "step of base, one thread) and no faster for attn_rnn (docs/speed.md): compiled, the model computes the "
+        "padded positions that eager skips"
+    )
+
+
+__all__ = ["PEAK_BF16_FLOPS", "cpu_compile_warning", "mfu_line", "peak_bf16_flops"]

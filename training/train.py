@@ -65,7 +65,7 @@ from .hub_push import CheckpointPush, create_hub_repo
 from .metrics import TranslationMetrics
 from .plot import plot_history
 from .prepare import bpe_cache_folder, iter_texts, tokenized_fingerprint
-from .throughput import mfu_line
+from .throughput import cpu_compile_warning, mfu_line
 from .tokenizer import splits_punctuation, train_bpe_tokenizer, truncate
 from .trainer import STAGING_DIR, TranslationTrainer
 from .validate import config_overrides, new_model_preset
@@ -282,6 +282,8 @@ class TrainingRun:
             f"peak learning rate {learning_rate:.3g} (warmup {self.args.warmup_steps}); training settings "
             + ", ".join(f"{key} {value}" for key, value in self.speed_settings.items())
         )
+        if warning := cpu_compile_warning(self.speed_settings):
+            logger.warning(warning)
 
     def build_training_set(self) -> None:
         """The tokenized training split, or with --bpe_dropout its pairs segmented anew at each epoch; None without

@@ -21,7 +21,6 @@ from huggingface_hub.errors import StrictDataclassError
 from safetensors import SafetensorError, safe_open
 from transformers import Seq2SeqTrainingArguments
 from transformers.trainer_utils import get_last_checkpoint
-from transformers.training_args import OptimizerNames
 
 from modeling_attn.api.alignment import WORD_PATTERNS
 from modeling_attn.api.errors import FlagError
@@ -249,9 +248,9 @@ def _check_alignment_flags(recipe: RecipeArguments, training_args: Seq2SeqTraini
 
 def resolve_cuda_fast_path(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
     """--cuda_fast_path on a CUDA GPU: bf16 mixed precision and TF32 matmuls where the GPU computes them natively
-    (Ampere or newer), fused AdamW, each unless its own Trainer flag is given (--bf16 or --fp16, --tf32, --optim:
-    those win). Left as they are: CPU runs (--use_cpu, or no GPU), and the precision under DeepSpeed (its config
-    decides it)."""
+    (Ampere or newer), each unless its own Trainer flag is given (--bf16 or --fp16, --tf32: those win). Left as they
+    are: CPU runs (--use_cpu, or no GPU), and the precision under DeepSpeed (its config decides it). Fused AdamW is
+    not part of it: it is the default on every device (`arguments.PAPER_DEFAULTS`)."""
     if not recipe.cuda_fast_path or training_args.use_cpu or not torch.cuda.is_available():
         return
     native = torch.cuda.is_bf16_supported(including_emulation=False)  # compute capability 8.0 or newer
@@ -259,8 +258,6 @@ def resolve_cuda_fast_path(recipe: RecipeArguments, training_args: Seq2SeqTraini
         training_args.bf16, training_args.mixed_precision = True, "bf16"  # as Trainer's __post_init__ sets both
     if native and "tf32" not in given:
         training_args.tf32 = True  # turned on by `TrainingRun.setup`
-    if "optim" not in given:
-        training_args.optim = OptimizerNames.ADAMW_TORCH_FUSED
 
 
 def _resolve_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None:
