@@ -24,7 +24,7 @@ from transformers.cache_utils import Cache, EncoderDecoderCache
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
 from .masks import masked_softmax
-from .padding_free import on_rows
+from .padding_free import each_on_rows, on_rows
 
 
 def attend(
@@ -113,7 +113,7 @@ class MultiHeadAttention(nn.Module):
         **kwargs,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         own = (self.q_proj,) if self.is_cross_attention else (self.q_proj, self.k_proj, self.v_proj)
-        query, *key_value = on_rows(own, hidden_states, rows)  # (B, T, E) each
+        query, *key_value = each_on_rows(own, hidden_states, rows)  # (B, T, E) each
         query = split_heads(query, self.head_dim)  # (B, H, T, D)
         cache: Cache | None = None
         if past_key_values is not None:
@@ -127,7 +127,7 @@ class MultiHeadAttention(nn.Module):
             key, value = cache.layers[self.layer_idx].keys, cache.layers[self.layer_idx].values
         else:
             if self.is_cross_attention:
-                key_value = on_rows((self.k_proj, self.v_proj), encoder_hidden_states, source_rows)
+                key_value = each_on_rows((self.k_proj, self.v_proj), encoder_hidden_states, source_rows)
             key, value = (split_heads(states, self.head_dim) for states in key_value)  # (B, H, S, D)
             if cache is not None:
                 key, value = cache.update(key, value, self.layer_idx)

@@ -27,23 +27,27 @@ def kept_rows(mask: torch.Tensor | None) -> torch.Tensor | None:
 Rowwise = Callable[[torch.Tensor], torch.Tensor]
 
 
-def on_rows(
-    function: Rowwise | tuple[Rowwise, ...], states: torch.Tensor, rows: torch.Tensor | None
-) -> torch.Tensor | list[torch.Tensor]:
+def on_rows(function: Rowwise, states: torch.Tensor, rows: torch.Tensor | None) -> torch.Tensor:
     """Apply a position-wise `function` to the `rows` of (B, L, E) `states` only; other positions get zeros.
 
     With `rows=None` it is `function(states)`. On a ragged batch this skips the padded share of the work, forward
-    and backward. A tuple of functions gives a list of their outputs, the rows picked once for all of them.
+    and backward.
     """
-    functions = function if isinstance(function, tuple) else (function,)
+    return each_on_rows((function,), states, rows)[0]
+
+
+def each_on_rows(
+    functions: tuple[Rowwise, ...], states: torch.Tensor, rows: torch.Tensor | None
+) -> list[torch.Tensor]:
+    """`on_rows` of each of `functions` on the same `states`, the rows picked once for all of them (the attention's
+    q, k and v projections)."""
     if rows is None:
-        outputs = [each(states) for each in functions]
-    else:
-        flat = states.reshape(-1, states.shape[-1])
-        picked = flat.index_select(0, rows)
-        outputs = []
-        for each in functions:
-            out = each(picked)
-            out = out.new_zeros(flat.shape[0], out.shape[-1]).index_copy_(0, rows, out)  # in place: no clone
-            outputs.append(out.view(*states.shape[:-1], out.shape[-1]))
-    return outputs if isinstance(function, tuple) else outputs[0]
+        return [function(states) for function in functions]
+    flat = states.reshape(-1, states.shape[-1])
+    picked = flat.index_select(0, rows)
+    outputs = []
+    for function in functions:
+        out = function(picked)
+        out = out.new_zeros(flat.shape[0], out.shape[-1]).index_copy_(0, rows, out)  # in place: no clone
+        outputs.append(out.view(*states.shape[:-1], out.shape[-1]))
+    return outputs

@@ -11,7 +11,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 
 from modeling_attn import loss as loss_module
 from modeling_attn.inputs import labelled_prefix
-from modeling_attn.padding_free import kept_rows, on_rows
+from modeling_attn.padding_free import each_on_rows, kept_rows, on_rows
 
 
 def ragged_labels(decoder_input_ids: torch.Tensor) -> torch.Tensor:
@@ -40,6 +40,19 @@ def test_kept_rows_and_on_rows_hand_computed():
     states = torch.arange(12.0).view(2, 3, 2)
     out = on_rows(lambda x: x * 10, states, torch.tensor([0, 1, 3]))
     assert out.tolist() == [[[0, 10], [20, 30], [0, 0]], [[60, 70], [0, 0], [0, 0]]]
+    picked = []
+
+    def times(factor):
+        def function(x):
+            picked.append(x.shape[0])
+            return x * factor
+
+        return function
+
+    tens, halves = each_on_rows((times(10), times(0.5)), states, torch.tensor([0, 1, 3]))
+    assert tens.tolist() == out.tolist() and picked == [3, 3]  # each function sees the 3 real rows only
+    assert halves.tolist() == [[[0, 0.5], [1, 1.5], [0, 0]], [[3, 3.5], [0, 0], [0, 0]]]
+    assert [x.tolist() for x in each_on_rows((times(10),), states, None)] == [(states * 10).tolist()]
 
 
 def test_labelled_prefix_keeps_inner_ignored_positions_and_position_zero():
