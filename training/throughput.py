@@ -51,9 +51,8 @@ def cpu_compile_warning(settings: dict) -> str | None:
     if not (settings["torch_compile"] and settings["device"] == "cpu"):
         return None
     return (
-        "--torch_compile on the CPU: measured slower than eager for attn_transformer (7.80 against 4.33 CPU-s per "
-        "step of base, one thread) and no faster for attn_rnn (docs/speed.md): compiled, the model computes the "
-        "padded positions that eager skips"
+        "--torch_compile on the CPU: measured slower than eager for attn_transformer and no faster for attn_rnn "
+        "(docs/speed.md has the figures): compiled, the model computes the padded positions that eager skips"
     )
 
 
