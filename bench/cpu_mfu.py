@@ -39,6 +39,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import common  # noqa: E402  (this folder's shared helpers)
 
+from modeling_attn import loss  # noqa: E402
 from modeling_attn.modeling_transformer import AttnTransformerEncoderLayer  # noqa: E402
 
 # The optimizer of the step: torch.optim.Adam as `common.training_task` builds it (its per-tensor loop on the CPU),
@@ -73,6 +74,25 @@ def attention_on_every_position(step):
             step(*args)
         finally:
             AttnTransformerEncoderLayer.attention_rows = original
+
+    return run
+
+
+# The output loss's chunk before issue 41 (2M logits: 56 rows of a 37k vocabulary), for `--small_loss_chunks`
+SMALL_LOSS_CHUNK_LOGITS = 1 << 21
+
+
+def with_small_loss_chunks(step):
+    """`step` with `loss.linear_token_loss` in chunks of `SMALL_LOSS_CHUNK_LOGITS` logits, to time the larger
+    chunks' gain in the same rounds."""
+
+    def run(*args) -> None:
+        original = loss.LOSS_CHUNK_LOGITS
+        loss.LOSS_CHUNK_LOGITS = SMALL_LOSS_CHUNK_LOGITS
+        try:
+            step(*args)
+        finally:
+            loss.LOSS_CHUNK_LOGITS = original
 
     return run
 
@@ -132,6 +152,11 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help="also the first optimizer's step with the attention projections on every position (padding included)",
     )
+    parser.add_argument(
+        "--small_loss_chunks",
+        action="store_true",
+        help="also the first optimizer's step with the output loss in chunks of 2M logits (before issue 41)",
+    )
     parser.add_argument("--output", type=Path, help="stem of a JSON report")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -149,6 +174,11 @@ def main(argv: list[str] | None = None) -> dict:
     if args.every_position:
         name = args.optimizers[0]
         steps[f"{name}, attention on every position"] = attention_on_every_position(
+            training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name])
+        )
+    if args.small_loss_chunks:
+        name = args.optimizers[0]
+        steps[f"{name}, loss in 2M-logit chunks"] = with_small_loss_chunks(
             training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name])
         )
     rounds = common.interleaved({**steps, MM: mm_products(args.mm_size, args.mm_products)}, args.reps, clock)

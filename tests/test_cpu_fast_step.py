@@ -79,7 +79,8 @@ def test_the_projections_see_real_tokens_in_training_and_every_position_in_evalu
 
 def test_the_cpu_mfu_bench_reports_each_step():
     """bench/cpu_mfu.py on the tiny preset: every step measured, its share of the mm peak and its aten op count; the
-    ablation row runs the attention projections on every position, with more aten ops (no row picking)."""
+    ablation rows run the attention projections on every position, with more aten ops (no row picking), and the
+    output loss in the smaller chunks of before, the module's chunk restored afterwards."""
     import importlib.util
     import sys
     from pathlib import Path
@@ -91,10 +92,12 @@ def test_the_cpu_mfu_bench_reports_each_step():
     spec.loader.exec_module(module)
     report = module.main(
         ["--preset", "tiny", "--batch_size", "4", "--threads", "1", "--reps", "1", "--mm_size", "64"]
-        + ["--mm_products", "4", "--optimizers", "fused", "for-loop", "--every_position"]
+        + ["--mm_products", "4", "--optimizers", "fused", "for-loop", "--every_position", "--small_loss_chunks"]
     )
     ablation = "fused, attention on every position"
-    assert report["step"] == "fused" and list(report["steps"]) == ["fused", "for-loop", ablation]
+    small_chunks = "fused, loss in 2M-logit chunks"
+    assert report["step"] == "fused" and list(report["steps"]) == ["fused", "for-loop", ablation, small_chunks]
+    assert module.loss.LOSS_CHUNK_LOGITS == 6 << 20 != module.SMALL_LOSS_CHUNK_LOGITS
     assert all(entry["share_of_mm_peak"] > 0 and entry["aten_ops"] > 0 for entry in report["steps"].values())
     assert len(report["mm_round_cpu_seconds"]) == 1
     assert report["steps"][ablation]["aten_ops"] < report["steps"]["fused"]["aten_ops"]
