@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 from types import SimpleNamespace
 
 import pytest
@@ -82,7 +83,7 @@ def test_given_fp16_keeps_fp16(tmp_path, monkeypatch, fp16_allowed):
     )
 
 
-def test_the_run_says_which_settings_it_trained_with(tmp_path):
+def test_the_run_says_which_settings_it_trained_with(tmp_path, capsys):
     small = ["--max_steps", "2", "--eval_strategy", "no", "--max_predict_samples", "4", "--generation_max_length", "8"]
     recipe, args = parse_args([*TINY, *QUIET, "--output_dir", str(tmp_path / "run"), *small])
     run(recipe, args)
@@ -96,6 +97,9 @@ def test_the_run_says_which_settings_it_trained_with(tmp_path):
     results = json.loads((tmp_path / "run" / "all_results.json").read_text())
     assert {key: results[f"train_{key}"] for key in expected} == expected
     assert json.loads((tmp_path / "run" / "test_results.json").read_text())["training_settings"] == expected
+    printed = capsys.readouterr().out  # Trainer's metrics table: the flags as words, not as 0/1
+    assert re.search(r"train_tf32 += +false$", printed, re.MULTILINE), printed
+    assert re.search(r"train_torch_compile += +false$", printed, re.MULTILINE), printed
 
 
 @pytest.mark.parametrize(

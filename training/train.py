@@ -360,7 +360,10 @@ class TrainingRun:
         if (base := self.recipe.model_name_or_path) and trainer.is_world_process_zero():  # the card's base_model
             record_origin(self.output_dir, base, "fine-tuned from")
         metrics = {**result.metrics, **{f"train_{key}": value for key, value in self.speed_settings.items()}}
-        trainer.log_metrics("train", metrics)
+        # printed as true/false: Trainer's table formats a bool as the integer it also is
+        trainer.log_metrics(
+            "train", {key: str(value).lower() if isinstance(value, bool) else value for key, value in metrics.items()}
+        )
         trainer.save_metrics("train", metrics)
         if trainer.is_world_process_zero() and (
             line := mfu_line(trainer.state.total_flos, metrics["train_runtime"], self.args.world_size)
