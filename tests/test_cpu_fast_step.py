@@ -98,6 +98,9 @@ def test_the_cpu_mfu_bench_reports_each_step():
     small_chunks = "fused, loss in 2M-logit chunks"
     assert report["step"] == "fused" and list(report["steps"]) == ["fused", "for-loop", ablation, small_chunks]
     assert module.loss.LOSS_CHUNK_LOGITS == 6 << 20 != module.SMALL_LOSS_CHUNK_LOGITS
-    assert all(entry["share_of_mm_peak"] > 0 and entry["aten_ops"] > 0 for entry in report["steps"].values())
+    assert all(
+        entry["share_of_mm_peak"] > 0 and entry["share_of_mm_peak_medians"] > 0 and entry["aten_ops"] > 0
+        for entry in report["steps"].values()
+    )
     assert len(report["mm_round_cpu_seconds"]) == 1
     assert report["steps"][ablation]["aten_ops"] < report["steps"]["fused"]["aten_ops"]
