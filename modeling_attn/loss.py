@@ -50,7 +50,7 @@ def token_loss(
 # Rows of the output projection handled at once by `linear_token_loss`: about 6M logits (24 MiB in float32) per chunk,
 # under glibc's 32 MiB mmap threshold, so that each chunk's tensors are reused from the heap instead of faulted in
 # afresh. Fewer rows make the weight-gradient update a thin matmul: 56 rows a chunk (2M logits, a 37k vocabulary)
-# made the base preset's output layer 1.3x slower than 128 or more (bench/README.md).
+# made the base preset's output layer 1.4x slower than 128 or more (bench/README.md).
 LOSS_CHUNK_LOGITS = 6 << 20
 
 
