@@ -33,6 +33,7 @@ import statistics
 import sys
 from collections import Counter
 from pathlib import Path
+from unittest import mock
 
 import torch
 
@@ -63,38 +64,23 @@ def training_step(model: torch.nn.Module, batch: common.Batch, optimizer_options
     return step
 
 
-def attention_on_every_position(step):
-    """`step` with the Transformer's attention projections on every position, padding included (their rows before
-    issue 41; `AttnTransformerEncoderLayer.attention_rows`), to time that change's gain in the same rounds."""
+def patched(step, owner, name: str, value):
+    """`step` with `owner.name` set to `value` while it runs (`unittest.mock.patch.object`): a change's ablation,
+    timed in the same rounds as the step itself."""
 
     def run(*args) -> None:
-        original = AttnTransformerEncoderLayer.attention_rows
-        AttnTransformerEncoderLayer.attention_rows = lambda self, rows: None
-        try:
+        with mock.patch.object(owner, name, value):
             step(*args)
-        finally:
-            AttnTransformerEncoderLayer.attention_rows = original
 
     return run
 
 
-# The output loss's chunk before issue 41 (2M logits: 56 rows of a 37k vocabulary), for `--small_loss_chunks`
+# The ablations: the attention projections on every position, padding included (their rows before issue 41;
+# `AttnTransformerEncoderLayer.attention_rows`), and the output loss's chunk before issue 41 (2M logits: 56 rows of a
+# 37k vocabulary; `loss.LOSS_CHUNK_LOGITS`)
+EVERY_POSITION = (AttnTransformerEncoderLayer, "attention_rows", lambda self, rows: None)
 SMALL_LOSS_CHUNK_LOGITS = 1 << 21
-
-
-def with_small_loss_chunks(step):
-    """`step` with `loss.linear_token_loss` in chunks of `SMALL_LOSS_CHUNK_LOGITS` logits, to time the larger
-    chunks' gain in the same rounds."""
-
-    def run(*args) -> None:
-        original = loss.LOSS_CHUNK_LOGITS
-        loss.LOSS_CHUNK_LOGITS = SMALL_LOSS_CHUNK_LOGITS
-        try:
-            step(*args)
-        finally:
-            loss.LOSS_CHUNK_LOGITS = original
-
-    return run
+SMALL_LOSS_CHUNKS = (loss, "LOSS_CHUNK_LOGITS", SMALL_LOSS_CHUNK_LOGITS)
 
 
 def compile_step(step, other: common.Batch, batch: common.Batch, clock) -> float:
@@ -171,16 +157,15 @@ def main(argv: list[str] | None = None) -> dict:
         compiled = training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name], compiled=True)
         compile_seconds[f"{name}, compiled"] = compile_step(compiled, other, batch, clock)
         steps[f"{name}, compiled"] = compiled
-    if args.every_position:
-        name = args.optimizers[0]
-        steps[f"{name}, attention on every position"] = attention_on_every_position(
-            training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name])
-        )
-    if args.small_loss_chunks:
-        name = args.optimizers[0]
-        steps[f"{name}, loss in 2M-logit chunks"] = with_small_loss_chunks(
-            training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name])
-        )
+    ablations = (
+        (args.every_position, "attention on every position", EVERY_POSITION),
+        (args.small_loss_chunks, "loss in 2M-logit chunks", SMALL_LOSS_CHUNKS),
+    )
+    first_optimizer = args.optimizers[0]
+    for wanted, label, patch in ablations:
+        if wanted:
+            step = training_step(copy.deepcopy(reference), batch, OPTIMIZERS[first_optimizer])
+            steps[f"{first_optimizer}, {label}"] = patched(step, *patch)
     rounds = common.interleaved({**steps, MM: mm_products(args.mm_size, args.mm_products)}, args.reps, clock)
     mm_seconds = rounds.pop(MM)
     peak = 2 * args.mm_size**3 * args.mm_products / min(mm_seconds)

@@ -47,10 +47,10 @@ def token_loss(
     return total / _token_count(labels, num_items_in_batch, total.device)
 
 
-# Rows of the output projection handled at once by `linear_token_loss`: about 6M logits (24 MiB in float32) per chunk,
-# under glibc's 32 MiB mmap threshold, so that each chunk's tensors are reused from the heap instead of faulted in
-# afresh. Fewer rows make the weight-gradient update a thin matmul: 56 rows a chunk (2M logits, a 37k vocabulary)
-# made the base preset's output layer 1.4x slower than 128 or more (bench/README.md).
+# Rows of the output projection handled at once by `linear_token_loss`: about 6M logits (24 MiB in float32) per chunk.
+# Fewer rows make the weight-gradient update a thin matmul: 56 rows a chunk (2M logits, a 37k vocabulary) made the
+# base preset's output layer 1.4x slower than 128 or more. Chunks of 64 MiB measured slower again (a 6k vocabulary):
+# past glibc's 32 MiB mmap threshold an allocation is mapped afresh, not reused from the heap (bench/README.md).
 LOSS_CHUNK_LOGITS = 6 << 20
 
 

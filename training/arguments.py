@@ -3,7 +3,7 @@
 `PAPER_DEFAULTS` sets the defaults of transformers' own `Seq2SeqTrainingArguments` flags (Sec. 5.3-5.4, 6.1):
 - Adam with beta1 0.9, beta2 0.98, eps 1e-9 (AdamW with `--weight_decay 0` is Adam), fused (`--optim
   adamw_torch_fused`, transformers' own default with torch >= 2.8: one kernel per tensor; on the CPU the base step
-  takes 14-18% less time than with `--optim adamw_torch`'s per-op loop, docs/speed.md);
+  takes less time than with `--optim adamw_torch`'s per-op loop, docs/speed.md has the figures);
 - lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5) with warmup 4000 (Eq. 3): transformers'
   `inverse_sqrt` schedule with peak `--learning_rate` d_model^-0.5 * warmup^-0.5 (`paper_learning_rate`);
 - label smoothing 0.1; batches of about `--max_tokens_per_batch` tokens, bucketed by length;

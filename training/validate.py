@@ -60,6 +60,10 @@ def validate(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, g
     _check_model_flags(recipe)
     _check_batching_flags(recipe, training_args, given)
     _check_best_model_flags(recipe, training_args, given)
+    if training_args.load_best_model_at_end:
+        recipe.average_last_n = 1  # the best checkpoint is the final model, as Trainer documents
+    if training_args.metric_for_best_model in ("ter", "eval_ter") and "greater_is_better" not in given:
+        training_args.greater_is_better = False  # Trainer guesses it from the name (only a loss is lower-is-better)
     _check_alignment_flags(recipe, training_args, given)
     resolve_cuda_fast_path(recipe, training_args, given)
     if training_args.learning_rate is None and 0 < training_args.warmup_steps < 1 and training_args.max_steps <= 0:
@@ -199,13 +203,11 @@ def _check_batching_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainin
 def _check_best_model_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
     """--load_best_model_at_end keeps the best checkpoint as the final model, as Trainer documents, instead of the
     average of the last ones; --early_stopping_patience needs the validation metric it watches."""
-    if training_args.load_best_model_at_end:
-        if "average_last_n" in given and recipe.average_last_n > 1:
-            raise FlagError(
-                f"--load_best_model_at_end keeps the best checkpoint as the final model, --average_last_n "
-                f"{recipe.average_last_n} averages the last ones into it: give one of them"
-            )
-        recipe.average_last_n = 1
+    if training_args.load_best_model_at_end and "average_last_n" in given and recipe.average_last_n > 1:
+        raise FlagError(
+            f"--load_best_model_at_end keeps the best checkpoint as the final model, --average_last_n "
+            f"{recipe.average_last_n} averages the last ones into it: give one of them"
+        )
     if recipe.early_stopping_patience is not None:
         if training_args.eval_strategy == "no" or not training_args.do_eval:
             raise FlagError(
@@ -217,10 +219,6 @@ def _check_best_model_flags(recipe: RecipeArguments, training_args: Seq2SeqTrain
                 "--early_stopping_patience: name the validation metric it watches with "
                 "--metric_for_best_model (bleu, chrf, ter, exact_match or loss)"
             )
-    metric = (training_args.metric_for_best_model or "").removeprefix("eval_")
-    if metric == "ter" and "greater_is_better" not in given:
-        # Trainer guesses the direction from the name (only a "loss" is lower-is-better); TER is an error rate
-        training_args.greater_is_better = False
 
 
 def _check_alignment_flags(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, given: set[str]) -> None:
