@@ -19,7 +19,6 @@ pictures are not drawn for an ensemble (refused by the command); docs/translate-
 from __future__ import annotations
 
 import copy
-import inspect
 import math
 import re
 from collections.abc import Sequence
@@ -34,13 +33,12 @@ from transformers.generation import GenerationMixin
 from transformers.modeling_outputs import BaseModelOutput, ModelOutput, Seq2SeqLMOutput
 
 from ..beam_search import CompactBeamSearchMixin, rows_can_leave
+from ..compat import CACHE_FIELD, cache_argument
 from ..generation import SourceRelativeLengthMixin
 from ..registry import MODEL_TYPES
 from .translation import TranslateError, load_model
 
 COMBINATIONS = ("log_linear", "linear")
-# the cache's output field: `cache` from transformers 5.24, `past_key_values` before
-CACHE_FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"
 # decoding settings that must agree between members for the first member's generation_config to fit them all
 SHARED_TOKENS = ("pad_token_id", "eos_token_id", "decoder_start_token_id")
 
@@ -230,9 +228,6 @@ class AttnEnsemble(SourceRelativeLengthMixin, CompactBeamSearchMixin, PreTrained
         self.register_buffer("log_weights", torch.tensor(normalised).log(), persistent=False)
         self.generation_config = copy.deepcopy(members[0].generation_config)
         self._is_stateful = any(getattr(m, "_is_stateful", False) for m in members)
-        self._cache_names = [
-            "cache" if "cache" in inspect.signature(m.forward).parameters else "past_key_values" for m in members
-        ]
         self.eval()
 
     @property
@@ -299,12 +294,13 @@ class AttnEnsemble(SourceRelativeLengthMixin, CompactBeamSearchMixin, PreTrained
             raise NotImplementedError("an ensemble returns no attention weights (docs/translate-evaluate.md)")
         if encoder_outputs is None:
             encoder_outputs = self.get_encoder()(input_ids=input_ids, attention_mask=attention_mask)
-        cache = cache if cache is not None else past_key_values
+        cache = cache_argument(past_key_values, cache)
         if use_cache and cache is None:
             cache = AttnEnsembleCache(len(self.members))
         log_probs = []
         for index, member in enumerate(self.members):
-            member_cache = {} if cache is None else {self._cache_names[index]: cache.members[index]}
+            # every member (ours, Marian) takes the cache under the installed transformers' name (compat.py)
+            member_cache = {} if cache is None else {CACHE_FIELD: cache.members[index]}
             outputs = member(
                 attention_mask=attention_mask,
                 decoder_input_ids=decoder_input_ids,
