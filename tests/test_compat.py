@@ -156,3 +156,38 @@ def test_each_model_file_imports_every_file_it_needs():
                 needed.add(name)
                 todo.append(name)
         assert needed - {entry} <= direct, f"{entry}.py must import {sorted(needed - {entry} - direct)} itself"
+
+
+# What asks which transformers is installed: a dataclass field probed, a version compared or parsed, a signature probe.
+VERSION_PROBE = re.compile(
+    r"__dataclass_fields__|\bversion\.parse\(|packaging\.version|__version__\s*(<|>|==|!=)|"
+    r"in\s+inspect\.signature\([^)]*\)\.parameters\s+else"
+)
+
+
+def version_probes(source: str) -> list[int]:
+    """The numbers of the lines of `source` that ask which release of a library is installed."""
+    return [number for number, line in enumerate(source.splitlines(), 1) if VERSION_PROBE.search(line)]
+
+
+def test_a_planted_version_probe_is_found():
+    planted = [
+        'FIELD = "cache" if "cache" in Seq2SeqLMOutput.__dataclass_fields__ else "past_key_values"',
+        'names = ["cache" if "cache" in inspect.signature(m.forward).parameters else "past_key_values" for m in ms]',
+        "if transformers.__version__ >= '5.24': pass",
+        "if version.parse(transformers.__version__).minor > 23: pass",
+    ]
+    assert version_probes("\n".join(["x = 1", *planted, "y = 2"])) == [2, 3, 4, 5]
+
+
+def test_no_module_but_compat_asks_which_release_is_installed():
+    """compat.py's docstring promises it: each difference between releases is met there, once."""
+    root = Path(modeling_attn.__file__).parent.parent
+    found = [
+        f"{path.relative_to(root)}:{line}"
+        for folder in ("modeling_attn", "training")
+        for path in sorted((root / folder).rglob("*.py"))
+        if path.name != "compat.py"
+        for line in version_probes(path.read_text(encoding="utf-8"))
+    ]
+    assert found == [], f"version checks outside modeling_attn/compat.py: {found}"
