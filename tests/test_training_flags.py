@@ -8,6 +8,7 @@ logs, and one decoding for the trained folder, the pushed folder and the card.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shlex
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 from concurrent.futures import Future
 from pathlib import Path
+from unittest.mock import patch
 
 import pytest
 import torch
@@ -22,9 +24,12 @@ from huggingface_hub import ModelCard, get_token
 from modeling_attn.training.data import load_parallel_data
 from modeling_attn.training.hub_push import CheckpointPush, hub_uploads
 from modeling_attn.training.train import TrainingRun
+from modeling_attn.training.trainer import TranslationTrainer
 from runs import ATTN_TRAIN, QUIET
 from runs import TINY_TASK as TINY
 from safetensors.torch import load_file
+from tiny import tiny_model
+from torch.nn.modules.module import _IncompatibleKeys
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, GenerationConfig
 
 import modeling_attn  # noqa: F401
@@ -532,3 +537,66 @@ def test_push_to_hub_without_a_hub_stops_before_any_work(tmp_path):
         re.IGNORECASE,
     )
     assert not (out / "tokenizer").exists()
+
+
+class Warnings(logging.Handler):
+    """The messages transformers logs (its loggers do not propagate to pytest's caplog)."""
+
+    def __init__(self):
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+@pytest.fixture
+def transformers_warnings():
+    handler = Warnings()
+    logging.getLogger("transformers").addHandler(handler)
+    yield handler.messages
+    logging.getLogger("transformers").removeHandler(handler)
+
+
+def test_resuming_a_tied_model_warns_of_missing_keys_only_for_untied_ones(transformers_warnings):
+    """A checkpoint stores a tied matrix once: its other names are not missing. A key missing for real still is."""
+    trainer = object.__new__(TranslationTrainer)  # only `model` is read
+    trainer.model = tiny_model()
+    tied = ["lm_head.weight", "model.encoder.embed_tokens.weight", "model.decoder.embed_tokens.weight"]
+    lost = "model.encoder.layers.0.self_attn.q_proj.weight"
+    trainer._issue_warnings_after_load(_IncompatibleKeys(missing_keys=tied, unexpected_keys=[]))
+    assert transformers_warnings == []
+    trainer._issue_warnings_after_load(_IncompatibleKeys(missing_keys=[*tied, lost], unexpected_keys=[]))
+    assert transformers_warnings == [f"There were missing keys in the checkpoint model loaded: ['{lost}']."]
+
+
+def test_a_run_stopped_before_its_first_checkpoint_says_to_rerun_it(tmp_path, capsys, transformers_warnings):
+    """Ctrl-C before the first save: the run says that rerunning is the way; so does --resume_from_checkpoint last. A
+    run resumed from a checkpoint of the tied model warns of no missing key."""
+    out = tmp_path / "out"
+    common = [*QUIET, "--save_steps", "2", "--generation_max_length", "16"]
+    stopped = "at step 1, before the first checkpoint: no checkpoint was written; rerun the same command"
+    with pytest.raises(KeyboardInterrupt, match=stopped), patch.object(TranslationTrainer, "training_step", stop(2)):
+        run_tiny(out, *common, "--max_steps", "4")
+    with pytest.raises(ValueError, match="no checkpoint was written in .*; rerun the same command without --resume"):
+        run_tiny(out, *common, "--max_steps", "4", "--resume_from_checkpoint", "last")
+    stopped = r"at step 3; the last checkpoint is .*checkpoint-2: continue with the same command and --resume_from"
+    with pytest.raises(KeyboardInterrupt, match=stopped), patch.object(TranslationTrainer, "training_step", stop(4)):
+        run_tiny(out, *common, "--max_steps", "4")
+    assert run_tiny(out, *common, "--max_steps", "4", "--resume_from_checkpoint", "last") == 0
+    assert not [message for message in transformers_warnings if "missing keys" in message]
+    assert json.loads((out / "trainer_state.json").read_text())["global_step"] == 4
+
+
+def stop(step: int):
+    """A training step that raises KeyboardInterrupt (as Ctrl-C does) at the `step`-th call."""
+    calls = []
+    original = TranslationTrainer.training_step
+
+    def training_step(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == step:
+            raise KeyboardInterrupt
+        return original(self, *args, **kwargs)
+
+    return training_step

@@ -344,13 +344,26 @@ class TrainingRun:
             streaming_buffer_pairs=self.recipe.streaming_buffer_pairs,
         )
 
+    def how_to_go_on(self, step: int) -> str:
+        """What to do after the run stopped at `step` (Ctrl-C): rerun it, or resume from its last checkpoint."""
+        checkpoints = find_checkpoints(self.output_dir)
+        if not checkpoints:
+            return f"at step {step}, before the first checkpoint: no checkpoint was written; rerun the same command"
+        return (
+            f"at step {step}; the last checkpoint is {checkpoints[-1]}: continue with the same command and "
+            "--resume_from_checkpoint last"
+        )
+
     def train(self) -> None:
         """--do_train: train (resuming --resume_from_checkpoint), save the model, its metrics and state, and the
         training curves."""
         if not self.args.do_train:
             return
         trainer = self.trainer
-        result = trainer.train(resume_from_checkpoint=self.args.resume_from_checkpoint)
+        try:
+            result = trainer.train(resume_from_checkpoint=self.args.resume_from_checkpoint)
+        except KeyboardInterrupt:
+            raise KeyboardInterrupt(self.how_to_go_on(trainer.state.global_step)) from None
         try:
             trainer.save_model()
         except Exception as error:

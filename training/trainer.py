@@ -105,6 +105,20 @@ class TranslationTrainer(Seq2SeqTrainer):
         if self.is_fsdp_enabled:
             _one_module_per_tied_embedding(self.model)
 
+    def _issue_warnings_after_load(self, load_result) -> None:
+        """Trainer's warning of missing keys after resuming, without the tied matrices: a checkpoint stores a tied
+        matrix once (safetensors keeps no aliases), so its other names (`lm_head.weight`, the decoder's embeddings) are
+        never in the file, and are not missing. Keys missing for real are still warned of."""
+        names_by_tensor: dict[int, set[str]] = {}
+        for name, parameter in self.model.named_parameters(remove_duplicate=False):
+            names_by_tensor.setdefault(id(parameter), set()).add(name)
+        missing = set(load_result.missing_keys)
+        tied = {name for names in names_by_tensor.values() if names - missing for name in names & missing}
+        if tied:
+            self.model.tie_weights()
+        load_result = load_result._replace(missing_keys=[key for key in load_result.missing_keys if key not in tied])
+        super()._issue_warnings_after_load(load_result)
+
     def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
         """Trainer's, with `skip_logits=True` for a loss-only call of a model that takes it, and Trainer's
         `label_smoothing_factor` as the model's `smoothing`."""

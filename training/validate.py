@@ -262,10 +262,16 @@ def _resolve_resumed_checkpoint(training_args: Seq2SeqTrainingArguments) -> None
     """--resume_from_checkpoint last (or true): the last checkpoint of --output_dir, which must hold one."""
     if training_args.resume_from_checkpoint in ("True", "true", "last"):
         if not Path(training_args.output_dir).is_dir():
-            raise FlagError(f"--resume_from_checkpoint: --output_dir {training_args.output_dir} does not exist")
+            raise FlagError(
+                f"--resume_from_checkpoint: --output_dir {training_args.output_dir} does not exist, so no checkpoint "
+                "was written there; check the folder, or run the command without --resume_from_checkpoint"
+            )
         training_args.resume_from_checkpoint = get_last_checkpoint(training_args.output_dir)
         if training_args.resume_from_checkpoint is None:
-            raise FlagError(f"--resume_from_checkpoint: no checkpoint in {training_args.output_dir}")
+            raise FlagError(
+                f"--resume_from_checkpoint: no checkpoint was written in {training_args.output_dir} (the run stopped "
+                "before its first save); rerun the same command without --resume_from_checkpoint"
+            )
 
 
 def damaged_file(checkpoint: Path) -> tuple[Path, str] | None:
