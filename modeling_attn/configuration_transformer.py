@@ -146,6 +146,8 @@ class AttnTransformerConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTraine
     def validate_alignment(self):
         name = type(self).__name__
         layer, heads = self.alignment_layer, self.alignment_heads
+        if not all(isinstance(size, int) and size > 0 for size in (self.decoder_layers, self.num_heads)):
+            return  # no layer or head to point at: `validate_sizes` names the size itself
         if (
             isinstance(layer, bool)
             or not isinstance(layer, int)
