@@ -64,7 +64,7 @@ from .data import ParallelData, load_parallel_data, require_splits
 from .hub_push import CheckpointPush, create_hub_repo
 from .metrics import TranslationMetrics
 from .plot import plot_history
-from .prepare import bpe_cache_folder, iter_texts, tokenized_fingerprint
+from .prepare import bpe_cache_folder, iter_texts, release_free_memory, tokenized_fingerprint
 from .throughput import cpu_compile_warning, mfu_line
 from .tokenizer import splits_punctuation, train_bpe_tokenizer, truncate
 from .trainer import STAGING_DIR, TranslationTrainer
@@ -222,6 +222,7 @@ class TrainingRun:
                 self.tokenizer = AutoTokenizer.from_pretrained(saved)
                 return
             self.tokenizer = _new_bpe_tokenizer(self.parallel.splits["train"], settings)
+            release_free_memory()  # the BPE trainer's counts, freed but kept by the C heap
             self.tokenizer.save_pretrained(saved)
             logger.info(f"tokenizer saved in {saved}")
 
@@ -259,6 +260,7 @@ class TrainingRun:
             )
         prepared = [table for table in tokenized.values() if isinstance(table, datasets.Dataset)]
         logger.info(f"tokenized {sum(map(len, prepared))} pairs in {time.perf_counter() - start:.1f} s")
+        release_free_memory()
         self.tokenized = tokenized
 
     def build_trainer_arguments(self) -> None:
