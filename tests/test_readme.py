@@ -1,4 +1,4 @@
-"""Every command, flag, module path and Python snippet that README.md and docs/*.md show exists as shown.
+"""Every command, flag, module path and Python snippet that README.md, docs/*.md and bench's READMEs show exists.
 
 - Shell commands: each fenced ```bash block of README.md and docs/*.md (README's unlabelled blocks too), and each
   inline `attn ...` / `python -m modeling_attn.training ...` / `torchrun ...` / `accelerate launch ...` span, is
@@ -45,6 +45,8 @@ from modeling_attn.cli.parser import CommandParser
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# the bench suite's index and folder READMEs: their commands and paths are checked too
+DOCUMENTS += [ROOT / "bench" / "README.md", *sorted((ROOT / "bench").glob("*/README.md"))]
 TRAINING_MODULE = "modeling_attn.training"
 SHELL_LANGUAGES = ("bash", "sh", "shell", "console")
 # Programs shown in the documents whose flags are not this project's: not checked.
@@ -210,6 +212,8 @@ def _parse_values(parser: argparse.ArgumentParser, argv: list[str], where: str) 
 def check_command(argv: list[str], whole: bool, where: str) -> list[str]:
     """What is wrong with one simple command of a document (nothing: [])."""
     program, rest = argv[0], argv[1:]
+    if program in ("time", "/usr/bin/time"):  # the timed command is checked (`-v`: time's own flag)
+        return check_command([argument for argument in rest if argument != "-v"], whole, where)
     if program in UNCHECKED or (program in ("python", "python3") and rest[:2] in (["-m", "venv"], ["-m", "pip"])):
         return _check_extras(argv, where) if "install" in rest else []
     if program == "attn":
