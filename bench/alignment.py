@@ -11,10 +11,8 @@ the true links (AER, Och & Ney 2003, sure links only: 1 - F1). For the plain Tra
 layer (mean of heads) and every head of the default layer, to show how much a choice of layer or head gains without
 supervision. Greedy exact match on the same test sentences shows what guided training costs the translations.
 
-    python bench/alignment.py                       # defaults below; ~1 h on 2 busy CPU cores
-    python bench/alignment.py --steps 50 --test-pairs 50 --output /tmp/aer   # a quick look
-
-Writes bench/results/alignment-aer.json and .md (machine, versions, command).
+    python -m bench alignment                       # defaults below; ~1 h on 2 busy CPU cores; writes
+    python -m bench alignment --steps 50 --test-pairs 50 --output /tmp/aer   # bench/results/alignment-aer.{json,md}
 """
 
 from __future__ import annotations
@@ -22,7 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shlex
 import subprocess
 import sys
@@ -30,20 +27,17 @@ import time
 from pathlib import Path
 
 import torch
-import transformers
+from modeling_attn.training.synthetic import build_dataset
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "bench"))
+from modeling_attn.api.alignment import align_pairs, alignment_error_rate, parse_pharaoh
+from modeling_attn.api.translation import load_model, translate_batch
 
-from common import log, machine  # noqa: E402
-from modeling_attn.training.synthetic import build_dataset  # noqa: E402
-
-from modeling_attn.api.alignment import align_pairs, alignment_error_rate, parse_pharaoh  # noqa: E402
-from modeling_attn.api.translation import load_model, translate_batch  # noqa: E402
+from . import harness
+from .harness import log
 
 
-def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench alignment", description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=500, help="training steps per run")
     parser.add_argument("--presets", nargs=2, default=["small", "rnn-small"], metavar=("TRANSFORMER", "RNN"))
     parser.add_argument("--train-pairs", type=int, default=20_000, help="--max_train_samples")
@@ -53,8 +47,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--work", type=Path, default=Path("/tmp/attn-bench-alignment"), help="training folders")
-    parser.add_argument("--output", type=Path, default=REPO / "bench" / "results" / "alignment-aer")
-    return parser.parse_args()
+    parser.add_argument("--output", type=Path, default=harness.RESULTS / "alignment-aer")
+    return parser.parse_args(argv)
 
 
 def train(args: argparse.Namespace, preset: str, alignment_file: Path | None, folder: Path) -> float:
@@ -151,9 +145,7 @@ def markdown(report: dict) -> str:
     lines = [
         "# Alignment error rate on the dates task",
         "",
-        f"Machine: {report['machine']}; torch {report['torch']}, transformers {report['transformers']}, python "
-        f"{report['python']}; {report['threads']} thread(s).",
-        f"Command: `{report['command']}`",
+        f"{report['threads']} thread(s).",
         "",
         f"Training: `attn train` on the embedded dates task, {report['steps']} steps of at most "
         f"{report['tokens_per_batch']} tokens, {report['train_pairs']} training pairs, seed {report['seed']}; guided: "
@@ -182,29 +174,16 @@ def markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main() -> int:
-    args = parse_args()
+def main(argv: list[str]) -> dict:
+    args = parse_args(argv)
     torch.set_num_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
     dataset = build_dataset(alignments=True)  # the embedded task's splits, as `attn train` builds them
     alignment_file = args.work / "train.align"
     alignment_file.write_text("\n".join(dataset["train"]["alignment"]) + "\n")
     test = dataset["test"].select(range(min(args.test_pairs, len(dataset["test"]))))
-    report = {
-        "machine": machine(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "threads": args.threads,
-        "command": shlex.join(sys.argv),
-        "steps": args.steps,
-        "tokens_per_batch": args.tokens_per_batch,
-        "train_pairs": args.train_pairs,
-        "test_pairs": len(test),
-        "seed": args.seed,
-        "weight": args.weight,
-        "runs": [],
-    }
+    settings = {key: getattr(args, key) for key in ("threads", "steps", "tokens_per_batch", "train_pairs", "seed")}
+    report = harness.envelope(__name__, argv, **settings, test_pairs=len(test), weight=args.weight, runs=[])
     from modeling_attn.loss import GUIDED_ALIGNMENT_WEIGHT
 
     report["weight"] = args.weight if args.weight is not None else GUIDED_ALIGNMENT_WEIGHT
@@ -233,12 +212,5 @@ def main() -> int:
             report["runs"].append(run)
             if not guided and hasattr(config, "alignment_layer"):
                 report["transformer_breakdown"] = breakdown(folder, test, config)
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    args.output.with_suffix(".md").write_text(markdown(report))
-    print(markdown(report))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    harness.write_results(args.output, report, markdown(report))
+    return report

@@ -4,16 +4,17 @@ Ours is the one where a sentence whose search is over leaves the batch
 (`modeling_attn.beam_search.CompactBeamSearchMixin`); it runs against transformers' beam search on the same model,
 and against `MarianMTModel` with the same weights where the model converts (post-LN models only).
 
-    python bench/beam_search.py --model outputs/m30k-en-de-8k --threads 1 \
+    python -m bench beam_search --model outputs/m30k-en-de-8k --threads 1 \
         --source ../shared/data/multi30k/test_2016_flickr.en.gz --sentences 256 --batch_size 32 --num_beams 4
 
 speed.py cannot show this: with untrained weights it forces every sentence to the same length, so no sentence
 finishes early. Here a trained model translates the first `--sentences` lines of `--source` in their file order
 (batches as `attn translate` makes them), with the model's own generation config (its per-sentence length limit
 included) and `--num_beams`. Each variant translates all batches once untimed, then `--reps` rounds in rotating
-order (`common.interleaved`, CPU clock of this process); medians are reported. Ours and transformers' must produce
+order (`harness.interleaved`, CPU clock of this process); medians are reported. Ours and transformers' must produce
 identical token ids (checked, the run fails otherwise); Marian's agreement is reported (its length limit is the
-generation config's `max_length`, as it has no per-sentence limit).
+generation config's `max_length`, as it has no per-sentence limit). Writes bench/results/beam-search-MODEL.{json,md}
+(MODEL: the folder's name) or `--output`.
 """
 
 from __future__ import annotations
@@ -22,21 +23,17 @@ import argparse
 import contextlib
 import gzip
 import itertools
-import platform
 import statistics
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import transformers
 from transformers import GenerationMixin
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402  (this folder's shared helpers)
+from modeling_attn.api.convert_marian import MarianConversionError, attn_to_marian
+from modeling_attn.api.translation import load_model
 
-from modeling_attn.api.convert_marian import MarianConversionError, attn_to_marian  # noqa: E402
-from modeling_attn.api.translation import load_model  # noqa: E402
+from . import harness
 
 
 @contextlib.contextmanager
@@ -95,8 +92,8 @@ def translator(model, batches: list[dict], num_beams: int, outputs: list) -> Cal
     return task
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench beam_search", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="a trained attn_transformer / attn_rnn model and tokenizer")
     parser.add_argument("--source", required=True, help="source sentences, one per line (.gz read as gzip)")
     parser.add_argument("--sentences", type=int, default=256)
@@ -104,11 +101,64 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--num_beams", type=int, default=4)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the CPU clock counts them all)")
     parser.add_argument("--reps", type=int, default=5, help="measured rounds after one warm-up round")
-    return parser.parse_args(argv)
+    parser.add_argument("--output", type=Path, help="stem of the report (default bench/results/beam-search-MODEL)")
+    args = parser.parse_args(argv)
+    args.output = args.output or harness.RESULTS / f"beam-search-{Path(args.model).name}"
+    return args
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    """Measure, print the table, and return the median seconds of each variant for all the sentences."""
+def measure(model, batches: list[dict], args: argparse.Namespace) -> tuple[dict, dict, dict, str | None]:
+    """Each variant's outputs, its seconds per round and its decoder rows; why Marian was not measured (or None)."""
+    outputs: dict[str, list[torch.Tensor]] = {"ours": [], "transformers' beam search": []}
+    ours = translator(model, batches, args.num_beams, outputs["ours"])
+    theirs = translator(model, batches, args.num_beams, outputs["transformers' beam search"])
+
+    def transformers_task() -> None:
+        with transformers_beam_search(model):
+            theirs()
+
+    tasks = {"ours": ours, "transformers' beam search": transformers_task}
+    models = dict.fromkeys(tasks, model)
+    not_measured = None
+    try:
+        models["MarianMTModel"] = attn_to_marian(model).eval()
+    except MarianConversionError as error:
+        not_measured = f"MarianMTModel not measured: {error}"
+    else:
+        outputs["MarianMTModel"] = []
+        tasks["MarianMTModel"] = translator(models["MarianMTModel"], batches, args.num_beams, outputs["MarianMTModel"])
+    seconds = harness.interleaved(tasks, args.reps, "cpu")
+    rows = {name: decoder_rows(models[name], task) for name, task in tasks.items()}
+    return outputs, seconds, rows, not_measured
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"{report['model']}: {report['sentences']} sentences of {report['source']} in batches of "
+        f"{report['batch_size']}, beam {report['num_beams']}, {report['target_tokens']} target tokens (ours), "
+        f"{report['threads']} thread(s), CPU clock of this process, median of {report['reps']} rounds.",
+        "",
+        "| variant | s (median) | sentences/s | ours' speed-up | decoder rows | same ids as ours | rounds |",
+        "| --- | ---: | ---: | ---: | ---: | --- | --- |",
+    ]
+    ours = report["variants"]["ours"]["median_s"]
+    for name, entry in report["variants"].items():
+        same = "-" if name == "ours" else "yes" if entry["same_ids_as_ours"] else "no"
+        rounds = " ".join(f"{value:.3f}" for value in entry["seconds"])
+        lines.append(
+            f"| {name} | {entry['median_s']:.3f} | {report['sentences'] / entry['median_s']:.1f} | "
+            f"{entry['median_s'] / ours:.2f}x | {entry['decoder_rows']:,} | {same} | {rounds} |"
+        )
+    theirs_rows = report["variants"]["transformers' beam search"]["decoder_rows"]
+    closed = 1 - report["variants"]["ours"]["decoder_rows"] / theirs_rows
+    lines += ["", f"rows of closed sentences in transformers' beam search: {closed:.0%}"]
+    if report["marian"]:
+        lines.append(report["marian"])
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> dict:
+    """Measure, write the report and return it (`variants`: each variant's seconds, median, rows, agreement)."""
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     model, tokenizer = load_model(args.model, device="cpu")
@@ -121,56 +171,31 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         )
         for start in range(0, len(lines), args.batch_size)
     ]
-    outputs: dict[str, list[torch.Tensor]] = {"ours": [], "transformers' beam search": []}
-    ours = translator(model, batches, args.num_beams, outputs["ours"])
-    theirs = translator(model, batches, args.num_beams, outputs["transformers' beam search"])
+    outputs, seconds, rows, not_measured = measure(model, batches, args)
 
-    def transformers_task() -> None:
-        with transformers_beam_search(model):
-            theirs()
-
-    tasks = {"ours": ours, "transformers' beam search": transformers_task}
-    try:
-        marian = attn_to_marian(model).eval()
-    except MarianConversionError as error:
-        print(f"MarianMTModel not measured: {error}")
-    else:
-        outputs["MarianMTModel"] = []
-        tasks["MarianMTModel"] = translator(marian, batches, args.num_beams, outputs["MarianMTModel"])
-    seconds = common.interleaved(tasks, args.reps, common.CLOCKS["cpu"])
-    rows = {name: decoder_rows(marian if name == "MarianMTModel" else model, task) for name, task in tasks.items()}
-
-    pairs = zip(outputs["ours"], outputs["transformers' beam search"], strict=True)
-    mismatched = [i for i, (a, b) in enumerate(pairs) if a.shape != b.shape or not torch.equal(a, b)]
-    if mismatched:
-        raise AssertionError(f"ours and transformers' beam search translated batches {mismatched} differently")
-    tokens = sum(translated_tokens(ids, model.generation_config.eos_token_id) for ids in outputs["ours"])
-    print(
-        f"{args.model}: {len(lines)} sentences of {args.source} in batches of {args.batch_size}, beam "
-        f"{args.num_beams}, {tokens} target tokens (ours), {args.threads} thread(s), CPU clock of this process, "
-        f"{platform.machine()}, torch {torch.__version__}, transformers {transformers.__version__}"
-    )
-    medians = {name: statistics.median(values) for name, values in seconds.items()}
-    print("| variant | s (median) | sentences/s | ours' speed-up | decoder rows | same ids as ours | rounds |")
-    print("| --- | ---: | ---: | ---: | ---: | --- | --- |")
-    for name, values in seconds.items():
+    def same(name: str) -> bool:
         pairs = zip(outputs["ours"], outputs[name], strict=True)
-        same = (
-            "-"
-            if name == "ours"
-            else "yes"
-            if all(a.shape == b.shape and torch.equal(a, b) for a, b in pairs)
-            else "no"
-        )
-        rounds = " ".join(f"{value:.3f}" for value in values)
-        print(
-            f"| {name} | {medians[name]:.3f} | {len(lines) / medians[name]:.1f} | "
-            f"{medians[name] / medians['ours']:.2f}x | {rows[name]:,} | {same} | {rounds} |"
-        )
-    theirs_rows = rows["transformers' beam search"]
-    print(f"rows of closed sentences in transformers' beam search: {1 - rows['ours'] / theirs_rows:.0%}")
-    return medians
+        return all(a.shape == b.shape and torch.equal(a, b) for a, b in pairs)
 
-
-if __name__ == "__main__":
-    main()
+    if not same("transformers' beam search"):
+        raise AssertionError("ours and transformers' beam search translated the batches differently")
+    tokens = sum(translated_tokens(ids, model.generation_config.eos_token_id) for ids in outputs["ours"])
+    report = harness.envelope(
+        __name__,
+        argv,
+        **{key: getattr(args, key) for key in ("model", "source", "batch_size", "num_beams", "threads", "reps")},
+        sentences=len(lines),
+        target_tokens=tokens,
+        marian=not_measured,
+        variants={
+            name: {
+                "seconds": values,
+                "median_s": statistics.median(values),
+                "decoder_rows": rows[name],
+                "same_ids_as_ours": same(name),
+            }
+            for name, values in seconds.items()
+        },
+    )
+    harness.write_results(args.output, report, markdown(report))
+    return report

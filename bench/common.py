@@ -1,31 +1,20 @@
-"""What the bench scripts share.
+"""What the model benches share: batches, the reference model and its peers, training and generation tasks.
 
 Token batches of realistic lengths, the reference model and the models built from its weights, training and
-generation tasks, interleaved timing, the FLOP count for MFU, and the flags and
-table of the training-step scripts.
-
-The scripts in this folder import it as `common` (each puts bench/ on `sys.path`); no script imports another.
+generation tasks and the FLOP count for MFU. Timing, the report's envelope and its writer are `bench.harness`'s.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import gzip
-import json
 import math
-import os
-import platform
 import statistics
-import sys
-import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-import transformers
 from modeling_attn.training.throughput import peak_bf16_flops
 from torch import nn
 from transformers import CompileConfig, GenerationConfig
@@ -35,8 +24,7 @@ from modeling_attn import AttnTransformerForConditionalGeneration
 from modeling_attn.api.presets import load_preset
 from modeling_attn.flops import length_sums, transformer_forward_flops
 
-REPO = Path(__file__).resolve().parent.parent
-MULTI30K = REPO.parent / "shared" / "data" / "multi30k"
+MULTI30K = Path(__file__).resolve().parents[2] / "shared" / "data" / "multi30k"
 SUBWORD_FACTOR = 1.3  # BPE tokens per whitespace word for a ~10k joint vocabulary on Multi30k / WMT EN-DE
 PAD, BOS, EOS = 0, 1, 2
 
@@ -263,38 +251,7 @@ def num_parameters(model: nn.Module) -> int:
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Interleaved timing
-
-
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
-
-
-def interleaved(
-    tasks: dict[str, Callable[[], None]], reps: int, clock: Callable[[], float] = CLOCKS["wall"]
-) -> dict[str, list[float]]:
-    """Run each task once untimed (warm-up), then `reps` timed rounds, each round all tasks in rotating order.
-
-    Seconds are wall-clock, or with `clock=CLOCKS["cpu"]` the CPU time of this process (all its threads): on a
-    machine shared with other jobs that is the work done, free of the time spent waiting for a core.
-    """
-    for task in tasks.values():
-        task()
-    seconds: dict[str, list[float]] = {name: [] for name in tasks}
-    if not tasks:
-        return seconds
-    names = list(tasks)
-    for rep in range(reps):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            start = clock()
-            tasks[name]()
-            synchronize()
-            seconds[name].append(clock() - start)
-    return seconds
-
-
-def synchronize() -> None:
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+# Training and generation tasks
 
 
 def autocast(device: str, bf16: bool | None = None):
@@ -352,89 +309,3 @@ def training_flops(config, batch: Batch) -> float:
 def peak_flops(device: str) -> float | None:
     """The dense bf16 peak of this CUDA GPU (`modeling_attn.training.throughput.PEAK_BF16_FLOPS`), else None."""
     return peak_bf16_flops(torch.cuda.get_device_name()) if device == "cuda" else None
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Machine, log, and the training-step scripts' flags and table
-
-
-def machine() -> str:
-    if torch.cuda.is_available():
-        return torch.cuda.get_device_name()
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{name}, {os.cpu_count()} CPU cores"
-
-
-def write_report(stem: str | Path, results: dict, markdown: str) -> None:
-    """`results` to `stem`.json and `markdown` to `stem`.md (folders made), and the Markdown on stdout."""
-    output = Path(stem)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.with_suffix(".json").write_text(json.dumps(results, indent=2) + "\n")
-    output.with_suffix(".md").write_text(markdown)
-    print(markdown)
-
-
-def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
-_SCRATCH: list[tempfile.TemporaryDirectory] = []
-
-
-def scratch_folder(prefix: str) -> Path:
-    """A new temporary folder, removed when the script ends (an export a runtime reads while it is timed)."""
-    _SCRATCH.append(tempfile.TemporaryDirectory(prefix=prefix))
-    return Path(_SCRATCH[-1].name)
-
-
-def step_parser(description: str, preset: str, batch_size: int) -> argparse.ArgumentParser:
-    """The flags of this folder's training-step scripts (cpu_train_step.py and rnn_train_step.py)."""
-    parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--preset", default=preset)
-    parser.add_argument("--batch_size", type=int, default=batch_size, help="sentences in the batch")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--reps", type=int, default=5, help="measured rounds after one warm-up round")
-    return parser
-
-
-def step_report(args: argparse.Namespace, batch: Batch, seconds: dict[str, list[float]]) -> dict[str, float]:
-    """Print the set-up line and the table of `seconds` (the first variant is the baseline); return the medians."""
-    print(
-        f"preset {args.preset}, {args.batch_size} sentences ({batch.input_ids.numel()} source / "
-        f"{batch.labels.numel()} target positions, {batch.target_tokens} target tokens), {args.threads} thread(s), "
-        f"{platform.machine()}, torch {torch.__version__}, transformers {transformers.__version__}"
-    )
-    medians = {name: statistics.median(values) for name, values in seconds.items()}
-    baseline = next(iter(medians.values()))
-    print("| variant | s/step (median) | speed-up | rounds |\n| --- | ---: | ---: | --- |")
-    for name, values in seconds.items():
-        rounds = " ".join(f"{value:.3f}" for value in values)
-        print(f"| {name} | {medians[name]:.3f} | {baseline / medians[name]:.2f}x | {rounds} |")
-    return medians
-
-
-def run_presets(
-    report: dict, stem: Path, args: argparse.Namespace, bench_preset: Callable, markdown: Callable
-) -> dict:
-    """Benchmarks each preset of `args.preset` with `bench_preset(preset, args, save)` into `report["results"]`,
-    writing the report to `stem`.json and `stem`.md after each part (`save(partial)`: what a run cut short has
-    measured) and at the end; prints the markdown."""
-    stem.parent.mkdir(parents=True, exist_ok=True)
-
-    def save(partial: dict | None = None) -> None:
-        shown = {**report, "results": report["results"] + ([partial] if partial is not None else [])}
-        stem.with_suffix(".json").write_text(json.dumps(shown, indent=1))
-        stem.with_suffix(".md").write_text(markdown(shown) + "\n")
-
-    for preset in args.preset:
-        report["results"].append(bench_preset(preset, args, save))
-    save()
-    print(markdown(report))
-    return report

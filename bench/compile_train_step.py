@@ -1,36 +1,29 @@
 """How often a compiled training step of `attn_transformer` recompiles over an epoch of variable-length token batches.
 
-    python bench/compile_train_step.py --preset multi30k-transformer --max_tokens 4096 --threads 2
+    python -m bench compile_train_step --preset multi30k-transformer --max_tokens 4096 --threads 2
 
-One epoch of Multi30k as `attn train` batches it: every training pair's length (words x `common.SUBWORD_FACTOR`,
-plus the end token), packed into token batches of at most `--max_tokens` padded tokens per side by the recipe's own
-`TokenBatchSampler` (random ids). For each way of compiling, `torch.compile(model)` (what Trainer's
-`--torch_compile` does) runs the training step (forward with `skip_logits=True` and label smoothing 0.1, as
-`TranslationTrainer` calls it, then backward) on every batch; the table counts the graphs compiled (the first
-compilation and each recompilation) and the graph breaks. Ways: static shapes (`dynamic=False`), torch's default
-(a second shape recompiles with dynamic sizes), `dynamic=True` from the start, each with the lengths as they are
-and padded to multiples of 8 (the collator's `pad_to_multiple_of`). The backend is `aot_eager` by default: Dynamo's
-graphs and AOTAutograd's backward graph, which decide the recompilations, without inductor's code generation
-(`--backend inductor` for that too, minutes on a CPU). torch's recompile limit is raised so that a static run counts
-every shape instead of falling back to eager after 8. Static shapes compile once per distinct shape, which the table
-shows for every way; they are measured only when named (`--ways`), since that takes one compilation per shape.
+One epoch of Multi30k as `attn train` batches it (each pair's length in words x `common.SUBWORD_FACTOR` plus the end
+token, packed by the recipe's `TokenBatchSampler` into batches of at most `--max_tokens` padded tokens per side,
+random ids). For each way of compiling (`--ways`: torch's default, which recompiles with dynamic sizes at a second
+shape; `dynamic=True`; static shapes, `dynamic=False`, only when named: one compilation per shape; each as is and
+padded to multiples of 8), `torch.compile(model)` runs the training step (`skip_logits=True`, label smoothing 0.1,
+backward) on every batch; the table counts the graphs compiled and the graph breaks. The backend is `aot_eager` by
+default (Dynamo's and AOTAutograd's graphs, which decide the recompilations, without inductor's code generation);
+torch's recompile limit is raised so that every shape counts. Writes bench/results/compile-train-step-cpu.{json,md}.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import json
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 import torch
+from modeling_attn.training.batching import TokenBatchSampler
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402  (this folder's shared helpers)
-from modeling_attn.training.batching import TokenBatchSampler  # noqa: E402
+from . import common, harness
 
 WAYS = {
     "static shapes": {"dynamic": False, "multiple": 1},
@@ -118,8 +111,23 @@ def count_compilations(
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+COLUMNS = ["way", "batches", "distinct_shapes", "graphs_compiled", "graph_breaks", "seconds"]
+
+
+def markdown(report: dict) -> str:
+    lines = [
+        f"preset {report['preset']}, {report['pairs']} pairs, backend {report['backend']}.",
+        "",
+        f"| {' | '.join(COLUMNS)} |",
+        f"| --- |{' ---: |' * (len(COLUMNS) - 1)}",
+    ]
+    for name, result in report["results"].items():
+        lines.append(f"| {name} | {' | '.join(str(result[column]) for column in COLUMNS[1:])} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m bench compile_train_step", description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="multi30k-transformer")
     parser.add_argument("--max_tokens", type=int, default=4096, help="padded tokens per side and batch")
     parser.add_argument("--pairs", type=int, help="only the first N pairs (default: the whole epoch)")
@@ -128,16 +136,15 @@ def main(argv: list[str] | None = None) -> dict:
         "--ways", nargs="+", choices=list(WAYS), default=[way for way in WAYS if not way.startswith("static")]
     )
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--output", type=Path, help="a JSON report")
+    parser.add_argument("--output", type=Path, default=harness.RESULTS / "compile-train-step-cpu", help="report stem")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch._dynamo.config.recompile_limit = 10_000  # count every shape; the default (8) would fall back to eager
     lengths = epoch_lengths(args.pairs)
     model = common.reference_model(args.preset, 512, seed=0).train()
-    report = {"command": " ".join(["python", "bench/compile_train_step.py", *(argv or sys.argv[1:])]), "results": {}}
-    report.update(machine=common.machine(), torch=torch.__version__, pairs=len(lengths), backend=args.backend)
-    columns = ["way", "batches", "distinct_shapes", "graphs_compiled", "graph_breaks", "seconds"]
-    print(f"| {' | '.join(columns)} |\n| --- |{' ---: |' * (len(columns) - 1)}")
+    report = harness.envelope(
+        __name__, argv, preset=args.preset, pairs=len(lengths), backend=args.backend, threads=args.threads, results={}
+    )
     for name in args.ways:
         way = WAYS[name]
         batches = token_batches(lengths, args.max_tokens, way["multiple"], model.config.vocab_size)
@@ -148,11 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
             **count_compilations(model, batches, way["dynamic"], args.backend),
         }
         report["results"][name] = result
-        print(f"| {name} | {' | '.join(str(result[column]) for column in columns[1:])} |", flush=True)
-        if args.output:
-            args.output.write_text(json.dumps(report, indent=1) + "\n")
+        harness.log(f"| {name} | {' | '.join(str(result[column]) for column in COLUMNS[1:])} |")
+        harness.write_results(args.output, report, markdown(report), quiet=True)
+    harness.write_results(args.output, report, markdown(report))
     return report
-
-
-if __name__ == "__main__":
-    main()

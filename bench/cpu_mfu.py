@@ -1,47 +1,33 @@
 """The CPU training step of `attn_transformer` as a share of torch.mm's float32 peak, and its aten op count.
 
-    python bench/cpu_mfu.py --preset base --batch_size 64 --threads 2 --reps 5 --output bench/results/cpu-mfu
+    python -m bench cpu_mfu --preset base --batch_size 64 --threads 2 --reps 5     # bench/results/cpu-mfu-base
 
-The project's own training step (forward with `skip_logits=True` and label smoothing 0.1 as `attn train` runs it,
-backward, Adam; `common.training_task`) on one batch of Multi30k-like lengths (`common.make_batches`, seed 0), and
-in the same process the float32 peak of `torch.mm` on square matrices (`--mm_size`; a round of `--mm_products` products
-timed in every round beside the steps, so that a machine whose speed drifts drifts for both; the best of `--reps`
-rounds):
-the share is the step's model FLOPs (`modeling_attn.flops.FLOP_FORMULA`, real tokens only) per second over the mm
-peak. Both are timed with the CPU clock of this process (all its threads), which a machine shared with other jobs
-disturbs least, and the share is taken between the best rounds of both (the least disturbed), and between the
-median rounds of both (`share_of_mm_peak_medians`: one lucky round of either moves it least); `uptime`'s load is
-recorded. The profile (torch.profiler, one step after the timing) counts the aten ops a step calls (every `aten::`
-event, nested ones included: the launch overhead a GPU would pay) and lists the ops taking the most self CPU time.
-
-`--compiled` also measures the first optimizer's step with the model compiled as `attn train --torch_compile true`
-compiles it on the CPU: Trainer's default backend there is inductor, and accelerate wraps the model in
-`torch.compile(model, backend="inductor")` (dynamic=None), so forward, loss and backward run as inductor's C++
-kernels and the optimizer step stays eager. Trainer's token batches change shape, so the compiled model first runs
-a batch of another shape: torch then recompiles with dynamic sizes, and the timed batch runs that dynamic graph, as
-every batch of an `attn train` run but the first does. The compilation's CPU seconds (both graphs, before the
-timing) are reported. Compiled, the model computes every padded position (`padding_free.kept_rows` picks no rows
-while compiling: data-dependent shapes) and the loss takes the labelled rows' logits whole (`loss.fuses_output_loss`).
+The project's training step (`skip_logits=True`, label smoothing 0.1, backward, Adam) on one batch of Multi30k-like
+lengths, and in the same rounds (`harness.interleaved`, CPU clock) a round of `--mm_products` float32 `torch.mm`
+products of `--mm_size` squares: the share is the step's model FLOPs (`modeling_attn.flops.FLOP_FORMULA`, real tokens
+only) per CPU second over the mm peak, between the best rounds of both and between their medians; the load average is
+recorded. A torch.profiler pass counts a step's aten ops and lists the top ones by self CPU time. Variants beside the
+first optimizer's step: `--optimizers` (for-loop, foreach, fused Adam), `--compiled` (`torch.compile(model)` with
+inductor as `attn train --torch_compile true` runs it, timed on its dynamic graph after a batch of another shape; its
+compilation CPU seconds reported), and the ablations `--every_position` and `--small_loss_chunks`
+(`harness.patched`). docs/speed.md has the findings.
 """
 
 from __future__ import annotations
 
+import argparse
 import copy
-import json
 import os
 import statistics
-import sys
 from collections import Counter
 from pathlib import Path
-from unittest import mock
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402  (this folder's shared helpers)
+from modeling_attn import loss
+from modeling_attn.modeling_transformer import AttnTransformerEncoderLayer
 
-from modeling_attn import loss  # noqa: E402
-from modeling_attn.modeling_transformer import AttnTransformerEncoderLayer  # noqa: E402
+from . import common, harness
 
 # The optimizer of the step: torch.optim.Adam as `common.training_task` builds it (its per-tensor loop on the CPU),
 # and its two other implementations, one kernel per op over all tensors (foreach) or one per tensor (fused).
@@ -62,17 +48,6 @@ def training_step(model: torch.nn.Module, batch: common.Batch, optimizer_options
         optimizer.zero_grad(set_to_none=True)
 
     return step
-
-
-def patched(step, owner, name: str, value):
-    """`step` with `owner.name` set to `value` while it runs (`unittest.mock.patch.object`): a change's ablation,
-    timed in the same rounds as the step itself."""
-
-    def run(*args) -> None:
-        with mock.patch.object(owner, name, value):
-            step(*args)
-
-    return run
 
 
 # The ablations: the attention projections on every position, padding included (their rows before issue 41;
@@ -118,8 +93,12 @@ def op_profile(step, top: int) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> dict:
-    parser = common.step_parser(__doc__.split("\n")[0], "base", 64)
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench cpu_mfu", description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="base")
+    parser.add_argument("--batch_size", type=int, default=64, help="sentences in the batch")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--reps", type=int, default=5, help="measured rounds after one warm-up round")
     parser.add_argument("--mm_size", type=int, default=1024, help="side of the square matrices of the mm peak")
     parser.add_argument(
         "--mm_products",
@@ -143,41 +122,71 @@ def main(argv: list[str] | None = None) -> dict:
         action="store_true",
         help="also the first optimizer's step with the output loss in chunks of 2M logits (before issue 41)",
     )
-    parser.add_argument("--output", type=Path, help="stem of a JSON report")
+    parser.add_argument("--output", type=Path, help="stem of the report (default bench/results/cpu-mfu-PRESET)")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads)
-    clock = common.CLOCKS["cpu"]
-    reference = common.reference_model(args.preset, 256, seed=0)
-    batch, other = common.make_batches(2, args.batch_size, reference.config.vocab_size, seed=0, max_length=255)
+    args.output = args.output or harness.RESULTS / f"cpu-mfu-{args.preset}"
+    return args
+
+
+def build_steps(args: argparse.Namespace, reference, batch: common.Batch, other: common.Batch) -> tuple[dict, dict]:
+    """The steps to time, by name (the first optimizer's eager step first), and the compiled ones' compile seconds."""
     steps = {name: training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name]) for name in args.optimizers}
     compile_seconds = {}
+    first_optimizer = args.optimizers[0]
     if args.compiled:
         torch._dynamo.reset()
-        name = args.optimizers[0]
-        compiled = training_step(copy.deepcopy(reference), batch, OPTIMIZERS[name], compiled=True)
-        compile_seconds[f"{name}, compiled"] = compile_step(compiled, other, batch, clock)
-        steps[f"{name}, compiled"] = compiled
+        compiled = training_step(copy.deepcopy(reference), batch, OPTIMIZERS[first_optimizer], compiled=True)
+        compile_seconds[f"{first_optimizer}, compiled"] = compile_step(compiled, other, batch, harness.CLOCKS["cpu"])
+        steps[f"{first_optimizer}, compiled"] = compiled
     ablations = (
         (args.every_position, "attention on every position", EVERY_POSITION),
         (args.small_loss_chunks, "loss in 2M-logit chunks", SMALL_LOSS_CHUNKS),
     )
-    first_optimizer = args.optimizers[0]
     for wanted, label, patch in ablations:
         if wanted:
             step = training_step(copy.deepcopy(reference), batch, OPTIMIZERS[first_optimizer])
-            steps[f"{first_optimizer}, {label}"] = patched(step, *patch)
-    rounds = common.interleaved({**steps, MM: mm_products(args.mm_size, args.mm_products)}, args.reps, clock)
+            steps[f"{first_optimizer}, {label}"] = harness.patched(step, patch)
+    return steps, compile_seconds
+
+
+def markdown(report: dict) -> str:
+    best = min(report["step_cpu_seconds"])
+    lines = [
+        f"step {report['step']}: preset {report['preset']}, {report['sentences']} sentences "
+        f"({report['target_tokens']} target tokens), {report['threads']} thread(s), "
+        f"load {report['load_average'][0]:.2f}",
+        "",
+        f"step {best:.3f} CPU-s at best (rounds {' '.join(f'{s:.3f}' for s in report['step_cpu_seconds'])}), "
+        f"{report['step_flops_per_cpu_second'] / 1e9:.1f} GFLOP per CPU-s; torch.mm "
+        f"{report['mm_peak_flops_per_cpu_second'] / 1e9:.1f}: **{100 * report['share_of_mm_peak']:.1f}% of the mm "
+        f"peak** (median step: {100 * report['share_of_mm_peak_median_step']:.1f}%; median step over median mm round: "
+        f"{100 * report['share_of_mm_peak_medians']:.1f}%); {report['aten_ops']} aten ops per step",
+        "",
+    ]
+    for name, entry in report["steps"].items():
+        lines.append(
+            f"- Adam {name}: {min(entry['step_cpu_seconds']):.3f} CPU-s at best, "
+            f"{100 * entry['share_of_mm_peak']:.1f}% of the mm peak ({100 * entry['share_of_mm_peak_medians']:.1f}% "
+            f"between medians), {entry['aten_ops']} aten ops per step"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> dict:
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    reference = common.reference_model(args.preset, 256, seed=0)
+    batch, other = common.make_batches(2, args.batch_size, reference.config.vocab_size, seed=0, max_length=255)
+    steps, compile_seconds = build_steps(args, reference, batch, other)
+    rounds = harness.interleaved({**steps, MM: mm_products(args.mm_size, args.mm_products)}, args.reps, "cpu")
     mm_seconds = rounds.pop(MM)
     peak = 2 * args.mm_size**3 * args.mm_products / min(mm_seconds)
     median_peak = 2 * args.mm_size**3 * args.mm_products / statistics.median(mm_seconds)
     flops = common.training_flops(reference.config, batch)
     first = next(iter(rounds))  # the headline: --optimizers' first, eager
     seconds, best = rounds[first], min(rounds[first])
-    report = {
-        "command": " ".join(["python", "bench/cpu_mfu.py", *(argv if argv is not None else sys.argv[1:])]),
-        "machine": common.machine(),
+    measured = {
         "load_average": os.getloadavg(),
-        "torch": torch.__version__,
         "preset": args.preset,
         "threads": args.threads,
         "sentences": args.batch_size,
@@ -191,7 +200,12 @@ def main(argv: list[str] | None = None) -> dict:
         "share_of_mm_peak": flops / best / peak,
         "share_of_mm_peak_median_step": flops / statistics.median(seconds) / peak,
         "share_of_mm_peak_medians": flops / statistics.median(seconds) / median_peak,
-        "steps": {
+    }
+    report = harness.envelope(
+        __name__,
+        argv,
+        **measured,
+        steps={
             name: {
                 "step_cpu_seconds": values,
                 "share_of_mm_peak": flops / min(values) / peak,
@@ -202,28 +216,6 @@ def main(argv: list[str] | None = None) -> dict:
             for name, values in rounds.items()
         },
         **op_profile(steps[first], args.top),
-    }
-    print(
-        f"step {first}: preset {args.preset}, {args.batch_size} sentences ({batch.target_tokens} target tokens), "
-        f"{args.threads} thread(s), {report['machine']}, torch {torch.__version__}, "
-        f"load {report['load_average'][0]:.2f}\n"
-        f"step {best:.3f} CPU-s at best (rounds {' '.join(f'{s:.3f}' for s in seconds)}), "
-        f"{flops / best / 1e9:.1f} GFLOP per CPU-s; torch.mm {args.mm_size}^3 {peak / 1e9:.1f}: "
-        f"**{100 * report['share_of_mm_peak']:.1f}% of the mm peak** (median step: "
-        f"{100 * report['share_of_mm_peak_median_step']:.1f}%; median step over median mm round: "
-        f"{100 * report['share_of_mm_peak_medians']:.1f}%); {report['aten_ops']} aten ops per step"
     )
-    for name, entry in report["steps"].items():
-        print(
-            f"Adam {name}: {min(entry['step_cpu_seconds']):.3f} CPU-s at best, "
-            f"{100 * entry['share_of_mm_peak']:.1f}% of the mm peak ({100 * entry['share_of_mm_peak_medians']:.1f}% "
-            f"between medians), {entry['aten_ops']} aten ops per step"
-        )
-    if args.output:
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.with_suffix(".json").write_text(json.dumps(report, indent=1) + "\n")
+    harness.write_results(args.output, report, markdown(report))
     return report
-
-
-if __name__ == "__main__":
-    main()

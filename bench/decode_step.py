@@ -1,44 +1,39 @@
-"""What a cached decoder step costs, and whether preallocated key/value buffers or `torch.compile` make it cheaper.
+"""Where decoding time goes: what a cached decoder step costs, and what `generate()` spends around the model.
 
-    python bench/decode_step.py --preset multi30k-transformer --rows 128 --threads 1
+    python -m bench decode_step --part step --preset multi30k-transformer --rows 128 --threads 1
+    python -m bench decode_step --part breakdown --preset base --threads 1
 
-One beam search's worth of decoder steps (`--steps`, on `--rows` rows = sentences x beams, `--source_length`
-source tokens, a third of the rows with 3 padded source positions), each step the decoder, the output projection,
-log_softmax and the reordering of the self-attention cache by random beam indices, three ways:
-
-- `dynamic cache`: the model's own decoder and `_reorder_cache` on transformers' `EncoderDecoderCache`, what
-  `generate()` runs;
-- `static buffers`: the same layers written as one function of the weights on key/value buffers of
-  `--max_length` positions, allocated once (each step writes its keys and values at its position and attends to
-  the positions written so far through a mask): no cache objects and every shape fixed, what `torch.compile` needs
-  to compile the step once;
-- `static buffers, compiled`: that function under `torch.compile` (inductor, static shapes), unless
-  `--no_compile`.
-
-All three must give the same log-probabilities (checked: the run fails otherwise). Weights are the preset's random
-initialisation (`common.reference_model`): the cost of a step does not depend on their values. Timing is
-`common.interleaved` with the CPU clock of this process; medians per step are reported.
+`--part step`: one beam search's worth of decoder steps (`--steps` on `--rows` rows, a third with 3 padded source
+positions; decoder, output projection, log_softmax, cache reordering by random beam indices) three ways: the model's
+own decoder on transformers' `EncoderDecoderCache` (what `generate()` runs); `static buffers`, the same layers as one
+function of the weights on key/value buffers of `--max_length` positions allocated once (every shape fixed); and that
+function under `torch.compile` (unless `--no_compile`). All must give the same log-probabilities (the run fails
+otherwise); `harness.interleaved`, CPU clock, medians per step. `--part breakdown`: one `generate()` with beam 4
+(batch `--batch_size`, forced to the longest reference) against the encoder, as many cached greedy decoder steps on
+4 x batch rows, and the output projection alone: the rest is the beam search around the model. Random weights
+(`common.reference_model`); writes bench/results/decode-step-PART-PRESET.{json,md} (or `--output`).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
-import sys
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-import transformers
 from transformers.activations import ACT2FN
 from transformers.cache_utils import DynamicCache, EncoderDecoderCache
+from transformers.modeling_outputs import BaseModelOutput
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402  (this folder's shared helpers)
+from modeling_attn.api.presets import load_preset
 
-from modeling_attn.api.presets import load_preset  # noqa: E402
+from . import common, harness
 
+BEAMS = 4  # the breakdown's beam search
 TOLERANCE = 1e-4  # log-probabilities of the three ways may differ by float32 rounding only
 
 
@@ -95,9 +90,10 @@ def static_step(model, rows: int) -> Callable:
     return step
 
 
-def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--preset", default="multi30k-transformer", help="an attn_transformer preset")
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench decode_step", description=__doc__.split("\n")[0])
+    parser.add_argument("--part", choices=["step", "breakdown"], default="step")
+    parser.add_argument("--preset", help="an attn_transformer preset (default multi30k-transformer; breakdown: base)")
     parser.add_argument("--rows", type=int, default=128, help="decoder rows (sentences x beams; 128 = 32 x beam 4)")
     parser.add_argument("--source_length", type=int, default=16)
     parser.add_argument("--steps", type=int, default=20, help="decoder steps per round")
@@ -105,97 +101,181 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--no_compile", action="store_true", help="leave out the torch.compile variant")
+    parser.add_argument("--batch_size", type=int, default=32, help="breakdown: sentences of the generate() batch")
+    parser.add_argument("--output", type=Path, help="stem of the report (default bench/results/decode-step-...)")
     args = parser.parse_args(argv)
-    if args.steps > args.max_length:
+    args.preset = args.preset or ("base" if args.part == "breakdown" else "multi30k-transformer")
+    if args.part == "step" and args.steps > args.max_length:
         raise ValueError(f"--steps {args.steps} exceeds --max_length {args.max_length}, the buffers' positions")
-    torch.set_num_threads(args.threads)
     model_type = load_preset(args.preset).model_type
     if model_type != "attn_transformer":
         raise ValueError(f"--preset {args.preset} has model_type {model_type}; this probe needs attn_transformer")
-    model = common.reference_model(args.preset, 256, seed=0).eval()
-    config = model.config
-    rows, length = args.rows, args.source_length
+    args.output = args.output or harness.RESULTS / f"decode-step-{args.part}-{args.preset}"
+    return args
+
+
+@dataclass
+class StepInputs:
+    """One search's worth of decoder inputs: the encoded source, its mask, each step's tokens and beam indices."""
+
+    encoded: torch.Tensor  # (R, S, E)
+    source_mask: torch.Tensor  # (R, S), 1 = token
+    tokens: torch.Tensor  # (steps, R)
+    beams: list[torch.Tensor]  # per step, (R,) rows to keep
+
+
+def step_inputs(model, args: argparse.Namespace) -> StepInputs:
+    config, rows, length = model.config, args.rows, args.source_length
     generator = torch.Generator().manual_seed(1)
     source = torch.randint(4, config.vocab_size, (rows, length), generator=generator)
     source_mask = torch.ones(rows, length, dtype=torch.long)
     source_mask[::3, -3:] = 0
     tokens = torch.randint(4, config.vocab_size, (args.steps, rows), generator=generator)
     beams = [torch.randint(0, rows, (rows,), generator=generator) for _ in range(args.steps)]
-    layers, heads = config.decoder_layers, config.num_heads
+    encoded = model.model.encoder(input_ids=source, attention_mask=source_mask).last_hidden_state
+    return StepInputs(encoded, source_mask, tokens, beams)
+
+
+def dynamic_cache(model, inputs: StepInputs) -> Callable[[], list[torch.Tensor]]:
+    """The model's own decoder steps on transformers' cache, reordered by `_reorder_cache` (generate()'s work)."""
+    config, decoder = model.config, model.model.decoder
+
+    def run() -> list[torch.Tensor]:
+        cache = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
+        out = []
+        for t, tokens in enumerate(inputs.tokens):
+            hidden = decoder(
+                input_ids=tokens[:, None],
+                encoder_hidden_states=inputs.encoded,
+                encoder_attention_mask=inputs.source_mask,
+                past_key_values=cache,
+                use_cache=True,
+            ).last_hidden_state
+            out.append(F.log_softmax(model.lm_head(hidden[:, -1]), -1, dtype=torch.float32))
+            cache = model._reorder_cache(cache, inputs.beams[t])
+        return out
+
+    return run
+
+
+def static_buffers(model, inputs: StepInputs, step: Callable, max_length: int) -> Callable[[], list[torch.Tensor]]:
+    """`step` (`static_step`, compiled or not) on key/value buffers of `max_length` positions allocated once."""
+    config, decoder = model.config, model.model.decoder
+    rows, length = inputs.source_mask.shape
+    heads = config.num_heads
     head_dim = config.d_model // heads
 
-    with torch.inference_mode():
-        encoded = model.model.encoder(input_ids=source, attention_mask=source_mask).last_hidden_state
-        decoder = model.model.decoder
+    def cross(projection: str) -> torch.Tensor:  # (L, R, H, S, D), once per search as in generate()
+        return torch.stack(
+            [
+                getattr(layer.encoder_attn, projection)(inputs.encoded)
+                .view(rows, length, heads, head_dim)
+                .transpose(1, 2)
+                for layer in decoder.layers
+            ]
+        )
 
-        def dynamic_cache() -> list[torch.Tensor]:
-            cache = EncoderDecoderCache(DynamicCache(config=config), DynamicCache(config=config))
-            out = []
-            for t in range(args.steps):
-                hidden = decoder(
-                    input_ids=tokens[t][:, None],
-                    encoder_hidden_states=encoded,
-                    encoder_attention_mask=source_mask,
-                    past_key_values=cache,
-                    use_cache=True,
-                ).last_hidden_state
-                out.append(F.log_softmax(model.lm_head(hidden[:, -1]), -1, dtype=torch.float32))
-                cache = model._reorder_cache(cache, beams[t])
-            return out
+    cross_keys, cross_values = cross("k_proj"), cross("v_proj")
+    cross_mask = inputs.source_mask.bool()[:, None, None, :]
+    positions = torch.arange(max_length)
 
-        def cross(projection: str) -> torch.Tensor:  # (L, R, H, S, D), once per search as in generate()
-            return torch.stack(
-                [
-                    getattr(layer.encoder_attn, projection)(encoded)
-                    .view(rows, length, heads, head_dim)
-                    .transpose(1, 2)
-                    for layer in decoder.layers
-                ]
+    def run() -> list[torch.Tensor]:
+        keys = torch.zeros(config.decoder_layers, rows, heads, max_length, head_dim)
+        values = torch.zeros_like(keys)
+        out = []
+        for t, tokens in enumerate(inputs.tokens):
+            self_mask = (positions <= t)[None, None, None, :]
+            out.append(
+                step(tokens, positions[t : t + 1], keys, values, cross_keys, cross_values, self_mask, cross_mask)
             )
+            keys, values = keys.index_select(1, inputs.beams[t]), values.index_select(1, inputs.beams[t])
+        return out
 
-        cross_keys, cross_values = cross("k_proj"), cross("v_proj")
-        cross_mask = source_mask.bool()[:, None, None, :]
-        positions = torch.arange(args.max_length)
+    return run
 
-        def static_buffers(step: Callable) -> Callable[[], list[torch.Tensor]]:
-            def run() -> list[torch.Tensor]:
-                keys = torch.zeros(layers, rows, heads, args.max_length, head_dim)
-                values = torch.zeros_like(keys)
-                out = []
-                for t in range(args.steps):
-                    position = positions[t : t + 1]
-                    self_mask = (positions <= t)[None, None, None, :]
-                    out.append(
-                        step(tokens[t], position, keys, values, cross_keys, cross_values, self_mask, cross_mask)
-                    )
-                    keys, values = keys.index_select(1, beams[t]), values.index_select(1, beams[t])
-                return out
 
-            return run
-
-        step = static_step(model, rows)
-        tasks = {"dynamic cache (generate's)": dynamic_cache, "static buffers": static_buffers(step)}
+def step_part(model, args: argparse.Namespace) -> dict:
+    """The three ways of a decoder step, checked against each other, then timed: medians in seconds per step."""
+    with torch.inference_mode():
+        inputs = step_inputs(model, args)
+        step = static_step(model, args.rows)
+        tasks = {
+            "dynamic cache (generate's)": dynamic_cache(model, inputs),
+            "static buffers": static_buffers(model, inputs, step, args.max_length),
+        }
         if not args.no_compile:
-            tasks["static buffers, compiled"] = static_buffers(torch.compile(step, dynamic=False))
-        reference = dynamic_cache()
+            compiled = torch.compile(step, dynamic=False)
+            tasks["static buffers, compiled"] = static_buffers(model, inputs, compiled, args.max_length)
+        reference = tasks["dynamic cache (generate's)"]()
         for name, task in tasks.items():
             difference = max((a - b).abs().max().item() for a, b in zip(reference, task(), strict=True))
             if difference > TOLERANCE:
                 raise RuntimeError(f"{name}: log-probabilities differ from the dynamic cache's by {difference:.2e}")
-        seconds = common.interleaved(tasks, args.reps, common.CLOCKS["cpu"])
-
-    medians = {name: statistics.median(times) / args.steps for name, times in seconds.items()}
-    print(
-        f"preset {args.preset}, {rows} rows, source {length}, {args.steps} steps, buffers of {args.max_length}; "
-        f"{args.threads} thread(s), CPU clock, median of {args.reps}; {common.machine()}, "
-        f"torch {torch.__version__}, transformers {transformers.__version__}"
-    )
-    print("| variant | ms per step | vs dynamic cache |\n| --- | ---: | ---: |")
-    base = medians["dynamic cache (generate's)"]
-    for name, value in medians.items():
-        print(f"| {name} | {value * 1e3:.2f} | {base / value:.2f}x |")
-    return medians
+        seconds = harness.interleaved(tasks, args.reps, "cpu")
+    return {name: {"seconds": [s / args.steps for s in values]} for name, values in seconds.items()}
 
 
-if __name__ == "__main__":
-    main()
+def breakdown_part(model, args: argparse.Namespace) -> dict:
+    """CPU seconds of one beam-4 `generate()` and of the model's own work in it (the module docstring)."""
+    batch = common.make_batches(1, args.batch_size, model.config.vocab_size, seed=2)[0]
+    steps, rows, clock = max(batch.target_lengths), BEAMS * args.batch_size, time.process_time
+    seconds = {}
+    with torch.no_grad():
+        common.hf_generate(model, batch, BEAMS, 5)  # warm-up
+        start = clock()
+        common.hf_generate(model, batch, BEAMS, steps)
+        seconds["generate (beam 4)"] = clock() - start
+        start = clock()
+        encoded = model.get_encoder()(input_ids=batch.input_ids, attention_mask=batch.attention_mask)
+        seconds["encoder"] = clock() - start
+        encoded = BaseModelOutput(last_hidden_state=encoded.last_hidden_state.repeat_interleave(BEAMS, 0))
+        mask = batch.attention_mask.repeat_interleave(BEAMS, 0)
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        tokens = torch.full((rows, 1), common.BOS)
+        start = clock()
+        for _ in range(steps):
+            out = model(encoder_outputs=encoded, attention_mask=mask, decoder_input_ids=tokens, past_key_values=cache)
+            cache, tokens = out.past_key_values, out.logits[:, -1].argmax(-1, keepdim=True)
+        seconds["decoder steps (incl. output projection)"] = clock() - start
+        hidden = torch.randn(rows, model.config.d_model)
+        start = clock()
+        for _ in range(steps):
+            model.lm_head(hidden)
+        seconds["output projection alone"] = clock() - start
+    return {name: {"seconds": [value], "steps": steps} for name, value in seconds.items()}
+
+
+def markdown(report: dict) -> str:
+    if report["part"] == "breakdown":
+        total = report["variants"]["generate (beam 4)"]["seconds"][0]
+        lines = [f"preset {report['preset']}, batch {report['batch_size']}, beam {BEAMS}, CPU seconds, one run.", ""]
+        lines += ["| what | CPU s | share of generate() |", "| --- | ---: | ---: |"]
+        for name, entry in report["variants"].items():
+            lines.append(f"| {name} | {entry['seconds'][0]:.2f} | {entry['seconds'][0] / total:.1%} |")
+        return "\n".join(lines) + "\n"
+    base = statistics.median(report["variants"]["dynamic cache (generate's)"]["seconds"])
+    lines = [
+        f"preset {report['preset']}, {report['rows']} rows, source {report['source_length']}, "
+        f"{report['steps']} steps, buffers of {report['max_length']}; {report['threads']} thread(s), CPU clock, "
+        f"median of {report['reps']}.",
+        "",
+        "| variant | ms per step | vs dynamic cache |",
+        "| --- | ---: | ---: |",
+    ]
+    for name, entry in report["variants"].items():
+        value = statistics.median(entry["seconds"])
+        lines.append(f"| {name} | {value * 1e3:.2f} | {base / value:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> dict:
+    """Measure the part, write the report and return it (`variants`: seconds per step, or per stage)."""
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    model = common.reference_model(args.preset, 256, seed=0).eval()
+    variants = step_part(model, args) if args.part == "step" else breakdown_part(model, args)
+    settings = ("rows", "source_length", "steps", "max_length", "reps") if args.part == "step" else ("batch_size",)
+    settings = {name: getattr(args, name) for name in ("part", "preset", "threads", *settings)}
+    report = harness.envelope(__name__, argv, **settings, variants=variants)
+    harness.write_results(args.output, report, markdown(report))
+    return report

@@ -1,47 +1,24 @@
 """One command for a lent GPU: attention backends agree in bfloat16, training throughput and MFU, generation speed.
 
-    python bench/gpu.py                  # one CUDA GPU, bf16; writes bench/results/gpu-cuda.json
-    python bench/gpu.py --dry-run        # every part on the CPU, tiny presets, float32, a few steps (CI)
+    python -m bench gpu                  # one CUDA GPU, bf16; writes bench/results/gpu-cuda.{json,md}
+    python -m bench gpu --dry-run        # every part on the CPU, tiny presets, float32, a few steps (CI)
 
-Parts, in this order; the JSON report is rewritten after each measurement, so a run cut short keeps what it
-measured:
-
-1. `attention`: for both model types (`base` and `multi30k-rnn`), the logits of one padded batch (eval mode) with
-   bfloat16 weights under each attention implementation the model accepts (`sdpa`, `flash_attention_2`) and under
-   eager, against eager with float32 weights. An implementation passes when its largest difference from float32
-   eager is at most twice eager's own in bfloat16 plus 1e-2 (float32 in the dry run: eager's own is 0, the allowance
-   1e-5): as close to the exact result as eager is. An implementation the model or the machine refuses is reported
-   with transformers' own refusal, not run.
-2. `train`: `base` and `big` train under bfloat16 autocast (float32 weights and Adam state, what Trainer's `--bf16`
-   does), sdpa, the loss on labelled positions only as `attn train` computes it, on length-bucketed batches of
-   random ids with realistic lengths (common.sentence_lengths). Target tokens/s, and model FLOPs utilisation:
-   FLOPs of the real tokens (FLOP_FORMULA) / median step time / the GPU's dense bf16 peak.
-3. `attn_train`: `attn train` itself for `base` and `big` (Trainer, Multi30k EN->DE read from ../shared/data, token
-   batches of 25,000 tokens, 200 steps, no evaluation, the recipe's CUDA defaults: bf16, fused AdamW, TF32): target
-   tokens/s by Trainer's count, MFU by its `total_flos`, and the settings the run reports.
-4. `generate`: greedy and beam 4, forced to the batch's longest reference length (as speed.py does), under bf16
-   autocast: target tokens/s and ms per sentence.
-5. `compile`: the same generation eager with the dynamic cache against compiled with a static cache
-   (`common.GENERATION_VARIANTS`, as bench/compile_static.py on the CPU): greedy search through generate's
-   automatic compilation (`compile_config`: CUDA graphs, "reduce-overhead"), beam search through
-   `model.forward = torch.compile(...)`; tokens/s, ms per sentence, the first (compiling) call's seconds and
-   whether the token ids equal the eager ones. The dry run compiles with torch.compile's "eager" backend (graph
-   capture without code generation), which takes seconds instead of minutes on a CPU.
-
-A measurement that raises (say, out of memory) is kept in the report as its error and the others go on. The
-command exits with status 1 when an attention implementation that ran disagrees with eager, when none could be
-compared, or when a measurement raised.
+Parts, in this order (bench/README.md, "gpu", says what each measures): `attention` (eager, sdpa and flash attention
+in bfloat16 against float32 eager, both model types), `train` (bf16 autocast training steps: tokens/s and MFU by
+FLOP_FORMULA), `attn_train` (`attn train` itself: Trainer's throughput and MFU), `generate` (greedy and beam 4,
+forced lengths) and `compile` (eager dynamic-cache against compiled static-cache decoding, through
+`harness.first_call_then_rounds`). The report is rewritten after each measurement, so a run cut short keeps what it
+measured; a measurement that raises is kept as its error and the others go on. `failed(report)`: the exit status is
+1 when an attention implementation that ran disagrees with eager, when none could be compared, or when a measurement
+raised.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
-import platform
 import shlex
 import statistics
-import sys
 import time
 import traceback
 from collections.abc import Callable
@@ -49,14 +26,13 @@ from pathlib import Path
 
 import torch
 import transformers
+from modeling_attn.training.train import run as run_recipe
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402  (this folder's shared helpers)
-from modeling_attn.training.train import run as run_recipe  # noqa: E402
+from modeling_attn.api.presets import load_preset
+from modeling_attn.cli.train import parse_args as parse_train_args
+from modeling_attn.flops import FLOP_FORMULA
 
-from modeling_attn.api.presets import load_preset  # noqa: E402
-from modeling_attn.cli.train import parse_args as parse_train_args  # noqa: E402
-from modeling_attn.flops import FLOP_FORMULA  # noqa: E402
+from . import common, harness
 
 # what `attn train` reports it trained with (its train_results.json: train_<setting>)
 SETTINGS = ("device", "mixed_precision", "optim", "tf32", "torch_compile")
@@ -98,11 +74,11 @@ DRY_RUN = {
 }
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench gpu", description=__doc__.split("\n")[0])
     parser.add_argument("--dry-run", action="store_true", help="CPU, tiny presets, float32, a few steps (CI)")
     parser.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS)
-    parser.add_argument("--output", type=Path, help="the JSON report (default bench/results/gpu-<device>.json)")
+    parser.add_argument("--output", type=Path, help="stem of the report (default bench/results/gpu-<device>)")
     parser.add_argument("--attention_presets", nargs="+", help="default: base multi30k-rnn (dry run: the tiny ones)")
     parser.add_argument("--train_presets", nargs="+", help="default: base big (dry run: tiny)")
     parser.add_argument("--generate_presets", nargs="+", help="default: base big (dry run: tiny)")
@@ -142,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                     f"--{flag} {preset}: model_type {model_type}; training and generation time attn_transformer"
                 )
     if args.output is None:
-        args.output = common.REPO / "bench" / "results" / f"gpu-{'cpu-dry-run' if args.dry_run else 'cuda'}.json"
+        args.output = harness.RESULTS / f"gpu-{'cpu-dry-run' if args.dry_run else 'cuda'}"
     return args
 
 
@@ -192,8 +168,8 @@ def attention_check(preset: str, args: argparse.Namespace) -> dict:
             "sdpa": bool(getattr(model, "_supports_sdpa", False)),
             "flash_attention_2": bool(getattr(model, "_supports_flash_attn", False)),
         },
-        "flash_attn_installed": installed("flash_attn"),
-        "kernels_installed": installed("kernels"),
+        "flash_attn_installed": harness.installed("flash_attn"),
+        "kernels_installed": harness.installed("kernels"),
         "backends": {},
     }
     for backend in BACKENDS:
@@ -213,13 +189,6 @@ def attention_check(preset: str, args: argparse.Namespace) -> dict:
     ran = [entry["passed"] for entry in result["backends"].values() if entry["ran"]]
     result["passed"] = all(ran) if ran else None  # None: no implementation besides eager to compare
     return result
-
-
-def installed(package: str) -> str | None:
-    try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
-        return None
 
 
 def bucketed_batches(count: int, batch_size: int, vocab_size: int, seed: int) -> list[common.Batch]:
@@ -245,7 +214,7 @@ def train(preset: str, args: argparse.Namespace, peak: float | None) -> dict:
     step = common.training_task(model, peer, on_device, args.device, bf16)
     if args.device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    seconds = common.interleaved({preset: step}, args.reps)[preset]
+    seconds = harness.interleaved({preset: step}, args.reps)[preset]
     median = statistics.median(seconds)
     target_tokens = sum(b.target_tokens for b in batches)
     flops = sum(common.training_flops(config, b) for b in batches)
@@ -279,7 +248,7 @@ def attn_train(preset: str, args: argparse.Namespace, peak: float | None) -> dic
     EN->DE (the dry run: the embedded dates task). Target tokens/s are Trainer's count of the steps' real target
     tokens over its train_runtime (the first steps, their allocations and a fresh BPE vocabulary's caching
     included); MFU is Trainer's `total_flos` (the project's formula) over the same time and the peak."""
-    output_dir = common.scratch_folder("gpu-attn-train-")
+    output_dir = harness.scratch_folder("gpu-attn-train-")
     flags = ["--preset", preset, "--max_steps", str(args.attn_train_steps)]
     flags += ["--max_tokens_per_batch", str(args.attn_train_tokens), "--eval_strategy", "no", "--save_strategy", "no"]
     flags += ["--do_eval", "false", "--do_predict", "false", "--report_to", "none", "--disable_tqdm", "true"]
@@ -331,7 +300,7 @@ def generate(preset: str, args: argparse.Namespace) -> dict:
         on_device = [batch.to(args.device)]
         for beams, name in ((1, "greedy"), (4, "beam4")):
             task = common.generation_task(model, peer, on_device, beams, args.device)
-            seconds = common.interleaved({name: task}, args.reps)[name]
+            seconds = harness.interleaved({name: task}, args.reps)[name]
             result[f"{name}_batch{batch_size}"] = {
                 "new_tokens_per_sentence": max(batch.target_lengths),
                 "seconds": seconds,
@@ -350,32 +319,46 @@ def compile_generate(preset: str, args: argparse.Namespace) -> dict:
     result: dict = {"preset": preset, "backend": args.compile_backend}
     for batch_size in args.compile_batch_sizes:
         batch = common.make_batches(1, batch_size, reference.config.vocab_size, seed=2)[0].to(args.device)
-        new_tokens = max(batch.target_lengths)
         for beams, search in ((1, "greedy"), (4, "beam4")):
-            entry = result[f"{search}_batch{batch_size}"] = {"new_tokens_per_sentence": new_tokens}
-            ids = {}
-            for name, variant in common.GENERATION_VARIANTS.items():
-                if name == "eager, static cache":
-                    continue
-                options = {"backend": args.compile_backend} if name.startswith("compiled") else {}
-                model = variant.build(reference, **options).to(args.device)
-                task = common.generation_task(model, variant, [batch], beams, args.device)  # (eval mode)
-                started = time.perf_counter()
-                with torch.inference_mode(), common.autocast(args.device):
-                    ids[name] = variant.generate(model, batch, beams, new_tokens)
-                common.synchronize()
-                first_call = time.perf_counter() - started
-                seconds = common.interleaved({name: task}, args.reps)[name]
-                entry[name] = {
-                    "first_call_s": first_call,
-                    "seconds": seconds,
-                    "target_tokens_per_s": common.median_rate(seconds, new_tokens * batch_size),
-                    "ms_per_sentence": 1000 * statistics.median(seconds) / batch_size,
-                }
-                del model, task
-                release(args.device)
-            entry["same_ids"] = torch.equal(*ids.values())
+            result[f"{search}_batch{batch_size}"] = compile_setting(reference, batch, beams, args)
+            release(args.device)
     return result
+
+
+def compile_setting(reference: torch.nn.Module, batch: common.Batch, beams: int, args: argparse.Namespace) -> dict:
+    """One search of `compile_generate`: each variant's first (compiling) call and its ids, then interleaved rounds."""
+    new_tokens, batch_size = max(batch.target_lengths), batch.input_ids.shape[0]
+    variants = {name: common.GENERATION_VARIANTS[name] for name in ("eager, dynamic cache", "compiled, static cache")}
+    models = {
+        name: variant.build(reference, **({"backend": args.compile_backend} if name.startswith("compiled") else {}))
+        for name, variant in variants.items()
+    }
+    models = {name: model.to(args.device) for name, model in models.items()}
+    tasks = {  # (building a task puts its model in eval mode)
+        name: common.generation_task(models[name], variant, [batch], beams, args.device)
+        for name, variant in variants.items()
+    }
+
+    def call(name: str) -> Callable[[], torch.Tensor]:
+        def generate() -> torch.Tensor:
+            with common.autocast(args.device):
+                return variants[name].generate(models[name], batch, beams, new_tokens)
+
+        return generate
+
+    timed = harness.first_call_then_rounds(
+        {name: call(name) for name in variants}, tasks, args.reps, "wall", torch.equal
+    )
+    entry: dict = {"new_tokens_per_sentence": new_tokens}
+    for name, measured in timed.items():
+        entry[name] = {
+            "first_call_s": measured["first_call_s"],
+            "seconds": measured["seconds"],
+            "target_tokens_per_s": common.median_rate(measured["seconds"], new_tokens * batch_size),
+            "ms_per_sentence": 1000 * statistics.median(measured["seconds"]) / batch_size,
+        }
+    entry["same_ids"] = all(measured["same_ids"] for measured in timed.values())
+    return entry
 
 
 def release(device: str) -> None:
@@ -383,30 +366,35 @@ def release(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Run the parts, rewriting the JSON report after each measurement; return the report."""
+def markdown(report: dict) -> str:
+    """Each part's entries, one line each (the JSON beside it holds every number)."""
+    lines = [f"Device {report['device']}, dry run: {report['dry_run']}; {report['elapsed_s']:.0f} s.", ""]
+    for part, entries in report["parts"].items():
+        lines += [f"### {part}", ""] + [f"- `{json.dumps(entry, default=str)[:400]}`" for entry in entries["results"]]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> dict:
+    """Run the parts, rewriting the report after each measurement; return the report."""
     args = parse_args(argv)
     started = time.monotonic()
     peak = args.peak_tflops * 1e12 if args.peak_tflops else common.peak_flops(args.device)
-    report: dict = {
-        "command": shlex.join(["python", "bench/gpu.py", *(argv if argv is not None else sys.argv[1:])]),
-        "dry_run": args.dry_run,
-        "machine": common.machine(),
-        "device": args.device,
-        "cuda": torch.version.cuda,
-        "gpu_memory_gib": torch.cuda.get_device_properties(0).total_memory / 2**30 if args.device == "cuda" else None,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "python": platform.python_version(),
-        "peak_bf16_flops": peak,
-        "flop_formula": FLOP_FORMULA,
-        "parts": {},
-    }
-    args.output.parent.mkdir(parents=True, exist_ok=True)
+    report: dict = harness.envelope(
+        __name__,
+        argv,
+        dry_run=args.dry_run,
+        device=args.device,
+        cuda=torch.version.cuda,
+        gpu_memory_gib=torch.cuda.get_device_properties(0).total_memory / 2**30 if args.device == "cuda" else None,
+        peak_bf16_flops=peak,
+        flop_formula=FLOP_FORMULA,
+        parts={},
+    )
 
     def save() -> None:
         report["elapsed_s"] = time.monotonic() - started
-        args.output.write_text(json.dumps(report, indent=1, default=str))
+        harness.write_results(args.output, report, markdown(report), quiet=True)
 
     def measure(part: str, presets: list[str], run: Callable[[str], dict]) -> None:
         entries = report["parts"].setdefault(part, {"results": []})["results"]
@@ -414,13 +402,13 @@ def main(argv: list[str] | None = None) -> dict:
             if time.monotonic() - started > args.max_seconds:
                 entries.append({"preset": preset, "skipped": f"--max_seconds {args.max_seconds:g} spent"})
             else:
-                common.log(f"[gpu] {part}: {preset}")
+                harness.log(f"[gpu] {part}: {preset}")
                 try:
                     entries.append(run(preset))
                 except Exception as error:  # noqa: BLE001  (kept in the report; the other measurements go on)
                     entries.append({"preset": preset, "error": "".join(traceback.format_exception(error)[-3:])})
                     release(args.device)
-                common.log(f"[gpu] {json.dumps(entries[-1], default=str)[:400]}")
+                harness.log(f"[gpu] {json.dumps(entries[-1], default=str)[:400]}")
             save()
 
     if "attention" in args.parts:
@@ -436,7 +424,7 @@ def main(argv: list[str] | None = None) -> dict:
         measure("generate", args.generate_presets, lambda preset: generate(preset, args))
     if "compile" in args.parts:
         measure("compile", args.compile_presets, lambda preset: compile_generate(preset, args))
-    common.log(f"[gpu] wrote {args.output}")
+    harness.log(f"[gpu] wrote {args.output}")
     return report
 
 
@@ -444,7 +432,3 @@ def failed(report: dict) -> bool:
     """Whether the run should exit with status 1: the attention check failed, or a measurement raised an error."""
     errors = [r for part in report["parts"].values() for r in part["results"] if "error" in r]
     return bool(errors) or not report["parts"].get("attention", {}).get("passed", True)
-
-
-if __name__ == "__main__":
-    sys.exit(1 if failed(main()) else 0)

@@ -1,70 +1,41 @@
 """Dynamic int8 quantization against float32 and against CTranslate2 int8 of the same weights, on the CPU.
 
-The quantization is `--quantize int8` (`modeling_attn.api.quantize.quantize_int8`).
+Two parts (`--parts`), written to `--output` (default bench/results/int8-cpu.{json,md}); docs/serve.md has the method:
+1. speed, `--preset` (default `base`) with random weights, beam `--beams`: float32, `quantize_int8` per engine of
+   `--engines` (the one `--quantize int8` picks here marked "default"), `quantize_int8_rowwise`, and CTranslate2
+   int8/float32 exports of the same weights; lengths forced (`--lengths`: `min_new_tokens`, or `no_eos`: the end
+   token unset, no logits processor); 1 thread and all (`--threads`); `harness.interleaved_clocks` rounds, median
+   target tokens/s by wall clock and by this process's CPU time;
+2. quality, with a trained model (`--model DIR`): the test split of `--data` translated in float32, int8 and
+   CTranslate2 int8: sacreBLEU, chrF, translations changed, seconds; then `--alone` sentences one at a time.
 
-Two parts, written to `--output` (default bench/results/int8-cpu.{json,md}):
-
-1. Speed, `--preset` (default `base`) with random weights, beam `--beams` (4): one untrained model, its int8 copy
-   (`quantize_int8`, one copy per quantized engine of `--engines`: x86 and onednn by default; the one `--quantize
-   int8` picks on this CPU, `int8_engine()`, is marked "default"; and `--quantize int8_rowwise`), and
-   CTranslate2 exports of the same weights (`export_ctranslate2(quantization="int8")`, and "float32" for scale).
-   Token ids are random, lengths follow Multi30k pairs (bench/common.py) and every model produces the batch's longest
-   target length (with untrained weights where a model stops is noise), in one or both of two ways (`--lengths`):
-   `min_new_tokens` (= max_new_tokens), as bench/speed.py does, which runs transformers' MinNewTokensLength logits
-   processor: two copies and `where`s over the beams x vocabulary scores at every step, no part of a real translation
-   (20% of an int8 `base` run's CPU time in torch.profiler); and `no_eos`: the end token unset, so every hypothesis
-   runs to max_new_tokens with no processor, the same number of steps. CTranslate2 uses its
-   `min/max_decoding_length` in both (done in C++, negligible). Timed
-   with 1 thread and with all threads (`--threads`), repetitions interleaved in rotating order; each number is the
-   median over repetitions of target tokens / second, by wall clock and by this process's CPU time (on a machine
-   shared with other jobs the CPU time is the steadier of the two; it sums the threads).
-2. Quality, with a trained model (`--model DIR`): the test split of `--data` (default: the embedded dates task, as
-   `attn evaluate` reads it) translated with the model's own decoding in float32, int8 and CTranslate2 int8;
-   sacreBLEU and chrF of each, how many translations int8 changes, and the wall time of each run; then the first
-   `--alone` sentences translated one at a time: how many translations differ from the batched ones (a per-tensor
-   input scale spans the batch, docs/serve.md).
-
-    python bench/int8.py --model outputs/dates                          # dates task, base preset speed
-    python bench/int8.py --model outputs/m30k-en-de --data ../shared/data/multi30k --source_lang en --target_lang de
-    python bench/int8.py --quick                                        # tiny preset, a few sentences (a check)
+    python -m bench int8 --model outputs/dates                          # dates task, base preset speed
+    python -m bench int8 --model outputs/m30k-en-de --data ../shared/data/multi30k --source_lang en --target_lang de
+    python -m bench int8 --quick                                        # tiny preset, a few sentences (a check)
 """
 
 from __future__ import annotations
 
 import argparse
-import platform
-import shlex
 import statistics
-import sys
 import time
-from pathlib import Path
 from types import SimpleNamespace
 
 import torch
-import transformers
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402
-    PAD,
-    REPO,
-    generation_settings,
-    log,
-    machine,
-    make_batches,
-    reference_model,
-    scratch_folder,
-    write_report,
-)
+from modeling_attn.api.quantize import int8_engine, quantize_int8, quantize_int8_rowwise
 
-from modeling_attn.api.quantize import int8_engine, quantize_int8, quantize_int8_rowwise  # noqa: E402
+from . import harness
+from .common import PAD, generation_settings, make_batches, reference_model
+from .harness import log, scratch_folder
 
 ENGINES = list(torch.backends.quantized.supported_engines)
 DEFAULT = int8_engine()  # the engine of `--quantize int8` on this CPU
 ROWWISE = "int8 (rowwise)"  # `--quantize int8_rowwise`
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench int8", description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="base", help="model preset of the speed part (base)")
     parser.add_argument("--beams", type=int, default=4, help="beam size (4)")
     parser.add_argument("--batch_size", type=int, default=16, help="sentences per generate() call (16)")
@@ -97,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max_samples", type=int, help="translate only the first N test pairs")
     parser.add_argument("--quality_threads", type=int, default=1, help="threads of the quality part (1)")
     parser.add_argument("--quick", action="store_true", help="tiny preset, 1 batch of 4, 1 rep, 16 test pairs")
-    parser.add_argument("--output", default=str(REPO / "bench" / "results" / "int8-cpu"), help="JSON/MD stem")
+    parser.add_argument("--output", default=str(harness.RESULTS / "int8-cpu"), help="JSON/MD stem")
     args = parser.parse_args(argv)
     if args.quick:
         args.preset, args.batch_size, args.batches, args.reps = "tiny", 4, 1, 1
@@ -146,7 +117,7 @@ def speed(args: argparse.Namespace) -> dict:
                 break
             runs[f"CTranslate2 {quantization}"] = lambda t=translator: _generate_ct2(t, batches, args.beams)
         log(f"{threads} thread(s), lengths by {lengths}: timing {', '.join(runs)}")
-        seconds = _interleaved(runs, args.reps)
+        seconds = harness.interleaved_clocks(runs, args.reps, log_each=True)
         results["threads"].setdefault(str(threads), {})[lengths] = {
             name: {
                 "wall_tokens_per_s": round(tokens / statistics.median(s["wall"]), 1),
@@ -179,22 +150,6 @@ def _generate_ct2(translator, batches: list, beams: int) -> None:
         sources = [row[row != PAD].tolist() for row in batch.input_ids]
         length = max(batch.target_lengths)
         translator.translate_ids(sources, beam_size=beams, min_decoding_length=length, max_decoding_length=length)
-
-
-def _interleaved(runs: dict, reps: int) -> dict[str, dict[str, list[float]]]:
-    """One untimed run of each, then `reps` rounds in rotating order; wall and CPU seconds of each run."""
-    for run in runs.values():
-        run()
-    seconds = {name: {"wall": [], "cpu": []} for name in runs}
-    names = list(runs)
-    for rep in range(reps):
-        for name in names[rep % len(names) :] + names[: rep % len(names)]:
-            wall, cpu = time.perf_counter(), time.process_time()
-            runs[name]()
-            seconds[name]["wall"].append(time.perf_counter() - wall)
-            seconds[name]["cpu"].append(time.process_time() - cpu)
-            log(f"  {name}: {seconds[name]['wall'][-1]:.2f} s wall, {seconds[name]['cpu'][-1]:.2f} s CPU")
-    return seconds
 
 
 # -- part 2: quality -----------------------------------------------------------------------------------------------
@@ -279,14 +234,7 @@ def _scores(scores: dict) -> dict:
 
 
 def markdown(results: dict) -> str:
-    lines = [
-        f"# int8 on the CPU: {results['machine']}",
-        "",
-        f"`{results['command']}`",
-        f"torch {results['versions']['torch']}, transformers {results['versions']['transformers']}, "
-        f"ctranslate2 {results['versions']['ctranslate2']}",
-        "",
-    ]
+    lines = ["# int8 on the CPU", ""]
     if results.get("speed"):
         lines += _speed_lines(results["speed"])
     if results.get("quality"):
@@ -341,29 +289,14 @@ def _quality_lines(part: dict) -> list[str]:
     return lines
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> dict:
     args = parse_args(argv)
-    try:
-        import ctranslate2
-
-        ct2_version = ctranslate2.__version__
-    except ImportError:
-        ct2_version = "not installed"
-    results = {
-        "command": shlex.join(["python", "bench/int8.py", *(sys.argv[1:] if argv is None else argv)]),
-        "machine": machine(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "ctranslate2": ct2_version,
-        },
-        "speed": speed(args) if "speed" in args.parts else None,
-        "quality": quality(args) if args.model and "quality" in args.parts else None,
-    }
-    write_report(args.output, results, markdown(results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    results = harness.envelope(
+        __name__,
+        argv,
+        ("ctranslate2",),
+        speed=speed(args) if "speed" in args.parts else None,
+        quality=quality(args) if args.model and "quality" in args.parts else None,
+    )
+    harness.write_results(args.output, results, markdown(results))
+    return results

@@ -1,32 +1,16 @@
 """Speed of `attn_transformer` against its peers, measured side by side in one run.
 
-Peers (same architecture, same weights copied from ours, checked by comparing their loss on one batch first):
-- `MarianMTModel` (transformers' own post-LN Transformer), with its eager and its sdpa attention;
-- `torch.nn.Transformer` with our embeddings, sinusoidal positions and tied output projection around it (its
-  final encoder/decoder LayerNorms removed: the paper's post-LN stack has none);
-- CTranslate2 (generation only), when `modeling_attn.api.export_ctranslate2` exists.
+Peers, same weights copied from ours (their loss on one batch compared first): `MarianMTModel` (eager and sdpa),
+`torch.nn.Transformer` inside our embeddings and tied output projection, and CTranslate2 (generation only). Measured
+on identical batches with real sentence-pair lengths: training target tokens/s, generation tokens/s and ms/sentence
+(greedy and beam 4, batch 32 and 1, forced to the batch's longest target), peak training memory in fresh
+subprocesses, parameters, and training tokens/s against sequence length. Rounds interleaved (`harness.interleaved`),
+medians; bench/README.md, "speed", has the method.
 
-Measured, on identical token batches whose lengths follow real sentence pairs (Multi30k en-de word counts times
-a subword factor, or a lognormal when that data is absent):
-(a) training target tokens/s: forward, backward and an Adam step;
-(b) generation target tokens/s and ms/sentence, greedy and beam 4, batch 32 and batch 1;
-(c) peak memory of training, each model in a fresh subprocess (CPU: peak RSS over the RSS before training;
-    GPU: max allocated);
-(d) parameter count;
-and training tokens/s against sequence length at a fixed token budget per batch.
-
-Fairness: repetitions are interleaved (rep 1 of every model, then rep 2, in rotating order), so that load from
-other jobs on a shared machine hits every model alike; each number is the median over repetitions (`--clock cpu`
-times the CPU work of this process instead of wall-clock, for machines shared with other jobs). Generation is
-forced to a fixed number of new tokens (the longest reference target of the batch): with untrained weights, where
-a model stops is noise, and forcing it makes every model produce the same number of tokens. `nn.Transformer` has
-no `generate()` and no key/value cache: it is run as a plain greedy loop that re-decodes the prefix at each step
-(what its API offers); beam search is not measured for it.
-
-    python bench/speed.py --preset small                 # CPU, writes bench/results/small-cpu.{json,md,png}
-    python bench/speed.py --quick                        # the tiny preset in ~30 s (CI)
-    python bench/speed.py --render results/a.json results/a-memory.json   # redraw a report, merging a second run
-    python bench/speed.py --preset base big --device cuda   # GPU: bf16 autocast, adds MFU
+    python -m bench speed --preset small                 # CPU, writes bench/results/small-cpu.{json,md,png}
+    python -m bench speed --quick                        # the tiny preset in ~30 s (CI)
+    python -m bench speed --render bench/results/a.json bench/results/a-memory.json   # redraw, merging a second run
+    python -m bench speed --preset base big --device cuda   # GPU: bf16 autocast, adds MFU
 """
 
 from __future__ import annotations
@@ -36,8 +20,6 @@ import contextlib
 import ctypes
 import gc
 import json
-import platform
-import shlex
 import statistics
 import subprocess
 import sys
@@ -47,32 +29,25 @@ from pathlib import Path
 import torch
 from torch import nn
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402  (this folder's shared helpers)
-from common import (  # noqa: E402
+from modeling_attn.modeling_transformer import sinusoid_table
+
+from . import common, harness
+from .common import (
     BOS,
-    CLOCKS,
     PAD,
-    REPO,
     Batch,
     Peer,
     fixed_length_batch,
     generation_task,
     hf_loss,
-    interleaved,
-    log,
-    machine,
     make_batches,
     median_rate,
     num_parameters,
     peak_flops,
     reference_model,
-    scratch_folder,
     training_flops,
     training_task,
 )
-
-from modeling_attn.modeling_transformer import sinusoid_table  # noqa: E402
 
 PARTS = ["train", "generate", "memory", "sweep"]
 
@@ -209,7 +184,7 @@ def register_ctranslate2(device: str) -> str | None:
         return f"not measured: {error}"
 
     def build(reference: nn.Module) -> CTranslate2Translator:
-        folder = scratch_folder("bench-ct2-") / "model"
+        folder = harness.scratch_folder("bench-ct2-") / "model"
         export_ctranslate2(reference, folder, quantization="float32")
         threads = dict(intra_threads=torch.get_num_threads()) if device == "cpu" else {}
         compute_type = "bfloat16" if device == "cuda" else "float32"  # as the others: bf16 autocast on GPU
@@ -291,7 +266,9 @@ def release_free_memory() -> None:
 def peak_memory(name: str, args: argparse.Namespace, preset: str) -> dict[str, float]:
     command = [
         sys.executable,
-        str(Path(__file__).resolve()),
+        "-m",
+        "bench",
+        "speed",
         "--memory_worker",
         name,
         "--preset",
@@ -308,7 +285,7 @@ def peak_memory(name: str, args: argparse.Namespace, preset: str) -> dict[str, f
         str(args.threads),
         "--sweep_lengths",
     ]
-    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=REPO)
+    done = subprocess.run(command, capture_output=True, text=True, check=False, cwd=harness.REPO)
     if done.returncode != 0:
         raise RuntimeError(f"memory measurement of {name} failed:\n{done.stderr[-3000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -346,17 +323,17 @@ def bench_preset(
             model.to(device)
     to_device = [b.to(device) for b in train_batches]
 
-    log(f"[{preset}] training: {args.train_batches} batches x {args.batch_size} sentences, {args.reps} rounds")
+    harness.log(f"[{preset}] training: {args.train_batches} batches x {args.batch_size} sentences, {args.reps} rounds")
     trainers = {p.name: training_task(models[p.name], p, to_device, device) for p in peers if p.trains}
     trainers = trainers if "train" in args.parts else {}
     target_tokens = sum(b.target_tokens for b in train_batches)
-    for name, seconds in interleaved(trainers, args.reps, CLOCKS[args.clock]).items():
+    for name, seconds in harness.interleaved(trainers, args.reps, args.clock).items():
         result["models"][name]["train_tokens_per_s"] = median_rate(seconds, target_tokens)
         result["models"][name]["train_seconds"] = seconds
         if device == "cuda" and peak_flops(device):
             flops = sum(training_flops(config, b) for b in train_batches)
             result["models"][name]["mfu"] = flops / statistics.median(seconds) / peak_flops(device)
-        log(f"[{preset}] {name}: train {summary(result['models'][name], 'train_tokens_per_s', 'mfu')}")
+        harness.log(f"[{preset}] {name}: train {summary(result['models'][name], 'train_tokens_per_s', 'mfu')}")
     save(result)
     # Generation runs on the weights after these few steps (dropout made them drift apart a little); that does not
     # change its cost, since every model produces the same forced number of tokens.
@@ -371,20 +348,22 @@ def bench_preset(
                 for p in peers
                 if beams == 1 or p.beam_search
             }
-            log(f"[{preset}] generation: beam {beams}, {label} ({len(batches)} x {batches[0].input_ids.shape[0]})")
+            harness.log(
+                f"[{preset}] generation: beam {beams}, {label} ({len(batches)} x {batches[0].input_ids.shape[0]})"
+            )
             sentences = sum(b.input_ids.shape[0] for b in batches)
             tokens = sum(max(b.target_lengths) * b.input_ids.shape[0] for b in batches)
             key = f"{'greedy' if beams == 1 else 'beam4'}_{label}"
-            for name, seconds in interleaved(tasks, args.reps, CLOCKS[args.clock]).items():
+            for name, seconds in harness.interleaved(tasks, args.reps, args.clock).items():
                 result["models"][name][f"{key}_tokens_per_s"] = median_rate(seconds, tokens)
                 result["models"][name][f"{key}_ms_per_sentence"] = 1000 * statistics.median(seconds) / sentences
-                log(f"[{preset}] {name}: {key} {summary(result['models'][name], f'{key}_tokens_per_s')}")
+                harness.log(f"[{preset}] {name}: {key} {summary(result['models'][name], f'{key}_tokens_per_s')}")
             save(result)
 
     if "memory" in args.parts and not args.no_memory:
         for peer in peers:
             if peer.trains:
-                log(f"[{preset}] peak memory: {peer.name}")
+                harness.log(f"[{preset}] peak memory: {peer.name}")
                 result["models"][peer.name]["memory"] = peak_memory(peer.name, args, preset)
                 save(result)
 
@@ -410,9 +389,9 @@ def length_sweep(reference: nn.Module, peers: list[Peer], args: argparse.Namespa
     for length in args.sweep_lengths:
         batch = fixed_length_batch(max(1, args.sweep_tokens // length), length, reference.config.vocab_size, 5)
         batch = batch.to(args.device)
-        log(f"  length {length}: batch {batch.input_ids.shape[0]}")
+        harness.log(f"  length {length}: batch {batch.input_ids.shape[0]}")
         tasks = {p.name: training_task(models[p.name], p, [batch], args.device) for p in peers if p.trains}
-        for name, seconds in interleaved(tasks, args.sweep_reps, CLOCKS[args.clock]).items():
+        for name, seconds in harness.interleaved(tasks, args.sweep_reps, args.clock).items():
             sweep["train_tokens_per_s"].setdefault(name, []).append(median_rate(seconds, batch.target_tokens))
     return sweep
 
@@ -438,13 +417,7 @@ def lookup(entry: dict, key: str):
 
 
 def markdown(report: dict) -> str:
-    lines = [
-        f"Machine: {report['machine']}; torch {report['torch']}, transformers {report['transformers']}, "
-        f"python {report['python']}; {report['threads']} threads; device {report['device']}; "
-        f"{report['clock']} clock.",
-        f"Command: `{report['command']}`",
-        "",
-    ]
+    lines = [f"{report['threads']} threads; device {report['device']}; {report['clock']} clock.", ""]
     for result in report["results"]:
         columns = [(key, title, fmt) for key, title, fmt in COLUMNS]
         if report["device"] == "cuda":
@@ -554,7 +527,7 @@ def render(paths: list[Path]) -> dict:
                         for key, value in entry.items():
                             result["models"][name].setdefault(key, value)
     stem = paths[0].with_suffix("")
-    stem.with_suffix(".md").write_text(markdown(report) + "\n")
+    stem.with_suffix(".md").write_text(harness.header(report) + markdown(report).rstrip("\n") + "\n")
     plot(report, stem.with_suffix(".png"))
     print(markdown(report))
     return report
@@ -563,8 +536,8 @@ def render(paths: list[Path]) -> dict:
 # ----------------------------------------------------------------------------------------------------------------
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench speed", description=__doc__.split("\n\n")[0])
     parser.add_argument("--preset", nargs="+", default=["small"], help="presets to measure (tiny, small, base, big)")
     parser.add_argument("--peers", nargs="+", default=None, help=f"models to measure, from {list(PEERS)}")
     parser.add_argument("--quick", action="store_true", help="tiny preset, few repetitions: a CI check of the script")
@@ -573,7 +546,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--clock",
         default="wall",
-        choices=list(CLOCKS),
+        choices=list(harness.CLOCKS),
         help="wall-clock, or CPU time of the process (shared machines)",
     )
     parser.add_argument("--reps", type=int, default=5, help="timed rounds per measurement (median reported)")
@@ -589,7 +562,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--parts", nargs="+", default=PARTS, choices=PARTS, help="what to measure (default: all of it)"
     )
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--output_dir", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--output_dir", type=Path, default=harness.RESULTS)
     parser.add_argument(
         "--render",
         nargs="+",
@@ -607,7 +580,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def main(argv: list[str] | None = None) -> dict:
+def main(argv: list[str]) -> dict:
     args = parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.memory_worker:
@@ -615,43 +588,20 @@ def main(argv: list[str] | None = None) -> dict:
         return {}
     if args.render:
         return render(args.render)
-    from transformers import __version__ as transformers_version
-
     unavailable = register_ctranslate2(args.device)
     peer_names = args.peers or DEFAULT_PEERS + (["CTranslate2"] if "CTranslate2" in PEERS else [])
     unknown = [name for name in peer_names if name not in PEERS]
     if unknown:
         raise SystemExit(f"unknown peers {unknown}; choose from {list(PEERS)}")
-    report = {
-        "machine": machine(),
-        "device": args.device,
-        "threads": args.threads,
-        "clock": args.clock,
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers_version,
-        "command": shlex.join(["python", "bench/speed.py", *(argv if argv is not None else sys.argv[1:])]),
-        "ctranslate2": unavailable or "measured",
-        "results": [],
-    }
-    args.output_dir.mkdir(parents=True, exist_ok=True)
+    settings = {"device": args.device, "threads": args.threads, "clock": args.clock}
+    report = harness.envelope(
+        __name__, argv, ("ctranslate2",), **settings, ctranslate2=unavailable or "measured", results=[]
+    )
     parts = "" if args.parts == PARTS else "-" + "-".join(args.parts)
     stem = args.output_dir / f"{'-'.join(args.preset)}-{args.device}{parts}"
-
-    def save(partial: dict | None = None) -> None:  # the report so far: what a run cut short has measured
-        shown = {**report, "results": report["results"] + ([partial] if partial is not None else [])}
-        stem.with_suffix(".json").write_text(json.dumps(shown, indent=1))
-        stem.with_suffix(".md").write_text(markdown(shown) + "\n")
-
-    for preset in args.preset:
-        report["results"].append(bench_preset(preset, args, peer_names, save))
-    save()
-    table = markdown(report)
+    harness.run_presets(
+        report, stem, args.preset, lambda preset, save: bench_preset(preset, args, peer_names, save), markdown
+    )
     plot(report, stem.with_suffix(".png"))
-    print(table)
-    log(f"wrote {stem}.json, .md, .png")
+    harness.log(f"wrote {stem}.json, .md, .png")
     return report
-
-
-if __name__ == "__main__":
-    main()

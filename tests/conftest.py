@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -47,6 +48,30 @@ def pytest_ignore_collect(collection_path: Path, config) -> bool | None:
     if collection_path.name in SLOW_MODULES and not _selects_slow_tests(config):
         return True
     return None
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--record",
+        metavar="STEM",
+        help="write this run's outcome (tests passed, failed, skipped; exit status) with the bench envelope "
+        "(command, machine, versions) to STEM.json and STEM.md (.ci/run's oldest-transformers compat step)",
+    )
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """With `--record STEM`: the run as a record of the bench suite (bench.harness's envelope and writer)."""
+    stem = session.config.getoption("--record")
+    if not stem:
+        return
+    from bench import harness
+
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    outcomes = {key: len(reporter.stats.get(key, [])) for key in ("passed", "failed", "skipped", "error")}
+    command = shlex.join(["python", "-m", "pytest", *session.config.invocation_params.args])
+    record = harness.head(Path(stem).name, command) | {"exit_status": int(exitstatus), "tests": outcomes}
+    counts = ", ".join(f"{count} {key}" for key, count in outcomes.items())
+    harness.write_results(stem, record, f"Exit status {int(exitstatus)}: {counts}.\n", quiet=True)
 
 
 def pytest_configure(config):

@@ -1,17 +1,19 @@
-"""bench/speed.py runs on the tiny preset and reports what it promises: the speed numbers are not checked here
-(they are the benchmark's job), only that the report is complete and its values are sane."""
+"""The bench suite runs its benches on tiny presets and reports what they promise: the speed numbers are not checked
+here (they are the benchmark's job), only that each report is complete, its values sane and its file written; the
+harness's timing order, first-call check, envelope and writer, and the `python -m bench` entry point, by hand."""
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import json
 import math
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "bench" / "speed.py"
+ROOT = Path(__file__).resolve().parent.parent
 TRAINING_PEERS = ["attn_transformer", "MarianMTModel (sdpa)", "MarianMTModel (eager)", "torch.nn.Transformer"]
 HEADER = (
     "| model | params | train tok/s | greedy b32 tok/s | beam4 b32 tok/s | greedy b1 ms/sent | beam4 b1 ms/sent "
@@ -19,29 +21,22 @@ HEADER = (
 )
 
 
-def bench_script(name: str):
-    """Import bench/NAME.py as a module (bench/ is a folder of scripts, not a package)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", SCRIPT.parent / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench_module(name: str):
+    """The module of the bench NAME (`bench.BENCHES`), imported as the suite's entry point imports it."""
+    from bench import BENCHES
+
+    return importlib.import_module(BENCHES[name])
 
 
 @pytest.fixture(scope="module")
 def common():
-    """bench/common.py, the helpers the bench scripts share: the module they import (bench/ on sys.path)."""
-    if str(SCRIPT.parent) not in sys.path:
-        sys.path.insert(0, str(SCRIPT.parent))
-    return importlib.import_module("common")
+    """bench/common.py, what the model benches share."""
+    return importlib.import_module("bench.common")
 
 
 @pytest.fixture(scope="module")
 def speed():
-    spec = importlib.util.spec_from_file_location("bench_speed", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_speed"] = module
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("speed")
 
 
 def run_quick(speed, output_dir: Path, *extra: str) -> tuple[dict, str]:
@@ -98,7 +93,7 @@ def test_quick_run_without_memory(speed, common, tmp_path):
     (tmp_path / "memory.json").write_text(json.dumps(extra))
     speed.main(["--render", str(tmp_path / "tiny-cpu.json"), str(tmp_path / "memory.json")])
     rendered = (tmp_path / "tiny-cpu.md").read_text()
-    assert rendered.splitlines()[1].endswith("; second`")
+    assert rendered.splitlines()[0].endswith("; second`")
     row = next(line for line in rendered.splitlines() if line.startswith("| attn_transformer |"))
     assert row.endswith("| 12 |") and table != rendered
 
@@ -155,73 +150,96 @@ def test_mfu_counts_the_real_tokens_only(common):
     )
 
 
-def test_cpu_bf16_script_runs_on_tiny(capsys):
-    """bench/cpu_bf16.py measures the 8 combinations (2 models x training / beam search x float32 / bfloat16)."""
-    module = bench_script("cpu_bf16")
-    medians = module.main(["--preset", "tiny", "--reps", "1"])
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("preset tiny, batch 32")
-    assert sorted(medians) == sorted(
+def train_step_report(tmp_path: Path, *flags: str) -> tuple[dict, str]:
+    report = bench_module("train_step").main(
+        [*flags, "--reps", "1", "--threads", "1", "--output", str(tmp_path / "t")]
+    )
+    assert json.loads((tmp_path / "t.json").read_text()) == json.loads(json.dumps(report))
+    table = (tmp_path / "t.md").read_text()
+    assert table.startswith(f"Command: `python -m bench train_step {' '.join(flags)} --reps 1")
+    assert all(f"| {name} |" in table for name in report["variants"])  # one row per variant
+    assert all(min(entry["seconds"]) > 0 and entry["speedup"] > 0 for entry in report["variants"].values())
+    return report, table
+
+
+def test_train_step_bf16_measures_the_8_combinations(tmp_path):
+    """--compare bf16: 2 models x training / beam search x float32 / bfloat16, each against its float32 twin."""
+    report, _ = train_step_report(tmp_path, "--compare", "bf16", "--preset", "tiny")
+    assert report["sentences"] == 32 and report["preset"] == "tiny"
+    expected = [
         f"{model} {task}"
         for model in ("attn_transformer", "MarianMTModel (sdpa)")
         for task in ("train float32", "train bf16 autocast", "beam4 float32", "beam4 bfloat16 weights")
+    ]
+    assert list(report["variants"]) == expected
+    assert report["variants"]["MarianMTModel (sdpa) beam4 bfloat16 weights"]["baseline"] == (
+        "MarianMTModel (sdpa) beam4 float32"
     )
-    assert all(seconds > 0 for seconds in medians.values())
-    assert [line.split("  ")[0].strip() for line in lines[1:]] == list(medians)  # one printed row per measurement
 
 
-def test_cpu_train_step_script_runs_on_tiny_and_restores_the_fast_paths(capsys):
-    """bench/cpu_train_step.py times the 4 on/off combinations of the CPU fast paths; its switches are undone."""
+def test_train_step_fast_paths_times_the_4_combinations_and_restores_them(tmp_path):
+    """--compare fast_paths: the 4 on/off combinations of the CPU fast paths; the patches hold inside a step only."""
     import torch
 
+    from bench import harness, train_step
     from modeling_attn import loss, modeling_transformer
 
-    module = bench_script("cpu_train_step")
     shipped = (modeling_transformer.dropout, loss.fuses_output_loss)
-    medians = module.main(["--preset", "tiny", "--batch_size", "8", "--reps", "1", "--threads", "1"])
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("preset tiny, 8 sentences")
-    assert list(medians) == list(module.VARIANTS) and all(seconds > 0 for seconds in medians.values())
-    assert [line.split(" | ")[0].lstrip("| ") for line in lines[3:]] == list(medians)
+    report, _ = train_step_report(tmp_path, "--preset", "tiny", "--batch_size", "8")
+    assert report["compare"] == "fast_paths" and report["sentences"] == 8
+    assert list(report["variants"]) == list(train_step.FAST_PATHS)
     assert (modeling_transformer.dropout, loss.fuses_output_loss) == shipped
-    with module.patched(module.VARIANTS["neither (PyTorch dropout, unfused loss)"]):
-        assert modeling_transformer.dropout is module.torch_dropout
-        assert not loss.fuses_output_loss(torch.nn.Linear(2, 2, bias=False), torch.zeros(1, 2))
+    seen = []
+
+    def probe() -> None:
+        fused = loss.fuses_output_loss(torch.nn.Linear(2, 2, bias=False), torch.zeros(1, 2))
+        seen.append((modeling_transformer.dropout, fused))
+
+    harness.patched(probe, *train_step.FAST_PATHS["neither (PyTorch dropout, unfused loss)"])()
+    assert seen == [(train_step.torch_dropout, False)]
     assert (modeling_transformer.dropout, loss.fuses_output_loss) == shipped
 
 
-def test_rnn_train_step_script_runs_on_tiny(capsys):
-    """bench/rnn_train_step.py times full logits against skip_logits on an attn_rnn preset, and refuses others."""
-    module = bench_script("rnn_train_step")
-    medians = module.main(["--preset", "rnn-tiny", "--batch_size", "8", "--reps", "1", "--threads", "1"])
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("preset rnn-tiny, 8 sentences")
-    assert list(medians) == list(module.VARIANTS) and all(seconds > 0 for seconds in medians.values())
-    assert [line.split(" | ")[0].lstrip("| ") for line in lines[3:]] == list(medians)
-    with pytest.raises(ValueError, match="has model_type attn_transformer"):
-        module.main(["--preset", "tiny", "--reps", "1"])
+def test_train_step_logits_on_an_rnn_and_what_it_refuses(tmp_path):
+    """--compare logits times full logits against skip_logits (an attn_rnn preset here); fast_paths refuses one."""
+    report, _ = train_step_report(tmp_path, "--compare", "logits", "--preset", "rnn-tiny", "--batch_size", "8")
+    assert list(report["variants"]) == ["full logits", "skip_logits (what attn train uses)"]
+    with pytest.raises(SystemExit):
+        bench_module("train_step").main(["--preset", "rnn-tiny", "--reps", "1"])
 
 
 @pytest.mark.parametrize("preset", ["tiny", "multi30k-transformer"])  # post-LN and pre-LN
-def test_decode_step_script_matches_the_models_decoder(preset, capsys, monkeypatch):
-    """bench/decode_step.py's static-buffer step computes what the model's decoder does (its run fails otherwise),
-    for both layer-norm placements, and the check does fail on a step that differs."""
-    module = bench_script("decode_step")
+def test_decode_step_matches_the_models_decoder(preset, tmp_path, monkeypatch):
+    """decode_step's static-buffer step computes what the model's decoder does (its run fails otherwise), for both
+    layer-norm placements, and the check does fail on a step that differs."""
+    module = bench_module("decode_step")
     flags = ["--preset", preset, "--rows", "6", "--steps", "4", "--max_length", "5", "--reps", "1", "--threads", "1"]
-    medians = module.main([*flags, "--no_compile"])
-    assert list(medians) == ["dynamic cache (generate's)", "static buffers"]
-    assert all(seconds > 0 for seconds in medians.values())
-    lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith(f"preset {preset}, 6 rows") and len(lines) == 5
+    report = module.main([*flags, "--no_compile", "--output", str(tmp_path / "d")])
+    assert list(report["variants"]) == ["dynamic cache (generate's)", "static buffers"]
+    assert all(min(entry["seconds"]) > 0 for entry in report["variants"].values())
+    table = (tmp_path / "d.md").read_text()
+    assert f"preset {preset}, 6 rows" in table and "| static buffers |" in table
 
     exact = module.static_step
     monkeypatch.setattr(module, "static_step", lambda model, rows: lambda *a: exact(model, rows)(*a) * 1.001)
     with pytest.raises(RuntimeError, match="static buffers: log-probabilities differ"):
-        module.main([*flags, "--no_compile"])
+        module.main([*flags, "--no_compile", "--output", str(tmp_path / "d")])
 
 
-def test_decode_step_script_refuses_what_it_cannot_measure():
-    module = bench_script("decode_step")
+def test_decode_step_breakdown_and_what_it_refuses(tmp_path):
+    """--part breakdown: generate() against its encoder, decoder steps and output projection (each a share of it)."""
+    module = bench_module("decode_step")
+    report = module.main(
+        ["--part", "breakdown", "--preset", "tiny", "--batch_size", "4", "--output", str(tmp_path / "b")]
+    )
+    assert list(report["variants"]) == [
+        "generate (beam 4)",
+        "encoder",
+        "decoder steps (incl. output projection)",
+        "output projection alone",
+    ]
+    assert all(entry["seconds"][0] > 0 for entry in report["variants"].values())
+    assert "| generate (beam 4) |" in (tmp_path / "b.md").read_text()
     with pytest.raises(ValueError, match="--steps 9 exceeds --max_length 8"):
         module.main(["--preset", "tiny", "--steps", "9", "--max_length", "8"])
     with pytest.raises(ValueError, match="has model_type attn_rnn"):
@@ -229,31 +247,32 @@ def test_decode_step_script_refuses_what_it_cannot_measure():
 
 
 @pytest.mark.parametrize("model_type", ["attn_transformer", "attn_rnn"])
-def test_beam_search_script_runs_on_a_tiny_saved_model(model_type, tmp_path, capsys):
-    """bench/beam_search.py times ours against transformers' beam search (and Marian for a post-LN Transformer) on
-    a saved model, after checking that ours and transformers' translate alike."""
+def test_beam_search_runs_on_a_tiny_saved_model(model_type, tmp_path):
+    """beam_search times ours against transformers' beam search (and Marian for a post-LN Transformer) on a saved
+    model, after checking that ours and transformers' translate alike."""
     from test_translate import SENTENCES, save_tiny_model
 
-    module = bench_script("beam_search")
+    module = bench_module("beam_search")
     folder = save_tiny_model(tmp_path / "model", model_type)
     source = tmp_path / "source.txt"
     source.write_text("\n".join(SENTENCES * 3) + "\n")
     argv = ["--model", str(folder), "--source", str(source), "--batch_size", "4", "--reps", "1", "--threads", "1"]
-    medians = module.main([*argv, "--num_beams", "3"])
-    out = capsys.readouterr().out
+    report = module.main([*argv, "--num_beams", "3", "--output", str(tmp_path / "beam")])
     expected = ["ours", "transformers' beam search"] + (["MarianMTModel"] if model_type == "attn_transformer" else [])
-    assert list(medians) == expected and all(seconds > 0 for seconds in medians.values())
-    assert f"{len(SENTENCES) * 3} sentences" in out
-    assert "| transformers' beam search |" in out and out.count("| yes |") == len(expected) - 1
-    assert "rows of closed sentences in transformers' beam search" in out
+    assert list(report["variants"]) == expected
+    assert all(entry["median_s"] > 0 for entry in report["variants"].values())
+    assert report["sentences"] == len(SENTENCES) * 3
+    table = (tmp_path / "beam.md").read_text()
+    assert "| transformers' beam search |" in table and table.count("| yes |") == len(expected) - 1
+    assert "rows of closed sentences in transformers' beam search" in table
     if model_type == "attn_rnn":
-        assert "MarianMTModel not measured" in out
+        assert "MarianMTModel not measured" in table
 
 
 def test_translated_tokens_stop_at_the_first_end_token():
     import torch
 
-    module = bench_script("beam_search")
+    module = bench_module("beam_search")
     sequences = torch.tensor([[1, 5, 6, 2, 2, 2], [1, 7, 2, 0, 0, 0], [1, 3, 4, 5, 6, 8]])
     assert module.translated_tokens(sequences, eos_token_id=2) == 3 + 2 + 5
 
@@ -276,9 +295,9 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     FLOP formula over the median round, and an sdpa that computes something else is caught."""
     import torch
 
-    module = bench_script("gpu")
+    module = bench_module("gpu")
     output = tmp_path / "gpu.json"
-    report = module.main(["--dry-run", "--output", str(output), "--peak_tflops", "2"])
+    report = module.main(["--dry-run", "--output", str(tmp_path / "gpu"), "--peak_tflops", "2"])
     assert json.loads(output.read_text()) == report
     assert set(report["parts"]) == {"attention", "train", "attn_train", "generate", "compile"} and report["dry_run"]
     assert finite_numbers(report)  # and each of them finite
@@ -335,7 +354,7 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     # in the report as its error, after the parts before it
     exact = torch.nn.functional.scaled_dot_product_attention
     monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", lambda *a, **k: exact(*a, **k) * 1.01)
-    flags = ["--dry-run", "--parts", "attention", "--attention_presets", "tiny", "--output", str(output)]
+    flags = ["--dry-run", "--parts", "attention", "--attention_presets", "tiny", "--output", str(tmp_path / "gpu")]
     report = module.main(flags)
     (transformer,) = report["parts"]["attention"]["results"]
     assert not transformer["passed"] and not report["parts"]["attention"]["passed"] and module.failed(report)
@@ -349,41 +368,40 @@ def test_gpu_dry_run_measures_every_part(common, tmp_path, monkeypatch):
     assert crashed["preset"] == "tiny" and "RuntimeError" in crashed["error"] and module.failed(report)
 
 
-@pytest.mark.slow
-def test_compile_static_quick_run(common, tmp_path):
-    """bench/compile_static.py --quick (tiny preset, torch.compile's graph capture without code generation): every
-    variant and search measured, and the static-cache variants, compiled or not, give the dynamic cache's ids."""
-    report = bench_script("compile_static").main(["--quick", "--output_dir", str(tmp_path)])
-    assert json.loads((tmp_path / "compile-static-cpu-quick.json").read_text()) == report
+def test_engines_quick_run_of_the_pytorch_runtimes(tmp_path):
+    """engines --quick with the three PyTorch runtimes (torch.compile's graph capture without code generation): every
+    search measured, and the static-cache runtimes, compiled or not, give the dynamic cache's ids."""
+    module = bench_module("engines")
+    runtimes = module.RUNTIMES[:3]
+    report = module.main(["--quick", "--runtimes", *runtimes, "--output", str(tmp_path / "e")])
+    assert json.loads((tmp_path / "e.json").read_text()) == json.loads(json.dumps(report))
     (result,) = report["results"]
     assert set(result["settings"]) == {"greedy_batch", "greedy_single", "beam4_batch", "beam4_single"}
     for entries in result["settings"].values():
-        assert list(entries) == list(common.GENERATION_VARIANTS)
+        assert list(entries) == runtimes
         for entry in entries.values():
-            assert entry["same_ids"] is True and entry["tokens_per_s"] > 0 and entry["first_call_s"] > 0
-    table = (tmp_path / "compile-static-cpu-quick.md").read_text()
-    assert "Command: `python bench/compile_static.py --quick" in table
-    assert "| beam4_single | compiled, static cache |" in table
+            assert entry["same_ids"] == 1.0 and entry["tokens_per_s"] > 0 and entry["first_call_s"] > 0
+    table = (tmp_path / "e.md").read_text()
+    assert table.startswith("Command: `python -m bench engines --quick --runtimes")
+    assert "| PyTorch compiled, static cache |" in table
 
 
 @pytest.mark.slow
-def test_export_speed_quick_run(tmp_path):
-    """bench/export_speed.py --quick: the four runtimes on the tiny preset; onnxruntime and the compiled model give
-    PyTorch's ids for every sentence (CTranslate2 runs its own search: its share is reported, not required)."""
+def test_engines_quick_run(tmp_path):
+    """engines --quick: the five runtimes on the tiny preset; onnxruntime and the compiled model give PyTorch's ids
+    for every sentence (CTranslate2 runs its own search: its share is reported, not required)."""
     pytest.importorskip("ctranslate2")
     pytest.importorskip("onnxruntime")
-    module = bench_script("export_speed")
-    report = module.main(["--quick", "--output_dir", str(tmp_path)])
+    module = bench_module("engines")
+    report = module.main(["--quick", "--output", str(tmp_path / "e")])
     (result,) = report["results"]
     assert set(result["settings"]) == {"greedy_batch", "beam4_batch", "greedy_single", "beam4_single"}
     for entries in result["settings"].values():
         assert list(entries) == module.RUNTIMES
-        assert all(entries[name]["same_ids"] == 1.0 for name in module.RUNTIMES[:3])
+        assert all(entries[name]["same_ids"] == 1.0 for name in module.RUNTIMES[:4])
         assert all(entry["sentences_per_s"] > 0 and 0 <= entry["same_ids"] <= 1 for entry in entries.values())
     assert result["setup"]["onnxruntime export s"] > 0 and result["setup"]["CTranslate2 export s"] > 0
-    assert (
-        report["versions"]["onnxruntime"] and "| onnxruntime |" in (tmp_path / "export-speed-cpu-quick.md").read_text()
-    )
+    assert report["versions"]["onnxruntime"] and "| onnxruntime |" in (tmp_path / "e.md").read_text()
 
 
 @pytest.mark.slow
@@ -394,7 +412,7 @@ def test_int8_quick_run(tmp_path):
     pytest.importorskip("ctranslate2")
     from test_serve import save_model
 
-    module = bench_script("int8")
+    module = bench_module("int8")
     model = save_model(tmp_path / "model")
     module.main(["--quick", "--model", str(model), "--max_samples", "8", "--output", str(tmp_path / "int8")])
     results = json.loads((tmp_path / "int8.json").read_text())
@@ -414,3 +432,79 @@ def test_int8_quick_run(tmp_path):
     assert quality["alone"] == 8 and all(0 <= run["changed_alone"] <= 8 for run in quality["runs"].values())
     assert quality["runs"]["float32"]["changed_alone"] == 0  # float32 is the same in any batch
     assert "| 1 | no_eos | float32 |" in (tmp_path / "int8.md").read_text()
+
+
+def test_interleaved_rounds_warm_up_then_rotate_and_time_both_clocks():
+    """One untimed call of each task, then `reps` rounds, each starting one task later; every call timed by both
+    clocks, and the wall clock sees a sleep the CPU clock does not."""
+    import time
+
+    from bench import harness
+
+    calls = []
+    tasks = {name: (lambda name=name: calls.append(name) or (name == "b" and time.sleep(0.02))) for name in "abc"}
+    seconds = harness.interleaved_clocks(tasks, reps=4)
+    assert calls == ["a", "b", "c"] + ["a", "b", "c"] + ["b", "c", "a"] + ["c", "a", "b"] + ["a", "b", "c"]
+    assert all(len(by_clock["wall"]) == len(by_clock["cpu"]) == 4 for by_clock in seconds.values())
+    assert min(seconds["b"]["wall"]) >= 0.02 > max(seconds["b"]["cpu"])
+    assert harness.interleaved(tasks, reps=2, clock="cpu").keys() == tasks.keys()
+
+
+def test_first_call_then_rounds_compares_each_output_with_the_first():
+    from bench import harness
+
+    outputs = {"reference": [1, 2, 3], "same": [1, 2, 3], "other": [1, 2, 4]}
+    calls = {name: (lambda output=output: output) for name, output in outputs.items()}
+    timed = []
+    tasks = {name: (lambda name=name: timed.append(name)) for name in outputs}
+    entries = harness.first_call_then_rounds(calls, tasks, 2, "wall", lambda a, b: a == b)
+    assert {name: entry["same_ids"] for name, entry in entries.items()} == {
+        "reference": True,
+        "same": True,
+        "other": False,
+    }
+    assert all(entry["first_call_s"] >= 0 and len(entry["seconds"]) == 2 for entry in entries.values())
+    assert len(timed) == 3 + 2 * 3  # a warm-up call of each, then two rounds
+
+
+def test_the_envelope_names_the_command_that_reruns_the_bench_and_the_writer_puts_it_first(tmp_path):
+    from bench import harness
+
+    report = harness.envelope("bench.train_step", ["--preset", "tiny", "--output", "a b"], ("nothing-such",), x=1)
+    assert report["bench"] == "train_step" and report["x"] == 1
+    assert report["command"] == "python -m bench train_step --preset tiny --output 'a b'"
+    assert report["versions"]["torch"] and report["versions"]["nothing-such"] is None
+    harness.write_results(tmp_path / "sub" / "r-1.0", report, "| a |\n", quiet=True)
+    assert json.loads((tmp_path / "sub" / "r-1.0.json").read_text()) == report
+    text = (tmp_path / "sub" / "r-1.0.md").read_text()
+    assert text.startswith(f"Command: `{report['command']}`\n\nMachine: {report['machine']}; python ")
+    assert text.endswith("\n\n| a |\n")
+
+
+def test_every_bench_is_a_module_with_main_and_the_entry_point_runs_one(tmp_path):
+    """`python -m bench` lists every bench, refuses an unknown name with a hint, and runs a bench with its flags."""
+    import inspect
+
+    from bench import BENCHES
+
+    for name, module in BENCHES.items():
+        main = importlib.import_module(module).main
+        assert list(inspect.signature(main).parameters) == ["argv"], name
+    run = [sys.executable, "-m", "bench"]
+    listed = subprocess.run(run, capture_output=True, text=True, cwd=ROOT, check=True).stdout
+    assert all(f"  {name} " in listed for name in BENCHES)
+    wrong = subprocess.run([*run, "trainstep"], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert wrong.returncode == 2 and "did you mean train_step?" in wrong.stderr
+    flags = ["--preset", "tiny", "--batch_size", "4", "--reps", "1", "--threads", "1", "--output", str(tmp_path / "r")]
+    subprocess.run([*run, "train_step", *flags], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert json.loads((tmp_path / "r.json").read_text())["command"].startswith("python -m bench train_step --preset")
+
+
+def test_the_readme_index_has_a_row_for_every_bench():
+    from bench import BENCHES
+
+    text = (ROOT / "bench" / "README.md").read_text(encoding="utf-8")
+    index = text.split("## Index\n", 1)[1].split("\n#", 1)[0]
+    rows = [line for line in index.splitlines() if line.startswith("| `")]
+    assert [line.split("`")[1] for line in rows] == list(BENCHES)
+    assert all(f"`python -m bench {name}" in row for name, row in zip(BENCHES, rows, strict=True))

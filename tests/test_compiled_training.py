@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -16,19 +15,11 @@ from transformers import AutoModelForSeq2SeqLM
 
 from modeling_attn.api.presets import load_preset
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
-
 
 @pytest.fixture(scope="module")
 def bench():
-    """bench/compile_train_step.py (its batches and its counting backend), imported as a module."""
-    import sys
-
-    sys.path.insert(0, str(BENCH))
-    spec = importlib.util.spec_from_file_location("bench_compile_train_step", BENCH / "compile_train_step.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """bench/compile_train_step.py (its batches and its counting backend), the suite's module."""
+    return importlib.import_module("bench.compile_train_step")
 
 
 def tiny(preset: str = "tiny", **overrides) -> torch.nn.Module:

@@ -77,21 +77,15 @@ def test_the_projections_see_real_tokens_in_training_and_every_position_in_evalu
     assert source < positions["encoder"] and target < positions["decoder"]
 
 
-def test_the_cpu_mfu_bench_reports_each_step():
+def test_the_cpu_mfu_bench_reports_each_step(tmp_path):
     """bench/cpu_mfu.py on the tiny preset: every step measured, its share of the mm peak and its aten op count; the
     ablation rows run the attention projections on every position, with more aten ops (no row picking), and the
     output loss in the smaller chunks of before, the module's chunk restored afterwards."""
-    import importlib.util
-    import sys
-    from pathlib import Path
+    from bench import cpu_mfu as module
 
-    bench = Path(__file__).resolve().parent.parent / "bench"
-    sys.path.insert(0, str(bench))
-    spec = importlib.util.spec_from_file_location("bench_cpu_mfu", bench / "cpu_mfu.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     report = module.main(
-        ["--preset", "tiny", "--batch_size", "4", "--threads", "1", "--reps", "1", "--mm_size", "64"]
+        ["--output", str(tmp_path / "mfu"), "--preset", "tiny", "--batch_size", "4", "--threads", "1", "--reps", "1"]
+        + ["--mm_size", "64"]
         + ["--mm_products", "4", "--optimizers", "fused", "for-loop", "--every_position", "--small_loss_chunks"]
     )
     ablation = "fused, attention on every position"

@@ -7,7 +7,10 @@
 3. the training recipe: the repository's `training/`, installed as `modeling_attn.training`; it may import the
    API and the core;
 4. the commands: `modeling_attn/cli/` (and `training/__main__.py`, the `python -m modeling_attn.training` entry
-   point); they may import everything, and no command module imports the dispatcher `cli/main.py`.
+   point); they may import everything below, and no command module imports the dispatcher `cli/main.py`;
+5. the bench suite: `bench/` (not installed; `python -m bench NAME`); it may import everything below. Inside it, a
+   bench imports the registry `bench`, `bench.harness`, `bench.common` and its own subpackage's modules, never
+   another bench or the dispatcher `bench/__main__.py`; the harness imports no model code.
 
 Imports are read from the source: every `import` statement, including those inside functions. The checks run on
 the real tree and, to show that they can fail, on trees with a planted upward import and a planted cycle.
@@ -27,8 +30,14 @@ PACKAGE_DIRS = {
     "modeling_attn.cli": ROOT / "modeling_attn" / "cli",
     "modeling_attn.training": ROOT / "training",
     "modeling_attn.configuration": ROOT / "configuration",
+    "bench": ROOT / "bench",
+    "bench.multi30k": ROOT / "bench" / "multi30k",
+    "bench.scale": ROOT / "bench" / "scale",
+    "bench.serve": ROOT / "bench" / "serve",
 }
-LAYERS = ("core", "api", "training", "commands")
+LAYERS = ("core", "api", "training", "commands", "bench")
+# what any bench module may import from the suite itself (besides its own subpackage)
+BENCH_SHARED = {"bench", "bench.harness", "bench.common"}
 
 
 def imported_modules(source: str, package: str) -> set[str]:
@@ -60,6 +69,8 @@ def package_modules(package_dirs: dict[str, Path]) -> dict[str, tuple[Path, str]
 
 
 def layer_of(module: str) -> str:
+    if module == "bench" or module.startswith("bench."):
+        return "bench"
     if module.startswith("modeling_attn.cli") or module == "modeling_attn.training.__main__":
         return "commands"
     if module.startswith("modeling_attn.training"):
@@ -87,6 +98,23 @@ def upward_imports(graph: dict[str, set[str]]) -> list[str]:
             upward = LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(module))
             dispatcher = target == "modeling_attn.cli.main" and layer_of(module) == "commands"
             if upward or dispatcher:
+                found.append(f"{module} -> {target}")
+    return sorted(found)
+
+
+def bench_imports(graph: dict[str, set[str]]) -> list[str]:
+    """`a -> b` for each import inside the suite that is not allowed: a bench importing another bench (not the
+    registry, the harness, `common` or a module of its own subpackage), anything importing the dispatcher, and the
+    harness importing model code."""
+    found = []
+    for module, imported in graph.items():
+        if layer_of(module) != "bench":
+            continue
+        for target in imported:
+            same_subpackage = module.count(".") == 2 and target.rpartition(".")[0] == module.rpartition(".")[0]
+            model_code = module == "bench.harness" and target != "bench"
+            other_bench = layer_of(target) == "bench" and target not in BENCH_SHARED and not same_subpackage
+            if model_code or other_bench or target == "bench.__main__":
                 found.append(f"{module} -> {target}")
     return sorted(found)
 
@@ -158,6 +186,40 @@ def test_every_import_goes_downward():
 
 def test_no_import_cycle_in_the_package():
     assert cycles(GRAPH) == []
+
+
+def test_benches_import_only_the_harness_common_and_their_own_subpackage():
+    assert {"bench.harness", "bench.common"} <= GRAPH["bench.train_step"]  # the suite is read
+    assert "bench.multi30k.recipe" in GRAPH["bench.multi30k.ensemble"]
+    assert bench_imports(GRAPH) == []
+
+
+def test_planted_bench_imports_fail(tmp_path):
+    dirs = _tree(
+        tmp_path,
+        {
+            "bench.harness": "from . import BENCHES\nfrom modeling_attn import attention\n",  # model code
+            "bench.common": "from . import harness\n",
+            "bench.speed": "from . import common, harness\nfrom .engines import RUNTIMES\n",  # another bench
+            "bench.engines": "from . import harness\n",
+            "bench.__main__": "from . import BENCHES\n",
+            "bench.gpu": "from .__main__ import main\n",  # the dispatcher
+            "bench.multi30k.recipe": "from .bleu import x\nfrom .. import harness\n",  # its own subpackage: fine
+            "bench.multi30k.bleu": "",
+            "bench.serve.bench": "from ..multi30k import bleu\n",  # another subpackage's module
+            "modeling_attn.attention": "",
+            "modeling_attn.api.hub": "from bench import harness\n",  # the API importing the suite: upward
+        },
+    )
+    (dirs["bench"] / "__init__.py").write_text("BENCHES = {}\n")
+    graph = import_graph(dirs)
+    assert bench_imports(graph) == [
+        "bench.gpu -> bench.__main__",
+        "bench.harness -> modeling_attn.attention",
+        "bench.serve.bench -> bench.multi30k.bleu",
+        "bench.speed -> bench.engines",
+    ]
+    assert upward_imports(graph) == ["modeling_attn.api.hub -> bench", "modeling_attn.api.hub -> bench.harness"]
 
 
 def _tree(tmp_path: Path, files: dict[str, str]) -> dict[str, Path]:

@@ -1,13 +1,14 @@
-"""Every command, flag, module path and Python snippet that README.md and docs/*.md show exists as shown.
+"""Every command, flag, module path and Python snippet that README.md, docs/*.md and bench's READMEs show exists.
 
 - Shell commands: each fenced ```bash block of README.md and docs/*.md (README's unlabelled blocks too), and each
   inline `attn ...` / `python -m modeling_attn.training ...` / `torchrun ...` / `accelerate launch ...` span, is
   split into simple commands (shlex: `&&`, `|`, `;`, line continuations, comments, `VAR=value` prefixes). The flags
   of `attn COMMAND`, `python -m modeling_attn.training`, `torchrun` / `accelerate launch` (their own flags, then the
-  training module's), and `python bench/...py` are checked against that command's real parser: the parser the
-  command builds is caught where it starts parsing (`CommandParser.parse`, argparse's `parse_known_args`), so the
-  names are the ones `--help` prints. Fenced commands are then parsed with it too, so a bad value (`--num_beams
-  four`, a choice that does not exist) fails; a missing required flag does not (commands may be excerpts).
+  training module's), `python -m bench NAME` and `python tests/...py` are checked against that command's real
+  parser: the parser the command builds is caught where it starts parsing (`CommandParser.parse`, argparse's
+  `parse_known_args`), so the names are the ones `--help` prints. Fenced commands are then parsed with it too, so a
+  bad value (`--num_beams four`, a choice that does not exist) fails; a missing required flag does not (commands
+  may be excerpts).
   A program the checker does not know is a failure: teach it the program rather than show an unchecked command.
 - Python: each ```python block of README.md and docs/*.md imports only names that exist (each is imported), and the
   README's blocks run, in a folder holding a tiny `outputs/dates` model (seconds). The Hub upload of the README
@@ -38,18 +39,21 @@ from unittest import mock
 
 import pytest
 
+from bench import BENCHES
 from modeling_attn.cli.main import COMMANDS
 from modeling_attn.cli.parser import CommandParser
 
 ROOT = Path(__file__).resolve().parent.parent
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# the bench suite's index and folder READMEs: their commands and paths are checked too
+DOCUMENTS += [ROOT / "bench" / "README.md", *sorted((ROOT / "bench").glob("*/README.md"))]
 TRAINING_MODULE = "modeling_attn.training"
 SHELL_LANGUAGES = ("bash", "sh", "shell", "console")
 # Programs shown in the documents whose flags are not this project's: not checked.
 UNCHECKED = {"pip", "pip3", "pytest", "source", "cd", "echo", "cat", "git", "hf", "ruff", "mkdir", "ls", "export"}
 UNCHECKED |= {"curl", "chromium"}
-# bench scripts that pass the flags their own parser does not know on to `attn train`
-PASS_ON_TO_TRAIN = {"bench/multi30k/recipe.py", "bench/scale/run.py"}
+# benches (`python -m bench NAME`) that pass the flags their own parser does not know on to `attn train`
+PASS_ON_TO_TRAIN = {"multi30k", "scale"}
 REPO_FOLDERS = ("modeling_attn", "training", "configuration", "tests", "bench", "docs", ".ci")
 REPO_PATH = re.compile(r"(?<![\w./-])((?:" + "|".join(map(re.escape, REPO_FOLDERS)) + r")/[\w./-]*\w)")
 
@@ -142,12 +146,19 @@ def attn_parser(command: str) -> argparse.ArgumentParser:
 
 @cache
 def script_parser(script: str) -> argparse.ArgumentParser:
-    """The argparse parser of a bench script, caught as it starts parsing (the script's imports run, nothing else)."""
+    """The argparse parser of a script, caught as it starts parsing (the script's imports run, nothing else)."""
     path = ROOT / script
     with mock.patch.object(sys, "argv", [str(path)]), mock.patch.object(sys, "path", [str(path.parent), *sys.path]):
         return _catch(
             argparse.ArgumentParser, "parse_known_args", lambda: runpy.run_path(str(path), run_name="__main__")
         )
+
+
+@cache
+def bench_parser(name: str) -> argparse.ArgumentParser:
+    """The argparse parser of the bench NAME (`python -m bench NAME`), caught as its `main` starts parsing."""
+    main = importlib.import_module(BENCHES[name]).main
+    return _catch(argparse.ArgumentParser, "parse_known_args", lambda: main([]))
 
 
 @cache
@@ -201,6 +212,8 @@ def _parse_values(parser: argparse.ArgumentParser, argv: list[str], where: str) 
 def check_command(argv: list[str], whole: bool, where: str) -> list[str]:
     """What is wrong with one simple command of a document (nothing: [])."""
     program, rest = argv[0], argv[1:]
+    if program in ("time", "/usr/bin/time"):  # the timed command is checked (`-v`: time's own flag)
+        return check_command([argument for argument in rest if argument != "-v"], whole, where)
     if program in UNCHECKED or (program in ("python", "python3") and rest[:2] in (["-m", "venv"], ["-m", "pip"])):
         return _check_extras(argv, where) if "install" in rest else []
     if program == "attn":
@@ -212,7 +225,9 @@ def check_command(argv: list[str], whole: bool, where: str) -> list[str]:
     if program in ("python", "python3"):
         if rest[:2] == ["-m", TRAINING_MODULE]:
             return check_flags(attn_parser("train"), rest[2:], whole, where)
-        if rest and rest[0].startswith(("bench/", "tests/")) and rest[0].endswith(".py"):  # scripts with argparse
+        if rest[:2] == ["-m", "bench"]:
+            return _check_bench(rest[2:], whole, where)
+        if rest and rest[0].startswith("tests/") and rest[0].endswith(".py"):  # scripts with argparse
             return _check_script(rest[0], rest[1:], whole, where)
         return [f"{where}: cannot check {' '.join(argv[:3])!r} (a module or script this test does not know)"]
     if program == "torchrun" or argv[:2] == ["accelerate", "launch"]:
@@ -234,8 +249,16 @@ def _check_launch(launcher: str, argv: list[str], whole: bool, where: str) -> li
 def _check_script(script: str, argv: list[str], whole: bool, where: str) -> list[str]:
     if not (ROOT / script).is_file():
         return [f"{where}: no script {script}"]
-    parser = script_parser(script)
-    if script not in PASS_ON_TO_TRAIN:
+    return check_flags(script_parser(script), argv, whole, where)
+
+
+def _check_bench(argv: list[str], whole: bool, where: str) -> list[str]:
+    if not argv or argv[0] in ("-h", "--help"):
+        return []
+    if argv[0] not in BENCHES:
+        return [f"{where}: python -m bench has no bench {argv[0]!r} (benches: {', '.join(BENCHES)})"]
+    name, parser, argv = argv[0], bench_parser(argv[0]), argv[1:]
+    if name not in PASS_ON_TO_TRAIN:
         return check_flags(parser, argv, whole, where)
     own = {option for action in parser._actions for option in action.option_strings}
     split = argv.index("--") if "--" in argv else len(argv)
@@ -289,15 +312,15 @@ def check_imports(code: str, where: str) -> list[str]:
 
 
 def check_names(text: str, where: str) -> list[str]:
-    """Every `modeling_attn.x.y` in a span resolves; every span path under a repository folder exists; every
-    relative link is a file."""
+    """Every `modeling_attn.x.y` in a span resolves; every span path under a repository folder exists (a report's
+    stem, as `--output` takes it: its .json); every relative link is a file."""
     problems = []
     for span in inline_spans(text):
         for dotted in re.findall(r"\bmodeling_attn(?:\.[A-Za-z_]\w*)+", span):
             if not _resolves(dotted):
                 problems.append(f"{where}: `{dotted}` does not exist")
         for path in re.findall(REPO_PATH, span):
-            if not (ROOT / path).exists():
+            if not (ROOT / path).exists() and not (ROOT / f"{path}.json").is_file():
                 problems.append(f"{where}: `{path}` does not exist in the repository")
     for target, anchor in re.findall(r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", prose(text)):
         if "://" in target:
@@ -387,8 +410,9 @@ attn translate --model outputs/dates --num_beams four "3. März 1987"
 torchrun --nproc_per_node 2 -m modeling_attn.training --ouput_dir outputs/x
 accelerate launch --config_file configuration/accelerate-fsdp.yaml --num_procs 2 -m modeling_attn.training
 python -m training --output_dir outputs/dates
-python bench/speed.py --preset small --thread 1
-python bench/multi30k/recipe.py --source_lang en --target_lang de --output_dir o --max_stepz 10
+python -m bench speed --preset small --thread 1
+python -m bench multi30k --source_lang en --target_lang de --output_dir o --max_stepz 10
+python -m bench sped --preset small
 pip install -e ".[test,plots]"
 wget https://example.com/model.bin
 ```
@@ -411,6 +435,7 @@ def test_planted_mistakes_are_found():
         "Accelerate launch command has no flag --num_procs",
         "cannot check 'python -m training'",
         "has no flag --thread (did you mean --threads?)",
+        "python -m bench has no bench 'sped'",
         "attn train has no flag --max_stepz (did you mean --max_steps?)",
         "modeling-attn has no extra 'plots'",
         "cannot check the program 'wget'",
@@ -436,6 +461,7 @@ def test_the_same_lines_spelt_right_pass():
         .replace("--num_procs", "--num_processes")
         .replace("-m training", f"-m {TRAINING_MODULE}")
         .replace("--thread 1", "--threads 1")
+        .replace("bench sped", "bench speed")
         .replace("--max_stepz", "--max_steps")
         .replace("plots", "plot")
         .replace("wget https://example.com/model.bin\n", "")

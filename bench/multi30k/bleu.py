@@ -7,7 +7,8 @@ The implementation is the package's `evaluate` module `multi30k_bleu`
 `evaluate.load(modeling_attn.api.metrics.module_path("multi30k_bleu"))`): `lowercase_tokenize`, `multi_bleu` and
 `lowercased_tokenized_bleu` below are its functions.
 
-Command line: `python bench/multi30k/bleu.py --lang de HYPOTHESES REFERENCES[.gz]` prints the score as JSON.
+Command line: `python -m bench multi30k_bleu --lang de HYPOTHESES REFERENCES[.gz]` prints the score as JSON (a scorer:
+it writes no results file).
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import json
-import sys
 from pathlib import Path
 
 from modeling_attn.api.evaluate_modules.multi30k_bleu import (  # noqa: F401  (this module's API)
@@ -33,20 +33,16 @@ def read_lines(path: str | Path) -> list[str]:
         return file.read().splitlines()
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="BLEU on lowercased, Moses-tokenized text (multi-bleu.perl style)")
+def main(argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m bench multi30k_bleu", description=__doc__.split("\n")[0])
     parser.add_argument("hypotheses", help="model output, one detokenized sentence per line")
     parser.add_argument("references", help="raw references, one per line (.gz allowed)")
     parser.add_argument("--lang", required=True, help="target language code for the Moses rules (en, de, fr)")
     args = parser.parse_args(argv)
     hypotheses, references = read_lines(args.hypotheses), read_lines(args.references)
     if len(hypotheses) != len(references):
-        print(f"{args.hypotheses}: {len(hypotheses)} lines but {args.references}: {len(references)}", file=sys.stderr)
-        return 2
+        parser.error(f"{args.hypotheses}: {len(hypotheses)} lines but {args.references}: {len(references)}")
     score, signature = lowercased_tokenized_bleu(hypotheses, references, args.lang)
-    print(json.dumps({"bleu_lc_tok": round(score.score, 2), "detail": str(score), "signature": signature}))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    result = {"bleu_lc_tok": round(score.score, 2), "detail": str(score), "signature": signature}
+    print(json.dumps(result))
+    return result

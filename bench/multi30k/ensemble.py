@@ -1,6 +1,6 @@
 """Ensembles on Multi30k: each run's model, the seed ensembles of the runs and each run's checkpoint ensemble.
 
-    python bench/multi30k/ensemble.py --source_lang en --target_lang de --runs outputs/seed1 outputs/seed2 \
+    python -m bench multi30k_ensemble --source_lang en --target_lang de --runs outputs/seed1 outputs/seed2 \
         --last_checkpoints 4 --output bench/results/multi30k-ensemble-cpu
 
 The runs are `recipe.py` output folders trained with different `--seed`s on one tokenizer (the second run's
@@ -21,24 +21,20 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
-from pathlib import Path
 
 import torch
-import transformers
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
-from bleu import lowercased_tokenized_bleu  # noqa: E402  (this folder's modules, found through sys.path)
-from common import machine, write_report  # noqa: E402
-from recipe import DEFAULT_DATA, test_and_validation, translate_split, validation_choice  # noqa: E402
+from modeling_attn.api.ensemble import AttnEnsemble, last_checkpoints, load_ensemble
+from modeling_attn.api.translation import load_model
 
-from modeling_attn.api.ensemble import AttnEnsemble, last_checkpoints, load_ensemble  # noqa: E402
-from modeling_attn.api.translation import load_model  # noqa: E402
+from .. import harness
+from .bleu import lowercased_tokenized_bleu
+from .recipe import DEFAULT_DATA, test_and_validation, translate_split, validation_choice
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench multi30k_ensemble", description=__doc__.split("\n")[0])
     parser.add_argument("--runs", nargs="+", required=True, help="recipe.py output folders, one per seed")
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="Multi30k folder (default ../shared/data/multi30k)")
     parser.add_argument("--source_lang", required=True)
@@ -110,20 +106,14 @@ def table(results: dict) -> str:
         "",
         f"Mean of the runs' models on test2016: {results['runs_mean_bleu_lc_tok']}. Validation-picked system: "
         f"{picked} ({results['systems'][picked]['bleu_lc_tok']} on test2016).",
-        "",
-        f"Command: `{results['command']}`; {results['machine']}, torch {results['versions']['torch']}, transformers "
-        f"{results['versions']['transformers']}.",
     ]
     return "\n".join(lines) + "\n"
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> dict:
     args = parse_args(argv)
     test, validation = test_and_validation(args, with_validation=True)
-    results = {
-        "command": "python bench/multi30k/ensemble.py " + " ".join(sys.argv[1:] if argv is None else argv),
-        "systems": {},
-    }
+    results = harness.envelope(__name__, argv, torch_threads=torch.get_num_threads(), systems={})
     for name, members in systems(args).items():
         results["systems"][name] = score(args, members, test, validation)
         print(name, json.dumps(results["systems"][name]), flush=True)
@@ -132,11 +122,5 @@ def main(argv: list[str] | None = None) -> int:
     results["validation_picked"] = max(
         results["systems"], key=lambda n: results["systems"][n]["validation_bleu_lc_tok"]
     )
-    results["machine"] = f"{machine()}, {torch.get_num_threads()} torch threads"
-    results["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
-    write_report(args.output, results, table(results))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    harness.write_results(args.output, results, table(results))
+    return results

@@ -1,40 +1,32 @@
 """The Multi30k recipe: train with `attn train`, translate test2016 with beam search, score it three ways.
 
-    python bench/multi30k/recipe.py --source_lang en --target_lang de --output_dir outputs/m30k-en-de
-    python bench/multi30k/recipe.py --source_lang de --target_lang en --model_type attn_rnn \
-        --output_dir outputs/m30k-rnn
-    python bench/multi30k/recipe.py ... --evaluate_only          # score the model already in --output_dir
+    python -m bench multi30k --source_lang en --target_lang de --output_dir outputs/m30k-en-de
+    python -m bench multi30k --source_lang de --target_lang en --model_type attn_rnn --output_dir outputs/m30k-rnn
+    python -m bench multi30k ... --evaluate_only          # score the model already in --output_dir
 
-1. Training: `attn train` (`modeling_attn.cli.train.train`) with the flags of `configuration/multi30k-transformer.yaml`
-   or `multi30k-rnn.yaml`, then any `attn train` flag given after ours (they win: `--max_steps 500`). The data is read
-   in place from `--data` (default `../shared/data/multi30k`); its test split is `test_2016_flickr`. Training ends with
-   the average of the last checkpoints (the flags' `average_last_n`), saved in `--output_dir`.
-2. Test: the saved model translates test2016 with `--num_beams` (5, as the reference), via
-   `modeling_attn.cli.evaluate.evaluate`, with the length penalty of `--length_penalties` that scores best on the
-   validation split (lowercased tokenized BLEU; 0.6, 1.0, 1.5, 2.0 by default; the choice and the beam size are written
-   into the model's generation_config.json by `modeling_attn.api.hub.paper_generation_config`, the function
-   `attn train` and `attn push` write it with). The test split plays no part in the choice.
+1. Training: `attn train` with the flags of `configuration/multi30k-transformer.yaml` or `multi30k-rnn.yaml`, then
+   any `attn train` flag given after ours (they win: `--max_steps 500`), on `--data` (default
+   `../shared/data/multi30k`; test split `test_2016_flickr`); the average of the last checkpoints is saved.
+2. Test: the saved model translates test2016 with `--num_beams` (5) via `modeling_attn.cli.evaluate.evaluate`, with
+   the length penalty of `--length_penalties` that scores best on the validation split (written into the model's
+   generation_config.json by `modeling_attn.api.hub.paper_generation_config`); the test split plays no part in it.
 3. Scores: sacreBLEU (cased, 13a) and chrF on the raw text, with signatures, and BLEU on lowercased Moses-tokenized
-   text (`bleu.py`: the reference numbers' way). Written to `--output_dir/multi30k_results.json`, the
-   translations to `test2016.hyp.<lang>`.
+   text (`bleu.py`: the reference numbers' way). Written to `--output_dir/multi30k_results.{json,md}`.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
-import sys
 import time
 from importlib import resources
 from pathlib import Path
 
 import torch
-import transformers
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bleu import lowercased_tokenized_bleu  # noqa: E402  (this folder's module, found through sys.path)
+from .. import harness
+from .bleu import lowercased_tokenized_bleu
 
 RECIPES = {"attn_transformer": "multi30k-transformer.yaml", "attn_rnn": "multi30k-rnn.yaml"}
 DEFAULT_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "multi30k"
@@ -49,9 +41,9 @@ def recipe_flags(model_type: str) -> list[str]:
     return flags
 
 
-def parse_args(argv: list[str] | None = None) -> tuple[argparse.Namespace, list[str]]:
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """Our flags, and the rest: `attn train` flags that override the recipe's."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench multi30k", description=__doc__.split("\n")[0])
     parser.add_argument("--data", default=str(DEFAULT_DATA), help="Multi30k folder (default ../shared/data/multi30k)")
     parser.add_argument("--source_lang", required=True, help="en, de or fr")
     parser.add_argument("--target_lang", required=True, help="en, de or fr")
@@ -176,12 +168,12 @@ def evaluate(args: argparse.Namespace) -> dict:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> dict:
     args, extra = parse_args(argv)
     if args.evaluate_only and extra:
         raise SystemExit(f"--evaluate_only takes no attn train flags, got {extra}")
     results_path = Path(args.output_dir) / "multi30k_results.json"
-    results = {}
+    results = harness.envelope(__name__, argv, torch_threads=torch.get_num_threads())
     if not args.evaluate_only:
         command, seconds = train(args, extra)
         results.update(attn_train_args=command, train_seconds=round(seconds, 1))
@@ -190,20 +182,9 @@ def main(argv: list[str] | None = None) -> int:
             {k: v for k, v in json.loads(results_path.read_text()).items() if k.startswith(("attn", "train"))}
         )
     results.update(evaluate(args))
-    results["machine"] = (
-        f"{platform.machine()} CPU x{torch.get_num_threads()} threads"
-        if not torch.cuda.is_available()
-        else torch.cuda.get_device_name()
-    )
-    results["versions"] = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-    }
-    results_path.write_text(json.dumps(results, indent=2) + "\n")
+    scores = ("bleu_lc_tok", "sacrebleu", "chrf", "length_penalty")
+    table = "| " + " | ".join(scores) + " |\n|" + " --- |" * len(scores) + "\n| "
+    table += " | ".join(str(results.get(key)) for key in scores) + " |\n"
+    harness.write_results(results_path.with_suffix(""), results, table, quiet=True)
     print(json.dumps(results, indent=2))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return results

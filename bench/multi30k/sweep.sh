@@ -28,7 +28,7 @@ start=$(date +%s)
 pids=()
 for name in "${!CFG[@]}"; do
   # shellcheck disable=SC2086  # the flags are meant to split
-  HF_HOME="$RUNS/hf_$name" OMP_NUM_THREADS=2 python bench/multi30k/recipe.py --data "$DATA" --source_lang en \
+  HF_HOME="$RUNS/hf_$name" OMP_NUM_THREADS=2 python -m bench multi30k --data "$DATA" --source_lang en \
     --target_lang de --output_dir "$RUNS/$name" ${CFG[$name]} > "$RUNS/$name.log" 2>&1 &
   pids+=($!)
 done

@@ -4,11 +4,12 @@
 # `attn train --max_steps 20` on each size, and a second 4.5M run that reuses the cache. One JSON line per run in
 # $ROOT/results.jsonl. Usage: bash bench/scale/all.sh [ROOT]  (about an hour on a shared 2-core machine).
 set -euo pipefail
+cd "$(dirname "$0")/../.."  # the repository root: `python -m bench` runs from there
 ROOT=${1:-/tmp/attn-scale}
 mkdir -p "$ROOT"
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
 FLAGS=(--preprocessing_num_workers 2 --max_tokens_per_batch 1024)
-[ -f "$ROOT/c4500000/test.de.gz" ] || python bench/scale/make_corpus.py "$ROOT/c4500000" --pairs 4500000
+[ -f "$ROOT/c4500000/test.de.gz" ] || python -m bench scale_corpus "$ROOT/c4500000" --pairs 4500000
 for pairs in 1500000 500000; do
   mkdir -p "$ROOT/c$pairs"
   for lang in en de; do
@@ -17,7 +18,7 @@ for pairs in 1500000 500000; do
     cp "$ROOT/c4500000/valid.$lang.gz" "$ROOT/c4500000/test.$lang.gz" "$ROOT/c$pairs/"
   done
 done
-run() { python bench/scale/run.py "$1" --label "$2" --log "$ROOT/$2.log" -- "${FLAGS[@]}" >> "$ROOT/results.jsonl"; }
+run() { python -m bench scale "$1" --label "$2" --log "$ROOT/$2.log" -- "${FLAGS[@]}" >> "$ROOT/results.jsonl"; }
 run "$ROOT/c4500000" "4.5M-first"
 run "$ROOT/c4500000" "4.5M-cached"
 run "$ROOT/c1500000" "1.5M-first"

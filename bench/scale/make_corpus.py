@@ -1,6 +1,6 @@
 """A synthetic parallel corpus of WMT14 EN-DE's size and shape, written as gzipped text files for `attn train --data`.
 
-`python bench/scale/make_corpus.py /tmp/wmt-synth --pairs 4500000` writes train.en.gz / train.de.gz (and 3,000-pair
+`python -m bench scale_corpus /tmp/wmt-synth --pairs 4500000` writes train.en.gz / train.de.gz (and 3,000-pair
 valid and test files). The words are made up; what matches WMT14 EN-DE (news + Europarl + Common Crawl) is what
 the data pipeline cares about: the number of pairs, sentence lengths (log-normal, median ~22 words, a long tail
 past 100 words, a few one-word lines), a Zipf-distributed vocabulary of 200,000 word types per language (so a joint
@@ -65,19 +65,16 @@ def write_split(folder: Path, stem: str, pairs: int, rng: np.random.Generator, v
                 handles[lang].write("".join(f"{line[:1].upper()}{line[1:]} .\n" for line in lines))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str]) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m bench scale_corpus", description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--pairs", type=int, default=4_500_000)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     args.folder.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(args.seed)
     vocabularies = {"en": make_vocabulary(rng, WORD_TYPES), "de": make_vocabulary(rng, WORD_TYPES)}
     for stem, pairs in (("train", args.pairs), ("valid", 3000), ("test", 3000)):
         write_split(args.folder, stem, pairs, rng, vocabularies)
     print(f"{args.folder}: {args.pairs} training pairs")
-
-
-if __name__ == "__main__":
-    main()
+    return {"folder": str(args.folder), "pairs": args.pairs, "seed": args.seed}

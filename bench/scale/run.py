@@ -2,12 +2,13 @@
 
 Memory is the peak of the whole process tree.
 
-`python bench/scale/run.py /tmp/wmt-synth --label 4.5M -- --max_steps 20` runs
+`python -m bench scale /tmp/wmt-synth --label 4.5M -- --max_steps 20` runs
 `attn train --data /tmp/wmt-synth --preset small --max_steps 20 ...` (extra flags after `--`), samples the resident
 memory of the command and all its children every 0.2 s, and prints one JSON line: peak RSS summed over the process tree
 (and of the largest single process), peak PSS summed over the tree, seconds from start to the first logged training
 step, the recipe's own timings of reading and tokenizing (from its log), and the load average at start and end (the
-machine is shared). Run it twice on the same data to measure a run that reuses the cache.
+machine is shared); the same record goes to bench/results/scale-LABEL.{json,md} (or `--output`). Run it twice on the
+same data to measure a run that reuses the cache.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import time
 from pathlib import Path
 
 import psutil
+
+from .. import harness
 
 SAMPLE_SECONDS = 0.2
 # The recipe's own log lines with the time of each preparation step (training/train.py).
@@ -47,70 +50,53 @@ def tree_memory(process: psutil.Process) -> tuple[int, int, int]:
     return sum(rss), max(rss, default=0), sum(pss)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """Our flags, and the rest: more `attn train` flags (after --)."""
+    parser = argparse.ArgumentParser(prog="python -m bench scale", description=__doc__.splitlines()[0])
     parser.add_argument("data", type=Path)
     parser.add_argument("--label", default="")
     parser.add_argument("--output_dir", type=Path, default=None)
     parser.add_argument("--log", type=Path, default=None, help="Where the run's output goes (default: a temp file).")
-    args, extra = parser.parse_known_args()  # the rest: more `attn train` flags (after --)
-    extra = [flag for flag in extra if flag != "--"]
-    output_dir = args.output_dir or Path(tempfile.mkdtemp(prefix="attn-scale-"))
-    command = [
+    parser.add_argument("--output", type=Path, help="stem of the record (default bench/results/scale-LABEL)")
+    args, extra = parser.parse_known_args(argv)
+    args.output = args.output or harness.RESULTS / f"scale-{args.label or 'run'}"
+    return args, [flag for flag in extra if flag != "--"]
+
+
+def train_command(data: Path, output_dir: Path, extra: list[str]) -> list[str]:
+    """`attn train` (as its module) on `data`: 20 steps of `small`, logging every step, no evaluation or saving."""
+    fixed = "--source_lang en --target_lang de --preset small --max_steps 20 --logging_steps 1 --eval_strategy no"
+    fixed += " --save_strategy no --do_eval False --do_predict False --report_to none --average_last_n 1"
+    return [
         sys.executable,
         "-m",
         "modeling_attn.training",
         "--data",
-        str(args.data),
-        "--source_lang",
-        "en",
-        "--target_lang",
-        "de",
-        "--preset",
-        "small",
+        str(data),
         "--output_dir",
         str(output_dir),
-        "--max_steps",
-        "20",
-        "--logging_steps",
-        "1",
-        "--eval_strategy",
-        "no",
-        "--save_strategy",
-        "no",
-        "--do_eval",
-        "False",
-        "--do_predict",
-        "False",
-        "--report_to",
-        "none",
-        "--average_last_n",
-        "1",
+        *fixed.split(),
         *extra,
     ]
-    log_path = args.log or output_dir.with_suffix(".log")
-    load_start = os.getloadavg()
+
+
+def watch(command: list[str], log_path: Path) -> dict:
+    """Run `command` with its output in `log_path`, sampling the tree's memory; the peaks and the first step's time."""
     start = time.monotonic()
     first_step: list[float] = []
+    peaks = {"sum": 0, "max": 0, "pss": 0, "before_training": 0}
+    done = threading.Event()
     with open(log_path, "w") as log:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
         watched = psutil.Process(process.pid)
-        peak_sum = peak_max = 0
-        done = threading.Event()
-
-        peak_before_training = peak_pss = 0
 
         def sample() -> None:
-            nonlocal peak_sum, peak_max, peak_before_training, peak_pss
             while not done.is_set():
                 total, largest, proportional = tree_memory(watched)
-                peak_sum, peak_max, peak_pss = (
-                    max(peak_sum, total),
-                    max(peak_max, largest),
-                    max(peak_pss, proportional),
-                )
+                peaks["sum"], peaks["max"] = max(peaks["sum"], total), max(peaks["max"], largest)
+                peaks["pss"] = max(peaks["pss"], proportional)
                 if not first_step:
-                    peak_before_training = peak_sum
+                    peaks["before_training"] = peaks["sum"]
                 time.sleep(SAMPLE_SECONDS)
 
         sampler = threading.Thread(target=sample, daemon=True)
@@ -123,6 +109,24 @@ def main() -> None:
         returncode = process.wait()
         done.set()
         sampler.join()
+    return {
+        "returncode": returncode,
+        "peak_rss_tree_gb": round(peaks["sum"] / 1e9, 3),
+        "peak_pss_tree_gb": round(peaks["pss"] / 1e9, 3),
+        "peak_rss_largest_process_gb": round(peaks["max"] / 1e9, 3),
+        "peak_rss_tree_before_first_step_gb": round(peaks["before_training"] / 1e9, 3),
+        "seconds_to_first_step": round(first_step[0], 1) if first_step else None,
+        "seconds_total": round(time.monotonic() - start, 1),
+    }
+
+
+def main(argv: list[str]) -> dict:
+    args, extra = parse_args(argv)
+    output_dir = args.output_dir or Path(tempfile.mkdtemp(prefix="attn-scale-"))
+    command = train_command(args.data, output_dir, extra)
+    log_path = args.log or output_dir.with_suffix(".log")
+    load_start = os.getloadavg()
+    measured = watch(command, log_path)
     text = log_path.read_text()
     timings = {}
     for key, pattern in TIMINGS.items():
@@ -130,21 +134,15 @@ def main() -> None:
             timings[key] = float(found.group(1))
     result = {
         "label": args.label,
-        "returncode": returncode,
-        "peak_rss_tree_gb": round(peak_sum / 1e9, 3),
-        "peak_pss_tree_gb": round(peak_pss / 1e9, 3),
-        "peak_rss_largest_process_gb": round(peak_max / 1e9, 3),
-        "peak_rss_tree_before_first_step_gb": round(peak_before_training / 1e9, 3),
-        "seconds_to_first_step": round(first_step[0], 1) if first_step else None,
-        "seconds_total": round(time.monotonic() - start, 1),
+        **measured,
         "timings_s": timings,
         "load_average_start": [round(x, 2) for x in load_start],
         "load_average_end": [round(x, 2) for x in os.getloadavg()],
         "log": str(log_path),
         "command": " ".join(command),
     }
+    record = harness.envelope(__name__, argv, run=result)
+    table = "| " + " | ".join(measured) + " |\n|" + " --- |" * len(measured) + "\n| "
+    harness.write_results(args.output, record, table + " | ".join(map(str, measured.values())) + " |\n", quiet=True)
     print(json.dumps(result))
-
-
-if __name__ == "__main__":
-    main()
+    return record

@@ -1,23 +1,18 @@
 """`attn serve` under load on loopback: throughput, latency, and lost or wrong answers.
 
-Throughput and latency at 1, 8 and 32 concurrent clients, against `attn translate` on the same sentences, and a
-stress run (32 clients x 500 requests) counting lost or wrong answers.
+    python -m bench serve --model outputs/dates          # writes bench/results/serve-cpu.{json,md}
+    python -m bench serve --model outputs/dates --quick  # 1 and 8 clients, 16 requests, stress 8 x 10
 
-1. Sentences: a pool of distinct human-written dates of the embedded dates task (`training.synthetic.generate_pairs`,
-   seed 12345, a seed the task's own splits do not use), one sentence per request.
-2. Reference and baseline: `attn translate --model M --input pool.txt` (a subprocess, the model's own decoding and
-   batch size 32): its output is the right answer for every request, and its wall time, with and without the
-   process start and model load, is the offline baseline. `attn translate` started once per sentence (what a script
-   without a server does) is timed on `--per_process` sentences.
-3. Server: `attn serve --model M --port P --threads T` in its own process on 127.0.0.1. For each client count,
-   closed-loop clients (threads, each with its own keep-alive httpx.Client) send one-sentence requests back to back
-   until `--requests` requests are answered; throughput is answered requests / wall time, latency the time of each
-   request (p50 / p99). Every answer is compared with the reference.
-4. Stress: `--stress_clients` clients sending `--stress_clients` x `--stress_requests` requests (default 32 x 500), one
-   sentence; every request must be answered 200 with the reference translation.
-
-    python bench/serve/bench.py --model outputs/dates          # writes bench/serve/results.json and prints a table
-    python bench/serve/bench.py --model outputs/dates --quick  # 1 and 8 clients, 16 requests, stress 8 x 10
+1. Sentences: distinct dates of the embedded dates task (`training.synthetic.generate_pairs`, seed 12345, unused by
+   the task's splits), one per request.
+2. Reference: `attn translate --model M --input pool.txt` (a subprocess): its output is every request's right answer,
+   its wall time (with and without start and load) the offline baseline; `attn translate` once per sentence is timed
+   on `--per_process` sentences.
+3. Server: `attn serve --model M --threads T` in its own process on 127.0.0.1; for each of `--clients`, closed-loop
+   clients (threads with keep-alive httpx clients) send one-sentence requests until `--requests` are answered:
+   requests/s, p50 / p99 latency, every answer checked.
+4. Stress: `--stress_clients` clients x `--stress_requests` requests, each answered 200 with the reference.
+`failed(report)`: the exit status is 1 on any lost or wrong answer.
 """
 
 from __future__ import annotations
@@ -25,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import platform
 import random
 import shlex
 import socket
@@ -39,15 +33,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import torch
-import transformers
 from modeling_attn.training.synthetic import generate_pairs
 
-HERE = Path(__file__).resolve().parent
+from .. import harness
 
 
-def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench serve", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="model folder (e.g. `attn train --output_dir outputs/dates`)")
     parser.add_argument("--pool", type=int, default=512, help="distinct sentences (512)")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 8, 32], help="client counts (1 8 32)")
@@ -58,24 +50,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the server and attn translate (1)")
     parser.add_argument("--serve_flags", default="", help="more `attn serve` flags, e.g. '--max_wait_ms 5'")
     parser.add_argument("--quick", action="store_true", help="a short check of the script")
-    parser.add_argument("--output", default=str(HERE / "results.json"))
+    parser.add_argument("--output", type=Path, default=harness.RESULTS / "serve-cpu", help="stem of the report")
     args = parser.parse_args(argv)
     if args.quick:
         args.pool, args.clients, args.requests = 64, [1, 8], 16
         args.stress_clients, args.stress_requests, args.per_process = 8, 10, 1
     return args
-
-
-def machine() -> str:
-    name = platform.machine()
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    import os
-
-    return f"{name}, {os.cpu_count()} CPU cores"
 
 
 def attn(*arguments: str) -> list[str]:
@@ -228,7 +208,7 @@ def load(
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str]) -> dict:
     args = parse_args(argv)
     pool = [source for source, _ in generate_pairs(args.pool, seed=12345)]
     with tempfile.TemporaryDirectory(prefix="bench-serve-") as tmp:
@@ -249,31 +229,40 @@ def main(argv: list[str] | None = None) -> int:
             stress = load(url, args.stress_clients, total, pool, expected)
             health = httpx.get(f"{url}/health").json()
     one = next((run for run in runs if run["clients"] == 1), None)
-    results = {
-        "command": shlex.join(["python", "bench/serve/bench.py", *(sys.argv[1:] if argv is None else argv)]),
-        "machine": machine(),
-        "versions": {
-            "python": platform.python_version(),
-            "torch": torch.__version__,
-            "transformers": transformers.__version__,
-            "httpx": httpx.__version__,
-        },
-        "model": args.model,
-        "threads": args.threads,
-        "attn_translate": baseline,
-        "serve": runs,
-        "speedup_over_1_client": {
+    results = harness.envelope(
+        __name__,
+        argv,
+        ("httpx",),
+        model=args.model,
+        threads=args.threads,
+        attn_translate=baseline,
+        serve=runs,
+        speedup_over_1_client={
             str(run["clients"]): round(run["requests_per_s"] / one["requests_per_s"], 2) for run in runs
         }
         if one
         else None,
-        "stress": stress,
-        "server_health_at_end": health,
-    }
-    Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
-    print(json.dumps(results, indent=2))
-    return 0 if stress["problems"] == 0 and all(run["problems"] == 0 for run in runs) else 1
+        stress=stress,
+        server_health_at_end=health,
+    )
+    harness.write_results(args.output, results, markdown(results))
+    return results
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def markdown(results: dict) -> str:
+    lines = [
+        f"Model {results['model']}, {results['threads']} thread(s).",
+        "",
+        "| clients | requests | problems | requests/s | p50 latency ms | p99 latency ms |",
+        "| --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for run in [*results["serve"], {**results["stress"], "clients": f"stress: {results['stress']['clients']}"}]:
+        cells = [run.get(key) for key in ("clients", "requests", "problems", "requests_per_s")]
+        cells += [run.get("latency_p50_ms"), run.get("latency_p99_ms")]
+        lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def failed(results: dict) -> bool:
+    """Whether `python -m bench serve` exits with status 1: a lost or wrong answer."""
+    return results["stress"]["problems"] != 0 or any(run["problems"] != 0 for run in results["serve"])

@@ -1,0 +1,1 @@
+"""`attn train` at WMT scale: a synthetic corpus (`python -m bench scale_corpus`) and its memory run (`scale`)."""

@@ -1,0 +1,1 @@
+"""`attn serve` under load (`python -m bench serve`): throughput, latency, lost or wrong answers."""
