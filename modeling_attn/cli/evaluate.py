@@ -254,8 +254,7 @@ def load_evaluation_set(args: SimpleNamespace) -> EvaluationSet:
 
 def main(argv: list[str] | None = None) -> int:
     """`attn evaluate`: see the module docstring and `attn evaluate --help`."""
-    args = parse_flags(evaluate_parser(), argv)
-    return run_command("attn evaluate", lambda: _evaluate(args))
+    return run_command("attn evaluate", lambda: _evaluate(parse_flags(evaluate_parser(), argv)))
 
 
 def _inputs(args: SimpleNamespace) -> dict[str, str | None]:

@@ -440,13 +440,13 @@ class Pictures:
 
 def main(argv: list[str] | None = None) -> int:
     """`attn translate`: see the module docstring and `attn translate --help`."""
+    return run_command("attn translate", lambda: translate(argv))
+
+
+def translate(argv: list[str] | None) -> int:
     args = parse_flags(translate_parser(), argv)
-
-    def translate() -> int:
-        with terminated_as_exit() if args.output else contextlib.nullcontext():
-            return _translate(args)
-
-    return run_command("attn translate", translate)
+    with terminated_as_exit() if args.output else contextlib.nullcontext():
+        return _translate(args)
 
 
 def model_inputs(args: SimpleNamespace) -> dict[str, str]:
