@@ -261,3 +261,19 @@ def test_the_attn_executable_reports_a_model_folder_mistake_in_the_same_line(com
     assert done.stderr.startswith("Traceback (most recent call last):") == bool(debug), done.stderr
     if not debug:
         assert done.stderr == f"attn {command}: error: {message}\n"
+
+
+def test_attn_debug_shows_the_traceback_of_argparse_own_errors_too(capsys, monkeypatch, tmp_path):
+    """`CommandParser.error` (argparse's own errors) prints the reporter's line; under ATTN_DEBUG=1, after the
+    traceback of argparse's exception. Without it, the line alone."""
+    argv = ["export", str(tmp_path), "--ctranslate2", str(tmp_path / "out"), "--quantization", "int3"]
+    line = "attn export: error: argument --quantization: invalid choice: 'int3'"
+    for debug in ("1", ""):
+        monkeypatch.setenv(DEBUG_VARIABLE, debug)
+        with pytest.raises(SystemExit) as exit_info:
+            attn(argv)
+        assert exit_info.value.code == 2
+        error = capsys.readouterr().err
+        assert error.startswith("Traceback (most recent call last):") == bool(debug), error
+        assert ("argparse.ArgumentError: argument --quantization" in error) == bool(debug)
+        assert error.splitlines()[-1].startswith(line) and error.endswith(" (see attn export --help)\n")
