@@ -27,4 +27,8 @@ class ExportError(UserError, ValueError):
     """A model an export format cannot represent (a model type, an activation, a vocabulary it lacks)."""
 
 
-__all__ = ["CommandLineError", "ExportError", "FlagError", "UserError", "WeightsError"]
+class ExplainError(UserError, ValueError):
+    """Bad input to the attention explainer (`explain.py`); the message names what is wrong."""
+
+
+__all__ = ["CommandLineError", "ExplainError", "ExportError", "FlagError", "UserError", "WeightsError"]

@@ -7,8 +7,8 @@ self-attention, one head's attention computed step by step, and the RNN's alignm
 (`modeling_attn.api.explain`; docs/explain.md). The page holds its script, style and data: it opens from `file://`
 with no network.
 
-The flags are dataclasses parsed by `parser.CommandParser` (the `attn` convention, see
-`translate.py`); `--model` is given once per model. An existing `--output` file is replaced only if it is an
+The flags are dataclasses parsed by `parser.CommandParser` (the `attn` convention; `parse_flags` of
+`options.py`); `--model` is given once per model. An existing `--output` file is replaced only if it is an
 explainer page, or with `--force`; a user error is one line `attn explain: error: ...` with exit status 2.
 """
 
@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 from ..api.errors import CommandLineError
 from ..api.explain import ATTENTION_KINDS, write_explainer
 from ..api.values import COUNT
+from .options import parse_flags, shown_defaults
 from .parser import CommandParser
 from .report import run_command
-from .translate import parse_flags, shown_defaults
 
 PROG = "attn explain"
 
