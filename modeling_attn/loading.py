@@ -6,6 +6,9 @@
 - Another model type: transformers only logs a warning when a `config.json` of another model type is loaded into a
   config class, and then builds a config with the wrong fields. Ours raise instead, naming both types.
 
+`UserError`, the base of every error a person causes by what they ask, is defined here, in the bottom layer, so that
+`WeightsError` (raised by the model code itself) can be one; `modeling_attn.api.errors` is its public home.
+
 Weights missing from a checkpoint or unexpected in it are left to transformers, as for its built-in models: they are
 initialised or ignored, and its load report (a logged table) names each one. Loading a base checkpoint into the
 translation head, or the head's checkpoint into the base model, is a normal use of that.
@@ -41,7 +44,11 @@ class ModelTypeGuard:
         return config_dict, kwargs
 
 
-class WeightsError(OSError):
+class UserError(Exception):
+    """Something asked for that cannot be done; the message names what is wrong and where, in one line."""
+
+
+class WeightsError(UserError, OSError):
     """Weights that cannot be read: no safetensors file, or a corrupt or truncated one; the message names the file."""
 
 
@@ -95,4 +102,4 @@ class SafetensorsOnly:
             ) from error
 
 
-__all__ = ["ModelTypeGuard", "SafetensorsOnly", "WeightsError"]
+__all__ = ["ModelTypeGuard", "SafetensorsOnly", "UserError", "WeightsError"]

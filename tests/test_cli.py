@@ -110,7 +110,7 @@ CASES = [
         lambda w: ["average", str(w / "run"), "--output_dir", str(w / "a"), "--last", "two"],
         "argument --last: invalid int value: 'two'",
     ),
-    (lambda w: ["average", str(w / "absent"), "--output_dir", str(w / "a")], "absent: no such folder"),
+    (lambda w: ["average", str(w / "absent"), "--output_dir", str(w / "a")], "{w}/absent: no such model folder"),
     (lambda w: ["average", str(w / "empty"), "--output_dir", str(w / "a")], r"empty: no model*.safetensors file"),
     (
         lambda w: ["average", "--output_dir", str(w / "a")],
@@ -125,7 +125,7 @@ CASES = [
         lambda w: ["push", "--model", str(w / "model"), "--repo_idd", "me/m"],
         "unrecognized flag --repo_idd; did you mean --repo_id?",
     ),
-    (lambda w: ["push", "--model", str(w / "absent"), "--repo-id", "me/m"], "--model " + "{w}/absent: no such folder"),
+    (lambda w: ["push", "--model", str(w / "absent"), "--repo-id", "me/m"], "{w}/absent: no such model folder"),
     (lambda w: ["push", "--model", str(w / "model"), "--repo-id", "me/a b"], "--repo_id me/a b: Repo id must use"),
     (
         lambda w: ["push", "--model", str(w / "model"), "--repo-id", "me/m", "--results", str(w / "none.json")],
@@ -153,7 +153,7 @@ CASES = [
     ),
     (
         lambda w: ["convert", "--from-marian", str(w / "absent"), "--to", str(w / "c")],
-        "--from_marian {w}/absent: no such folder",
+        "{w}/absent: no such model folder",
     ),
     (
         lambda w: ["convert", "--from-marian", str(w / "model"), "--to", str(w / "c")],
@@ -161,7 +161,7 @@ CASES = [
     ),
     (
         lambda w: ["convert", "--to-marian", str(w / "empty"), "--to", str(w / "c")],
-        "--to_marian {w}/empty: no config.json, not a saved model folder",
+        "{w}/empty: no config.json (a folder written by save_pretrained or attn train)",
     ),
     (
         lambda w: ["convert", "--to-marian", str(w / "config_only"), "--to", str(w / "c")],
@@ -179,7 +179,7 @@ CASES = [
     (lambda w: ["export", str(w / "absent"), "--ctranslate2", str(w / "e")], "{w}/absent: no such model folder"),
     (
         lambda w: ["export", str(w / "empty"), "--ctranslate2", str(w / "e")],
-        "{w}/empty: no config.json, not a saved model folder",
+        "{w}/empty: no config.json (a folder written by save_pretrained or attn train)",
     ),
     (
         lambda w: ["export", str(w / "config_only"), "--ctranslate2", str(w / "e")],

@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from modeling_attn.api.errors import CommandLineError
 from modeling_attn.api.values import COUNT, PROBABILITY
 from modeling_attn.cli.parser import CommandParser
+from modeling_attn.cli.report import run_command
 
 
 @dataclass
@@ -32,9 +34,12 @@ def parser() -> CommandParser:
 
 
 def error_of(argv, capsys) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        parser().parse(argv)
-    assert exit_info.value.code == 2
+    """The one line of a refused command line, parsed as a command parses it: inside `run_command`."""
+    try:
+        status = run_command("attn demo", lambda: parser().parse(argv))
+    except SystemExit as exit_info:  # argparse's own errors
+        status = exit_info.code
+    assert status == 2
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("attn demo: error: ")
@@ -125,9 +130,9 @@ def test_declare_ranges_covers_flags_of_a_dataclass_that_is_not_ours(capsys):
         (["--adam_beta2", "1"], "argument --adam_beta2: must be a number in [0, 1), got 1.0"),
         (["--seed", "1", "--max_grad_norm", "inf"], "argument --max_grad_norm: must be a finite number of 0 or more"),
     ]:
-        with pytest.raises(SystemExit):
+        with pytest.raises(CommandLineError) as refused:
             trainer_parser.parse(["--output_dir", "x", *argv])
-        assert expected in capsys.readouterr().err
+        assert expected in str(refused.value)
     (args,) = trainer_parser.parse(["--output_dir", "x", "--max_steps", "-1", "--seed", "-3"])
     assert (args.max_steps, args.seed) == (-1, -3)
 

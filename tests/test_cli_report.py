@@ -15,9 +15,12 @@ from huggingface_hub.errors import RepositoryNotFoundError
 from test_reliability_messages import TINY_RUN
 
 from modeling_attn.api.corpus import DataError
-from modeling_attn.api.errors import FlagError, UserError
+from modeling_attn.api.errors import CommandLineError, FlagError, UserError
 from modeling_attn.api.model_folder import ModelFolderError
+from modeling_attn.cli.main import COMMANDS as COMMAND_NAMES
+from modeling_attn.cli.main import main as attn
 from modeling_attn.cli.report import DEBUG_VARIABLE, run_command, user_error_line
+from modeling_attn.loading import WeightsError
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = REPO / "modeling_attn" / "cli"
@@ -55,6 +58,8 @@ def test_our_error_types_are_user_errors_and_still_the_builtin_kind_python_code_
     assert issubclass(DataError, UserError) and issubclass(DataError, ValueError)
     assert issubclass(FlagError, UserError) and issubclass(FlagError, ValueError)
     assert issubclass(ModelFolderError, UserError) and issubclass(ModelFolderError, OSError)
+    assert issubclass(WeightsError, UserError) and issubclass(WeightsError, OSError)
+    assert issubclass(CommandLineError, FlagError)
 
 
 def test_library_exceptions_that_mean_bad_input_get_one_line_of_ours():
@@ -123,20 +128,152 @@ def test_a_bug_planted_in_a_training_step_shows_its_traceback_and_exits_1(tmp_pa
     assert "attn train: error:" not in done.stderr
 
 
+# CommandParser's methods that run argparse: the only place an `.error(` call may be (argparse's own errors).
+ARGPARSE_ERRORS = {"parser.py::CommandParser.error"}
+
+
+def error_calls(source: str, where: str) -> list[tuple[str, int]]:
+    """(`where::function`, line) of each `X.error(...)` call in `source`, by the function that makes it."""
+    found: list[tuple[str, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+                continue
+            if isinstance(child, ast.Call) and getattr(child.func, "attr", None) == "error":
+                found.append((f"{where}::{prefix.rstrip('.')}", child.lineno))
+            visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_the_error_call_checker_sees_a_planted_parser_error():
+    planted = "def average(argv):\n    args, parser = parse(argv)\n    if x:\n        parser.error('no such folder')\n"
+    assert error_calls(planted, "average.py") == [("average.py::average", 4)]
+
+
 def test_every_command_reports_through_the_one_reporter():
-    """No command prints its own error and returns 2, nor hands exception text to parser.error."""
+    """Every module of the command layer, parser.py and main.py included: no `return 2` but the reporter's, no
+    `parser.error` but argparse's own (a check of ours raises a UserError), and each `main` reports through
+    `run_command`."""
+    checked = []
     for path in sorted(COMMANDS.glob("*.py")):
-        if path.name in ("report.py", "parser.py", "__init__.py"):
-            continue
-        tree = ast.parse(path.read_text(encoding="utf-8"))
+        source = path.read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        checked.append(path.name)
         for node in ast.walk(tree):
             if isinstance(node, ast.Return) and isinstance(node.value, ast.Constant) and node.value.value == 2:
-                pytest.fail(f"{path.name}:{node.lineno}: a bare `return 2`; raise a UserError instead")
-            if isinstance(node, ast.ExceptHandler) and node.name:
-                for call in ast.walk(node):
-                    on_text = any(isinstance(name, ast.Name) and name.id == node.name for name in ast.walk(call))
-                    if isinstance(call, ast.Call) and getattr(call.func, "attr", None) == "error" and on_text:
-                        pytest.fail(f"{path.name}:{call.lineno}: parser.error on exception text")
-        main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
-        called = {getattr(n.func, "id", None) for n in ast.walk(main) if isinstance(n, ast.Call)}
-        assert "run_command" in called, f"{path.name}: main does not report through run_command"
+                assert path.name == "report.py", f"{path.name}:{node.lineno}: a bare `return 2`; raise a UserError"
+        for function, line in error_calls(source, path.name):
+            assert function in ARGPARSE_ERRORS, f"{function} (line {line}): .error(); raise a UserError instead"
+        mains = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main"]
+        for main in mains:
+            called = {getattr(n.func, "id", None) for n in ast.walk(main) if isinstance(n, ast.Call)}
+            assert "run_command" in called, f"{path.name}: main does not report through run_command"
+    assert {"parser.py", "main.py", "report.py", "translate.py"} <= set(checked)
+
+
+def run_command_calls(argv: list[str]) -> tuple[int, int]:
+    """`attn argv`'s exit status and how many times `run_command` ran (counted by a profile hook, not a mock)."""
+    calls = []
+
+    def profile(frame, event, arg):
+        if event == "call" and frame.f_code is run_command.__code__:
+            calls.append(frame)
+
+    sys.setprofile(profile)
+    try:
+        status = attn(argv)
+    finally:
+        sys.setprofile(None)
+    return status, len(calls)
+
+
+def test_run_command_runs_once_per_command(tmp_path, capsys):
+    assert run_command_calls(["preset", "bsae"]) == (2, 1)
+    assert capsys.readouterr().err == "attn preset: error: unknown preset 'bsae'; did you mean 'base'?\n"
+    assert run_command_calls(["average", str(tmp_path / "gone"), "--output_dir", str(tmp_path / "o")]) == (2, 1)
+    assert run_command_calls(["trian"]) == (2, 1)
+    assert run_command_calls([]) == (2, 1)  # no SystemExit of its own: the usage, then the one line
+    assert capsys.readouterr().err.splitlines()[-1] == "attn: error: give a command (see attn --help)"
+
+
+# Every command that reads a model folder, with MODEL in its place: the same mistake reads the same on each.
+MODEL_COMMANDS = {
+    "translate": ["translate", "--model", "{model}", "a sentence"],
+    "evaluate": ["evaluate", "--model", "{model}"],
+    "export": ["export", "{model}", "--onnx", "{out}"],
+    "average": ["average", "{model}", "--output_dir", "{out}"],
+    "convert": ["convert", "--to_marian", "{model}", "--to", "{out}"],
+    "push": ["push", "--model", "{model}", "--repo_id", "me/model"],
+    "serve": ["serve", "--model", "{model}", "--port", "0"],
+    "explain": ["explain", "--model", "{model}", "a sentence", "--output", "{out}.html"],
+}
+
+
+def folder_mistakes(root: Path) -> list[tuple[str, str]]:
+    """(MODEL, the one line's message): a folder that is nowhere, and `outputs/dtes` beside `outputs/dates`."""
+    (root / "outputs" / "dates").mkdir(parents=True, exist_ok=True)
+    return [
+        (str(root / "gone"), f"{root / 'gone'}: no such model folder"),
+        ("outputs/dtes", "outputs/dtes: no such model folder; did you mean outputs/dates?"),
+    ]
+
+
+@pytest.mark.parametrize("command", sorted(MODEL_COMMANDS))
+def test_a_missing_and_a_mistyped_model_folder_read_the_same_on_every_command(command, tmp_path, monkeypatch, capsys):
+    if command == "serve":
+        pytest.importorskip("fastapi")
+    monkeypatch.chdir(tmp_path)
+    for model, message in folder_mistakes(tmp_path):
+        argv = [argument.format(model=model, out=tmp_path / "out") for argument in MODEL_COMMANDS[command]]
+        monkeypatch.delenv(DEBUG_VARIABLE, raising=False)
+        assert attn(argv) == 2
+        assert capsys.readouterr().err == f"attn {command}: error: {message}\n"
+        monkeypatch.setenv(DEBUG_VARIABLE, "1")
+        assert attn(argv) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("Traceback (most recent call last):"), error
+        assert f"ModelFolderError: {message}\n" in error
+        assert error.endswith(f"\nattn {command}: error: {message}\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["outputs"]  # nothing written
+
+
+def test_the_folder_cases_cover_every_command_that_reads_a_model_folder():
+    assert set(MODEL_COMMANDS) == set(COMMAND_NAMES) - {"train", "preset"}  # train: --model_name_or_path, validated
+
+
+@pytest.mark.parametrize(("command", "debug"), [("export", "1"), ("translate", "")])
+def test_the_attn_executable_reports_a_model_folder_mistake_in_the_same_line(command, debug, tmp_path):
+    """The installed console script in a fresh process; ATTN_DEBUG=1 adds the traceback before the same line."""
+    mistakes = folder_mistakes(tmp_path)
+    model, message = mistakes[1] if debug else mistakes[0]
+    argv = [argument.format(model=model, out=tmp_path / "out") for argument in MODEL_COMMANDS[command]]
+    environment = {**os.environ, DEBUG_VARIABLE: debug, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    executable = Path(sys.executable).with_name("attn")
+    done = subprocess.run(
+        [str(executable), *argv], capture_output=True, text=True, env=environment, cwd=tmp_path, timeout=300
+    )
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert done.stderr.endswith(f"attn {command}: error: {message}\n")
+    assert done.stderr.startswith("Traceback (most recent call last):") == bool(debug), done.stderr
+    if not debug:
+        assert done.stderr == f"attn {command}: error: {message}\n"
+
+
+def test_attn_debug_shows_the_traceback_of_argparse_own_errors_too(capsys, monkeypatch, tmp_path):
+    """`CommandParser.error` (argparse's own errors) prints the reporter's line; under ATTN_DEBUG=1, after the
+    traceback of argparse's exception. Without it, the line alone."""
+    argv = ["export", str(tmp_path), "--ctranslate2", str(tmp_path / "out"), "--quantization", "int3"]
+    line = "attn export: error: argument --quantization: invalid choice: 'int3'"
+    for debug in ("1", ""):
+        monkeypatch.setenv(DEBUG_VARIABLE, debug)
+        with pytest.raises(SystemExit) as exit_info:
+            attn(argv)
+        assert exit_info.value.code == 2
+        error = capsys.readouterr().err
+        assert error.startswith("Traceback (most recent call last):") == bool(debug), error
+        assert ("argparse.ArgumentError: argument --quantization" in error) == bool(debug)
+        assert error.splitlines()[-1].startswith(line) and error.endswith(" (see attn export --help)\n")

@@ -227,9 +227,10 @@ def test_ensemble_flag_errors_are_one_line(folders, capsys, extra, expected):
 def test_the_server_takes_several_models(folders):
     from fastapi.testclient import TestClient
 
-    from modeling_attn.api.server import create_app, describe_model
+    from modeling_attn.api.model_info import describe_model
+    from modeling_attn.api.server import create_app
+    from modeling_attn.cli.options import load_models, parse_flags
     from modeling_attn.cli.serve import serve_parser
-    from modeling_attn.cli.translate import load_models, parse_flags
 
     paths = [folders["attn_transformer"], folders["attn_rnn"]]
     args = parse_flags(serve_parser(), ["--model", paths[0], "--model", paths[1], "--device", "cpu"])

@@ -270,6 +270,5 @@ def test_attn_export_onnx_command_writes_a_folder_that_translates_as_the_model(d
     assert attn(["export", str(folder), "--onnx", str(tmp_path / "onnx")]) == 0
     got = OnnxTranslator(tmp_path / "onnx", threads=1).translate(test["source"][:20])
     assert got == dates[3].translate(test["source"][:20])
-    with pytest.raises(SystemExit) as exit_info:  # one of the two formats, not both
-        attn(["export", str(folder), "--onnx", str(tmp_path / "a"), "--ctranslate2", str(tmp_path / "b")])
-    assert exit_info.value.code == 2
+    # one of the two formats, not both
+    assert attn(["export", str(folder), "--onnx", str(tmp_path / "a"), "--ctranslate2", str(tmp_path / "b")]) == 2

@@ -7,7 +7,8 @@
 3. the training recipe: the repository's `training/`, installed as `modeling_attn.training`; it may import the
    API and the core;
 4. the commands: `modeling_attn/cli/` (and `training/__main__.py`, the `python -m modeling_attn.training` entry
-   point); they may import everything below, and no command module imports the dispatcher `cli/main.py`;
+   point); they may import everything below, and no command module imports the dispatcher `cli/main.py` or another
+   command module (what several commands share lives in `cli/options.py`, `cli/parser.py`, `cli/report.py`);
 5. the bench suite: `bench/` (not installed; `python -m bench NAME`); it may import everything below. Inside it, a
    bench imports the registry `bench`, `bench.harness`, `bench.common` and its own subpackage's modules, never
    another bench or the dispatcher `bench/__main__.py`; the harness imports no model code.
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+
+from modeling_attn.cli.main import COMMANDS
 
 ROOT = Path(__file__).resolve().parent.parent
 # where each installed package lives in the repository (pyproject.toml's package-dir)
@@ -38,6 +41,7 @@ PACKAGE_DIRS = {
 LAYERS = ("core", "api", "training", "commands", "bench")
 # what any bench module may import from the suite itself (besides its own subpackage)
 BENCH_SHARED = {"bench", "bench.harness", "bench.common"}
+COMMAND_MODULES = {f"modeling_attn.cli.{name}" for name in COMMANDS}  # one module per command
 
 
 def imported_modules(source: str, package: str) -> set[str]:
@@ -91,13 +95,15 @@ def import_graph(package_dirs: dict[str, Path]) -> dict[str, set[str]]:
 
 
 def upward_imports(graph: dict[str, set[str]]) -> list[str]:
-    """`a -> b` for each import of a higher layer, and each command module that imports the dispatcher."""
+    """`a -> b` for each import of a higher layer, each command module that imports the dispatcher, and each command
+    module that imports another command module."""
     found = []
     for module, imported in graph.items():
         for target in imported:
             upward = LAYERS.index(layer_of(target)) > LAYERS.index(layer_of(module))
             dispatcher = target == "modeling_attn.cli.main" and layer_of(module) == "commands"
-            if upward or dispatcher:
+            sideways = module in COMMAND_MODULES and target in COMMAND_MODULES
+            if upward or dispatcher or sideways:
                 found.append(f"{module} -> {target}")
     return sorted(found)
 
@@ -244,6 +250,8 @@ def test_a_planted_upward_import_and_a_planted_cycle_fail_the_checks(tmp_path):
             "modeling_attn.cli.parser": "",
             "modeling_attn.cli.push": "from .main import COMMANDS\n",  # a command imports the dispatcher
             "modeling_attn.cli.main": "from . import push\n",
+            "modeling_attn.cli.translate": "",
+            "modeling_attn.cli.serve": "from .translate import load_models\n",  # a command imports another
         },
     )
     graph = import_graph(dirs)
@@ -251,6 +259,7 @@ def test_a_planted_upward_import_and_a_planted_cycle_fail_the_checks(tmp_path):
         "modeling_attn.api.translation -> modeling_attn.training.data",
         "modeling_attn.attention -> modeling_attn.api.translation",
         "modeling_attn.cli.push -> modeling_attn.cli.main",
+        "modeling_attn.cli.serve -> modeling_attn.cli.translate",
         "modeling_attn.training.data -> modeling_attn.cli.parser",
     ]
     assert cycles(graph) == [["modeling_attn.cli.main", "modeling_attn.cli.push"]]

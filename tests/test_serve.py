@@ -1,5 +1,6 @@
-"""`attn serve` (modeling_attn/cli/serve.py, modeling_attn/api/server.py): a real server process on 127.0.0.1 and
-real HTTP clients (httpx, in threads), on a tiny random Transformer with a BPE tokenizer saved to a tmp folder.
+"""`attn serve` (modeling_attn/cli/serve.py, modeling_attn/api/server.py and batching.py): a real server process on
+127.0.0.1 and real HTTP clients (httpx, in threads), on a tiny random Transformer with a BPE tokenizer saved to a tmp
+folder.
 
 Reference checks: the server's answers equal `attn translate`'s on the same sentences (texts exactly, scores as
 `attn translate --num_return_sequences` prints them), whatever the batching of concurrent requests; a seeded
@@ -204,7 +205,9 @@ def same_nbest(served: list[tuple[int, str, float | None]], printed: list[tuple[
 def client(model_dir):
     from fastapi.testclient import TestClient
 
-    from modeling_attn.api.server import ServeLimits, create_app, describe_model
+    from modeling_attn.api.batching import ServeLimits
+    from modeling_attn.api.model_info import describe_model
+    from modeling_attn.api.server import create_app
 
     model, tokenizer = load_model(str(model_dir), "cpu")
     app = create_app(model, tokenizer, ServeLimits(max_body_bytes=BODY_LIMIT), describe_model(model, model_dir))
@@ -403,7 +406,8 @@ def test_each_nbest_hypothesis_is_aligned_as_its_tokens_read_teacher_forced(alig
 def alignment_client(request, alignment_models):
     from fastapi.testclient import TestClient
 
-    from modeling_attn.api.server import create_app, describe_model
+    from modeling_attn.api.model_info import describe_model
+    from modeling_attn.api.server import create_app
 
     folder = alignment_models[request.param]
     model, tokenizer = load_model(str(folder), "cpu")
@@ -472,7 +476,8 @@ def test_an_int8_server_aligns_as_attn_translate_quantize_int8_align(alignment_m
 
 
 def test_requests_with_and_without_alignments_never_share_a_batch(alignment_models):
-    from modeling_attn.api.server import TranslateRequest, _group_for
+    from modeling_attn.api.serve_schema import TranslateRequest
+    from modeling_attn.api.server import _group_for
 
     model, _ = load_model(str(alignment_models["attn_transformer"]), "cpu")
 
@@ -502,7 +507,7 @@ def test_eager_attention_is_put_back_even_on_an_error(alignment_models):
 
 
 def test_model_reports_the_alignment_setting(alignment_models):
-    from modeling_attn.api.server import describe_model
+    from modeling_attn.api.model_info import describe_model
 
     for model_type, expected in [
         (

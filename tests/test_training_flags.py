@@ -53,9 +53,7 @@ def one_line_error(capsys) -> str:
 
 def test_unknown_and_abbreviated_flags_are_one_line_naming_the_closest(capsys):
     for flag, closest in (("--datta", "--data"), ("--learning_r", "--learning_rate"), ("--max-step", "--max_steps")):
-        with pytest.raises(SystemExit) as exit_info:
-            attn(["train", flag, "1"])
-        assert exit_info.value.code == 2
+        assert attn(["train", flag, "1"]) == 2
         assert f"did you mean {closest}?" in one_line_error(capsys)
 
 
@@ -95,9 +93,7 @@ def test_unknown_and_abbreviated_flags_are_one_line_naming_the_closest(capsys):
 def test_a_value_out_of_its_declared_range_is_one_line_naming_the_flag(tmp_path, capsys, flags, message):
     """The ranges declared with the flags (training/arguments.py) are checked by the parser, before any work."""
     argv = ["--output_dir", str(tmp_path / "out"), "--report_to", "none", *flags]
-    with pytest.raises(SystemExit) as exit_info:
-        cli_main(argv)
-    assert exit_info.value.code == 2
+    assert cli_main(argv) == 2
     assert one_line_error(capsys) == f"attn train: error: {message} (see attn train --help)"
     assert not (tmp_path / "out").exists()
 

@@ -2,23 +2,33 @@
 
 Every error type of ours that a person causes by what they ask (a flag value or a combination of flags, data, a model
 folder, an output path) derives from `UserError`, beside the built-in class Python code would catch
-(`DataError(UserError, ValueError)`, `ModelFolderError(UserError, OSError)`). The commands report a `UserError` as
-one line and exit status 2; any other exception is a bug, reported with its traceback (`modeling_attn.cli.report`).
+(`DataError(UserError, ValueError)`, `ModelFolderError(UserError, OSError)`, `WeightsError(UserError, OSError)`). The
+commands report a `UserError` as one line and exit status 2; any other exception is a bug, reported with its traceback
+(`modeling_attn.cli.report`). `UserError` itself is defined in the model core (`loading.py`, which travels to the Hub)
+so that the core's own `WeightsError` can be one; this module is where the rest of the package imports it from.
 """
 
 from __future__ import annotations
 
-
-class UserError(Exception):
-    """Something asked for that cannot be done; the message names what is wrong and where, in one line."""
+from ..loading import UserError, WeightsError
 
 
 class FlagError(UserError, ValueError):
     """A flag value, or a combination of flags, that cannot work; the message names the flags."""
 
 
+class CommandLineError(FlagError):
+    """A command line that does not parse into a request: a required flag or argument missing, one given twice, a
+    combination of flags that a command's dataclass refuses (its `__post_init__`). `--help` answers these, so the
+    reporter adds `(see attn COMMAND --help)` to the line, as it does for argparse's own errors."""
+
+
 class ExportError(UserError, ValueError):
     """A model an export format cannot represent (a model type, an activation, a vocabulary it lacks)."""
 
 
-__all__ = ["ExportError", "FlagError", "UserError"]
+class ExplainError(UserError, ValueError):
+    """Bad input to the attention explainer (`explain.py`); the message names what is wrong."""
+
+
+__all__ = ["CommandLineError", "ExplainError", "ExportError", "FlagError", "UserError", "WeightsError"]

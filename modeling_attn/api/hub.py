@@ -232,7 +232,8 @@ def read_results(path: str | Path) -> dict[str, Any]:
     }
 
 
-def _describe_size(model: PreTrainedModel) -> str:
+def describe_size(model: PreTrainedModel) -> str:
+    """The model's size for the card: its parameter count and its shape (`registry.MODEL_TYPES`)."""
     return f"{model.num_parameters() / 1e6:.2f}M parameters: {MODEL_TYPES[model.config.model_type].size(model.config)}"
 
 
@@ -252,7 +253,7 @@ def _training_summary(model_dir: Path) -> str:
     return text + (f", {runtime / 60:.1f} minutes" if runtime else "")
 
 
-def _describe_generation(config: GenerationConfig) -> str:
+def describe_generation(config: GenerationConfig) -> str:
     """The decoding that `generation_config.json` gives `generate()`, in words."""
     beams = config.num_beams or 1
     parts = [f"beam search with {beams} beams, length penalty {config.length_penalty}" if beams > 1 else "greedy"]
@@ -272,7 +273,7 @@ def _describe_generation(config: GenerationConfig) -> str:
     return ", ".join(parts)
 
 
-def _describe_alignments(config: PreTrainedConfig) -> str:
+def describe_alignments(config: PreTrainedConfig) -> str:
     """Where `attn translate --align` reads word alignments (`api/alignment.py`), in words."""
     if not hasattr(config, "alignment_layer"):
         return "the RNN's alignment weights alpha (Bahdanau et al. 2015)"
@@ -397,9 +398,9 @@ def model_card(
         repo_id=repo_id,
         model_type=model_type,
         architecture=MODEL_TYPES[model_type].describe,
-        size=_describe_size(model),
-        decoding=_describe_generation(model.generation_config),
-        alignments=_describe_alignments(model.config),
+        size=describe_size(model),
+        decoding=describe_generation(model.generation_config),
+        alignments=describe_alignments(model.config),
         origin=origin,
         training_data=_describe_training_data(dataset, dataset_id, pair_text),
         training_recipe=training_recipe,
@@ -459,6 +460,9 @@ def push_to_hub(
 
 
 __all__ = [
+    "describe_alignments",
+    "describe_generation",
+    "describe_size",
     "hub_id",
     "language_codes",
     "local_or_hub",

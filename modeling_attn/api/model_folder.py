@@ -6,8 +6,9 @@ AutoModel" followed by the list of all classes, an invalid config field as a `St
 dump, a weights file that holds none of the model's tensors as a logged table (the model then runs with random
 weights), and a `generation_config.json` that is not JSON is replaced by the defaults without a word. Here:
 
-- `check_config(path)`: the folder exists, its config.json is JSON, of a translation (seq2seq) model type, with valid
-  fields (the field and its value named); its generation_config.json, if any, is JSON;
+- `check_config(path)`: the folder exists (`check_folder`: else the nearest folder beside it is named), its
+  config.json is JSON, of a translation (seq2seq) model type, with valid fields (the field and its value named); its
+  generation_config.json, if any, is JSON;
 - `load_checked(path, ...)`: `AutoModelForSeq2SeqLM.from_pretrained` with the load report checked: weights that match
   none of the model's tensors are refused; some missing are refused unless `allow_missing` (their names shown).
 
@@ -64,14 +65,24 @@ def read_json(path: str | Path, what: str, error_class: type[Exception] = ModelF
         ) from None
 
 
-def check_config(name_or_path: str | Path) -> PretrainedConfig:
-    """The config of a model folder or Hub repository, checked as the module docstring says."""
+def check_folder(name: str | Path) -> Path:
+    """The local folder `name`, or ModelFolderError: no such model folder (with the nearest one beside it), or a
+    file; the one message of that mistake for every command, whatever the folder is for."""
+    folder = Path(name).expanduser()
+    if not folder.exists():
+        raise ModelFolderError(no_such_folder(str(name)))
+    if not folder.is_dir():
+        raise ModelFolderError(f"{name}: a file, not a model folder (the folder save_pretrained or attn train wrote)")
+    return folder
+
+
+def check_config(name_or_path: str | Path, local: bool = False) -> PretrainedConfig:
+    """The config of a model folder or Hub repository, checked as the module docstring says (`local`: a folder on
+    this machine, never a Hub id; a missing one is named as such, with the nearest folder beside it)."""
     name = str(name_or_path)
     folder = Path(name).expanduser()
-    if not folder.exists() and looks_local(name):
-        raise ModelFolderError(no_such_folder(name))
-    if folder.is_file():
-        raise ModelFolderError(f"{name}: a file, not a model folder (the folder save_pretrained or attn train wrote)")
+    if folder.exists() or local or looks_local(name):
+        check_folder(name)
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             raise ModelFolderError(f"{name}: no config.json (a folder written by save_pretrained or attn train)")
@@ -146,4 +157,12 @@ def _tied(model: PreTrainedModel) -> set[str]:
     return tied
 
 
-__all__ = ["ModelFolderError", "check_config", "load_checked", "looks_local", "no_such_folder", "read_json"]
+__all__ = [
+    "ModelFolderError",
+    "check_config",
+    "check_folder",
+    "load_checked",
+    "looks_local",
+    "no_such_folder",
+    "read_json",
+]

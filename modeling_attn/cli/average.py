@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..api.errors import FlagError
+from ..api.model_folder import check_folder
 from ..api.outputs import output_folder
 from ..api.values import COUNT
 from ..training.averaging import average_checkpoints, find_checkpoints
@@ -40,7 +42,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def average(argv: Sequence[str] | None) -> int:
-    args, parser = parse_command(
+    args = parse_command(
         AverageArguments,
         argv,
         "attn average",
@@ -50,14 +52,13 @@ def average(argv: Sequence[str] | None) -> int:
     )
     checkpoints = []
     for path in args.inputs:
-        if not Path(path).is_dir():
-            parser.error(f"{path}: no such folder")
+        check_folder(path)  # ModelFolderError: no such model folder (did you mean ...?), or a file
         found = find_checkpoints(path)
         checkpoints += found[-args.last :] if found else [Path(path)]  # a training folder: its last N checkpoints
     seen: dict[Path, Path] = {}
     for checkpoint in checkpoints:  # twice the same checkpoint would weigh it double
         if (resolved := Path(checkpoint).resolve()) in seen:
-            parser.error(f"{checkpoint}: given twice (also as {seen[resolved]}); each checkpoint counts once")
+            raise FlagError(f"{checkpoint}: given twice (also as {seen[resolved]}); each checkpoint counts once")
         seen[resolved] = Path(checkpoint)
     print(f"averaging {len(checkpoints)} checkpoints: {', '.join(map(str, checkpoints))}")
     inputs = {f"input checkpoint {number}": path for number, path in enumerate(checkpoints, 1)}

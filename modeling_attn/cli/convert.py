@@ -7,10 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from huggingface_hub.errors import HFValidationError
-from huggingface_hub.utils import validate_repo_id
-
 from ..api.convert_marian import convert_attn_folder, convert_marian_folder
+from ..api.model_folder import check_config, looks_local
 from ..api.outputs import output_folder
 from .parser import parse_command
 from .report import run_command
@@ -42,33 +40,20 @@ class ConvertArguments:
             raise ValueError("give one of --from_marian SRC (Marian to attn_transformer) or --to_marian SRC (back)")
 
 
-def _check_source(source: str, flag: str, parser) -> None:
-    """A source that is neither a folder nor a possible Hub id is a user error, named before anything loads."""
-    if Path(source).exists():
-        if not Path(source).is_dir():
-            parser.error(f"{flag} {source}: a file; give the model's folder")
-        if not (Path(source) / "config.json").is_file():
-            parser.error(f"{flag} {source}: no config.json, not a saved model folder")
-        return
-    try:
-        validate_repo_id(source)
-    except HFValidationError:
-        parser.error(f"{flag} {source}: no such folder")
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """`attn convert --from-marian SRC --to DIR` / `attn convert --to-marian SRC --to DIR`."""
     return run_command("attn convert", lambda: convert(argv))
 
 
 def convert(argv: Sequence[str] | None) -> int:
-    args, parser = parse_command(
+    args = parse_command(
         ConvertArguments, argv, "attn convert", "Convert Marian (OPUS-MT) checkpoints to attn_transformer and back."
     )
     source, flag = (
         (args.from_marian, "--from_marian") if args.from_marian is not None else (args.to_marian, "--to_marian")
     )
-    _check_source(source, flag, parser)
+    if Path(source).exists() or looks_local(source):  # a Hub id is fetched by the conversion
+        check_config(source, local=True)  # ModelFolderError naming the folder (did you mean ...?) and what is wrong
     inputs = {flag: source} if Path(source).exists() else {}
     with output_folder(args.to, "attn convert", inputs, args.force, "--to") as staging:
         if args.from_marian is not None:

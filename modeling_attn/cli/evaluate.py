@@ -26,25 +26,15 @@ from typing import Any, Literal
 
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from modeling_attn.cli.parser import CommandParser
-from modeling_attn.cli.report import run_command
-
 from ..api.corpus import SPLIT_STEMS, DataError, paired_sentences, read_folder_split, split_stems, text_pair_rows
 from ..api.ensemble import AttnEnsemble, describe_ensemble
 from ..api.hub import EMBEDDED_TASK, decoding_settings, local_or_hub
 from ..api.outputs import OutputError, check_output_file, output_file
-from ..api.translation import SentenceTooLong, TranslateError, batches, translate_batch
+from ..api.translation import SentenceTooLong, TranslateError, batches, generation_overrides, translate_batch
 from ..api.values import COUNT
-from .translate import (
-    DecodingArguments,
-    EnsembleArguments,
-    RuntimeArguments,
-    generation_overrides,
-    load_models,
-    model_inputs,
-    parse_flags,
-    shown_defaults,
-)
+from . import options
+from .parser import CommandParser
+from .report import run_command
 
 
 @dataclass
@@ -122,9 +112,9 @@ class EvaluateArguments:
 
 
 def evaluate_parser() -> CommandParser:
-    return shown_defaults(
+    return options.shown_defaults(
         CommandParser(
-            (EvaluateArguments, DecodingArguments, RuntimeArguments, EnsembleArguments),
+            (EvaluateArguments, options.DecodingArguments, options.RuntimeArguments, options.EnsembleArguments),
             prog="attn evaluate",
             description="BLEU, chrF and TER (sacreBLEU, with signatures) of a model's translations of a test set, or "
             "of a file of translations, as JSON.",
@@ -254,14 +244,13 @@ def load_evaluation_set(args: SimpleNamespace) -> EvaluationSet:
 
 def main(argv: list[str] | None = None) -> int:
     """`attn evaluate`: see the module docstring and `attn evaluate --help`."""
-    args = parse_flags(evaluate_parser(), argv)
-    return run_command("attn evaluate", lambda: _evaluate(args))
+    return run_command("attn evaluate", lambda: _evaluate(options.parse_flags(evaluate_parser(), argv)))
 
 
 def _inputs(args: SimpleNamespace) -> dict[str, str | None]:
     """The files and folders `attn evaluate` reads, by flag: its outputs may be none of them."""
     names = ("data", "sources_file", "references_file", "hypotheses_file")
-    return {**model_inputs(args), **{f"--{name}": getattr(args, name) for name in names}}
+    return {**options.model_inputs(args), **{f"--{name}": getattr(args, name) for name in names}}
 
 
 def _evaluate(args: SimpleNamespace) -> int:
@@ -286,7 +275,7 @@ def _evaluate(args: SimpleNamespace) -> int:
         scores = translation_scores(hypotheses, tests.references, lowercase=args.lowercase)
         result = {**tests.details, "sentences": len(hypotheses), **scores}
     else:
-        model, tokenizer = load_models(args)
+        model, tokenizer = options.load_models(args)
         overrides = generation_overrides(args)
         try:
             scores, hypotheses = evaluate(

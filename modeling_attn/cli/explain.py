@@ -7,8 +7,8 @@ self-attention, one head's attention computed step by step, and the RNN's alignm
 (`modeling_attn.api.explain`; docs/explain.md). The page holds its script, style and data: it opens from `file://`
 with no network.
 
-The flags are dataclasses parsed by `parser.CommandParser` (the `attn` convention, see
-`translate.py`); `--model` is given once per model. An existing `--output` file is replaced only if it is an
+The flags are dataclasses parsed by `parser.CommandParser` (the `attn` convention; `parse_flags` of
+`options.py`); `--model` is given once per model. An existing `--output` file is replaced only if it is an
 explainer page, or with `--force`; a user error is one line `attn explain: error: ...` with exit status 2.
 """
 
@@ -16,11 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..api.errors import CommandLineError
 from ..api.explain import ATTENTION_KINDS, write_explainer
 from ..api.values import COUNT
+from .options import parse_flags, shown_defaults
 from .parser import CommandParser
 from .report import run_command
-from .translate import parse_flags, shown_defaults
 
 PROG = "attn explain"
 
@@ -83,13 +84,13 @@ def explain(argv: list[str] | None) -> int:
     parser = explain_parser()
     args = parse_flags(parser, argv)
     if not args.model:
-        parser.error("the following arguments are required: --model")
+        raise CommandLineError("the following arguments are required: --model")
     if len(args.model) > 2:
-        parser.error(f"--model given {len(args.model)} times; the page shows one model or two side by side")
+        raise CommandLineError(f"--model given {len(args.model)} times; the page shows one model or two side by side")
     if args.output is None:
-        parser.error("the following arguments are required: --output")
+        raise CommandLineError("the following arguments are required: --output")
     if len(args.sentence) != 1:
-        parser.error(f"give the sentence as one argument (quote it); got {len(args.sentence)} arguments")
+        raise CommandLineError(f"give the sentence as one argument (quote it); got {len(args.sentence)} arguments")
     generation = {name: getattr(args, name) for name in ("num_beams", "length_penalty", "max_new_tokens")}
     layer = None if args.walkthrough_layer is None else args.walkthrough_layer - 1
     path = write_explainer(

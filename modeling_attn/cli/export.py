@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
 from ..api.export_ctranslate2 import QUANTIZATIONS, export_ctranslate2, import_ctranslate2
@@ -66,15 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def export(argv: Sequence[str] | None) -> int:
-    args, parser = parse_command(
-        ExportArguments, argv, "attn export", "Export a saved model to CTranslate2 or ONNX.", "model"
-    )
+    args = parse_command(ExportArguments, argv, "attn export", "Export a saved model to CTranslate2 or ONNX.", "model")
+    check_config(args.model, local=True)  # ModelFolderError naming the folder (did you mean ...?) and what is wrong
     import_ctranslate2() if args.ctranslate2 else import_onnxruntime()  # a UserError naming the missing extra
-    if not Path(args.model).is_dir():
-        parser.error(f"{args.model}: no such model folder")
-    if not (Path(args.model) / "config.json").is_file():
-        parser.error(f"{args.model}: no config.json, not a saved model folder")
-    check_config(args.model)  # ModelFolderError naming what is wrong with the folder
     kind = _export(args)
     print(f"exported {args.model} to {kind} in {args.ctranslate2 or args.onnx}")
     return 0

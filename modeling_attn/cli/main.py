@@ -12,9 +12,10 @@ import difflib
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from .. import __version__
-from ..api.errors import UserError
+from ..api.errors import CommandLineError
 from .report import run_command
 
 PROG = "attn"
@@ -44,11 +45,12 @@ def usage() -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """The `attn` entry point: `attn COMMAND [flags]` (exit status 2 for a user error, as argparse)."""
+    """The `attn` entry point: `attn COMMAND [flags]` (exit status 2 for a user error, as argparse). A command's own
+    `main` reports its errors (`report.run_command`, once); this dispatcher reports only a missing or unknown one."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if not argv:
+    if not argv:  # as argparse does: the usage, then the error
         print(usage(), file=sys.stderr)
-        raise SystemExit(2)
+        return run_command(PROG, lambda: _unknown_command(None))
     command, rest = argv[0], argv[1:]
     if command in ("-h", "--help"):
         print(usage())
@@ -56,18 +58,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if command in ("-V", "--version"):
         print(f"modeling-attn {__version__}")
         return 0
-    return run_command(PROG, lambda: _dispatch(command, rest))
+    if command in COMMANDS:
+        return importlib.import_module(f"{__package__}.{command}").main(rest)
+    return run_command(PROG, lambda: _unknown_command(command))
 
 
-def _dispatch(command: str, rest: list[str]) -> int:
-    """`attn COMMAND rest`: the command's own `main`, or a UserError naming the closest command."""
-    if command not in COMMANDS:
-        if command.startswith("-"):
-            raise UserError(f"unknown option {command!r}; a command comes first (see {PROG} --help)")
-        near = difflib.get_close_matches(command, list(COMMANDS), n=1)
-        hint = f"; did you mean {near[0]!r}?" if near else f"; one of {', '.join(COMMANDS)}"
-        raise UserError(f"unknown command {command!r}{hint} (see {PROG} --help)")
-    return importlib.import_module(f"{__package__}.{command}").main(rest)
+def _unknown_command(command: str | None) -> NoReturn:
+    """A CommandLineError naming the closest command to `command`, or the commands."""
+    if command is None:
+        raise CommandLineError("give a command")
+    if command.startswith("-"):
+        raise CommandLineError(f"unknown option {command!r}; a command comes first")
+    near = difflib.get_close_matches(command, list(COMMANDS), n=1)
+    hint = f"; did you mean {near[0]!r}?" if near else f"; one of {', '.join(COMMANDS)}"
+    raise CommandLineError(f"unknown command {command!r}{hint}")
 
 
 if __name__ == "__main__":

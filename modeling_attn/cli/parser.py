@@ -6,12 +6,12 @@ them with `CommandParser.parse`:
 - `attn COMMAND flags.yaml` (or `.json`) reads the flags from a file; flags given after the file override it;
 - a number flag declares its values (`"range": COUNT` in its field's metadata, `modeling_attn.api.values`), checked
   once right after parsing, before any dataclass is built; a float flag with no declaration must be finite;
-- a user error while parsing (an unknown flag, a bad value, a missing required flag, a combination a dataclass
-  refuses in its `__post_init__`) ends with one line on stderr, `attn COMMAND: error: ...`, naming the closest valid
-  flag for an unknown one, and exit status 2, without argparse's usage block or a traceback.
-Every command of `modeling_attn.cli` uses this convention (docs/training.md, "Flags"); errors found while a command
-runs are reported by `modeling_attn.cli.report`. The model package, the Python API and the recipe parse no command
-lines.
+- argparse's own errors (a bad value, a missing required flag) end in `CommandParser.error`; every check of ours (an
+  unknown flag, named with the closest valid one; a declared range; a flags file; a combination a dataclass refuses
+  in its `__post_init__`; a positional argument given twice) raises `CommandLineError` for `report.run_command`. Both
+  print one line, `attn COMMAND: error: ... (see attn COMMAND --help)` (`report.print_user_error`), exit status 2.
+Every command of `modeling_attn.cli` uses this convention (docs/training.md, "Flags"). The model package, the Python
+API and the recipe parse no command lines.
 """
 
 from __future__ import annotations
@@ -30,7 +30,9 @@ from typing import Any, NoReturn
 import yaml
 from transformers import HfArgumentParser
 
+from ..api.errors import CommandLineError
 from ..api.values import FINITE, Range
+from .report import print_user_error
 
 CONFIG_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -79,11 +81,13 @@ class CommandParser(HfArgumentParser):
                 continue
             for item in value if isinstance(value, list) else [value]:
                 if problem := declared.problem(item):
-                    self.error(f"argument {action.option_strings[0]}: {problem}")
+                    raise CommandLineError(f"argument {action.option_strings[0]}: {problem}")
 
     def error(self, message: str) -> NoReturn:
-        """One line on stderr and exit status 2, as argparse's own errors, without the usage block."""
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        """argparse's own errors only: one line on stderr in the reporter's format, and exit status 2, without
+        argparse's usage block; under ATTN_DEBUG, the traceback of argparse's exception first."""
+        print_user_error(self.prog, message, see_help=True)
+        self.exit(2)
 
     def flag_names(self) -> list[str]:
         """Every flag the parser takes, in both spellings."""
@@ -101,10 +105,10 @@ class CommandParser(HfArgumentParser):
     def _unknown(self, arguments: Sequence[str]) -> NoReturn:
         flags = [argument for argument in arguments if argument.startswith("-")]
         if not flags:
-            self.error(f"unexpected argument {arguments[0]!r}")
+            raise CommandLineError(f"unexpected argument {arguments[0]!r}")
         flag = flags[0].split("=", 1)[0]
         closest = self.closest_flag(flag)
-        self.error(f"unrecognized flag {flag}" + (f"; did you mean {closest}?" if closest else ""))
+        raise CommandLineError(f"unrecognized flag {flag}" + (f"; did you mean {closest}?" if closest else ""))
 
     def config_file_flags(self, path: Path) -> list[str]:
         """The flags written in a YAML / JSON file, as command-line arguments."""
@@ -112,15 +116,17 @@ class CommandParser(HfArgumentParser):
             text = path.read_text(encoding="utf-8")
             values = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as error:
-            self.error(f"{path}: cannot read the flags file ({error})")
+            raise CommandLineError(f"{path}: cannot read the flags file ({error})") from error
         if not isinstance(values, dict):
-            self.error(f"{path}: a flags file holds a mapping of flag names to values, not {type(values).__name__}")
+            kind = type(values).__name__
+            raise CommandLineError(f"{path}: a flags file holds a mapping of flag names to values, not {kind}")
         destinations = {action.dest for action in self._actions}
         argv: list[str] = []
         for key, value in values.items():
             if str(key).replace("-", "_") not in destinations:
                 closest = self.closest_flag(f"--{key}")
-                self.error(f"{path}: unknown flag {key!r}" + (f"; did you mean {closest[2:]!r}?" if closest else ""))
+                hint = f"; did you mean {closest[2:]!r}?" if closest else ""
+                raise CommandLineError(f"{path}: unknown flag {key!r}{hint}")
             name = str(key).replace("-", "_")
             if isinstance(self._option_string_actions.get(f"--{name}"), argparse._AppendAction):
                 for item in value if isinstance(value, list) else [value]:  # a repeated flag: `model: [a, b]`
@@ -155,7 +161,7 @@ class CommandParser(HfArgumentParser):
         if argv and not argv[0].startswith("-") and argv[0].endswith(CONFIG_SUFFIXES) and Path(argv[0]).is_file():
             argv = self.config_file_flags(Path(argv[0])) + argv[1:]
         elif argv and not argv[0].startswith("-") and argv[0].endswith(CONFIG_SUFFIXES):
-            self.error(f"{argv[0]}: no such flags file")
+            raise CommandLineError(f"{argv[0]}: no such flags file")
         argv = self.bare_optional_flags(argv)
         # An unknown flag first: argparse reports a missing required flag before an unknown one, so a misspelt
         # required flag (`--ouput_dir`) would read as a missing one.
@@ -170,7 +176,7 @@ class CommandParser(HfArgumentParser):
         try:
             return tuple(self.parse_args_into_dataclasses(args=argv))
         except ValueError as error:  # a dataclass's __post_init__ refused a value or a combination
-            self.error(str(error).strip().splitlines()[0])
+            raise CommandLineError(str(error).strip().splitlines()[0]) from error
 
 
 def _takes_value(action: argparse.Action, argument: str) -> bool:
@@ -203,8 +209,8 @@ def parse_command(
     positional: str | None = None,
     nargs: str = "?",
     required: bool = True,
-) -> tuple[Any, CommandParser]:
-    """The `arguments` dataclass filled from `argv` by `CommandParser`, and the parser (for its `error`).
+) -> Any:
+    """The `arguments` dataclass filled from `argv` by `CommandParser`.
 
     `positional`: a field that may also be given without its flag, as the command's first argument(s); it must
     default to None (nargs "?") or an empty list (nargs "*"), and is `required` one way or the other.
@@ -220,12 +226,12 @@ def parse_command(
     if positional is not None:
         given = getattr(parsed[1], f"{positional}_positional")
         if given and getattr(args, positional):
-            parser.error(f"{positional.upper()} given twice: as an argument ({given}) and as --{positional}")
+            raise CommandLineError(f"{positional.upper()} given twice: as an argument ({given}) and as --{positional}")
         if given:
             setattr(args, positional, given)
         if required and not getattr(args, positional):
-            parser.error(f"the following arguments are required: {positional.upper()} (or --{positional})")
-    return args, parser
+            raise CommandLineError(f"the following arguments are required: {positional.upper()} (or --{positional})")
+    return args
 
 
 __all__ = ["CONFIG_SUFFIXES", "CommandParser", "parse_command"]

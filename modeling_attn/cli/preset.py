@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..api.errors import FlagError
 from ..api.presets import available_presets, load_preset
 from .parser import parse_command
 from .report import run_command
@@ -25,7 +26,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def preset(argv: Sequence[str] | None) -> int:
-    args, parser = parse_command(
+    args = parse_command(
         PresetArguments, argv, "attn preset", "List the model presets, or print one.", "name", required=False
     )
     name = args.name
@@ -35,6 +36,8 @@ def preset(argv: Sequence[str] | None) -> int:
         return 0
     if name not in presets:
         near = difflib.get_close_matches(name, presets, n=1)
-        parser.error(f"unknown preset {name!r}" + (f"; did you mean {near[0]!r}?" if near else f"; one of {presets}"))
+        raise FlagError(
+            f"unknown preset {name!r}" + (f"; did you mean {near[0]!r}?" if near else f"; one of {presets}")
+        )
     print(json.dumps(load_preset(name).to_diff_dict(), indent=2))
     return 0

@@ -11,6 +11,7 @@ from huggingface_hub.utils import validate_repo_id
 
 from ..api.errors import FlagError, UserError
 from ..api.hub import RESULTS_FILE, push_to_hub, save_for_hub
+from ..api.model_folder import check_folder
 from ..api.outputs import output_folder
 from .parser import parse_command
 from .report import run_command
@@ -58,15 +59,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def push(argv: Sequence[str] | None) -> int:
-    args, parser = parse_command(PushArguments, argv, "attn push", "Upload a trained model to the Hugging Face Hub.")
-    if not Path(args.model).is_dir():
-        parser.error(f"--model {args.model}: no such folder")
+    args = parse_command(PushArguments, argv, "attn push", "Upload a trained model to the Hugging Face Hub.")
+    check_folder(args.model)  # ModelFolderError: no such model folder (did you mean ...?), or a file
     try:
         validate_repo_id(args.repo_id)
     except HFValidationError as error:
         raise FlagError(f"--repo_id {args.repo_id}: {str(error).splitlines()[0]}") from None
     if args.results is not None and not Path(args.results).is_file():
-        parser.error(f"--results {args.results}: no such file")
+        raise FlagError(f"--results {args.results}: no such file")
     if args.save_to:
         inputs = {"--model": args.model, "--results": args.results}
         with output_folder(args.save_to, "attn push", inputs, args.force, "--save_to") as staging:

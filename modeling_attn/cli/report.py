@@ -1,10 +1,12 @@
 """How every `attn` command ends: its exit status, a user error in one line, a bug with its traceback.
 
-`run_command` is the one reporter. It catches our `UserError` (`modeling_attn.api.errors`) and the library exceptions
-of `INPUT_ERRORS`, which mean bad input (a file that cannot be read, a Hub repository that does not exist), and
-reports each as one line, `attn COMMAND: error: ...`, with exit status 2. Every other exception is a bug: it goes on
-with its traceback (exit status 1). `ATTN_DEBUG=1` prints the traceback of a user error too, as `HF_DEBUG=1` does
-for the huggingface_hub CLI, whose `cli/_errors.py` this follows.
+`run_command` is the one reporter; each command's `main` runs it once. It catches our `UserError`
+(`modeling_attn.api.errors`) and the library exceptions of `INPUT_ERRORS`, which mean bad input (a file that cannot
+be read, a Hub repository that does not exist), and reports each as one line, `attn COMMAND: error: ...`, with exit
+status 2. Every other exception is a bug: it goes on with its traceback (exit status 1). `ATTN_DEBUG=1` prints the
+traceback of a user error too, as `HF_DEBUG=1` does for the huggingface_hub CLI, whose `cli/_errors.py` this follows.
+`print_user_error` is that one line's format, which argparse's own errors (`parser.CommandParser.error`) share: an
+error in the command line itself (those, and `CommandLineError`) ends with `(see attn COMMAND --help)`.
 """
 
 from __future__ import annotations
@@ -27,8 +29,7 @@ from huggingface_hub.errors import (
 )
 from safetensors import SafetensorError
 
-from ..api.errors import UserError
-from ..loading import WeightsError
+from ..api.errors import CommandLineError, UserError
 
 DEBUG_VARIABLE = "ATTN_DEBUG"
 
@@ -51,7 +52,6 @@ def _invalid_config(error: StrictDataclassError) -> str:
 # Library exceptions that mean bad input, and their one line; the first class an error is an instance of wins.
 INPUT_ERRORS: dict[type[BaseException], Callable] = {
     UserError: lambda error: " ".join(str(error).split()),
-    WeightsError: lambda error: " ".join(str(error).split()),
     GatedRepoError: lambda error: f"a gated Hub repository; ask for access first ({_first_line(error)})",
     RevisionNotFoundError: lambda error: f"no such revision on the Hub ({_first_line(error)})",
     RepositoryNotFoundError: lambda error: f"no such Hub repository, or no access to it ({_first_line(error)})",
@@ -77,6 +77,20 @@ def user_error_line(error: BaseException) -> str | None:
     return None
 
 
+def debugging() -> bool:
+    """Whether `ATTN_DEBUG` asks for the traceback of user errors."""
+    return os.environ.get(DEBUG_VARIABLE, "") not in ("", "0")
+
+
+def print_user_error(prog: str, line: str, see_help: bool = False) -> None:
+    """`PROG: error: LINE` on stderr, the one format of a user error on every route (`see_help`: an error in the
+    command line itself, which `PROG --help` answers), after the traceback of the exception being handled, if any,
+    when `ATTN_DEBUG` is set."""
+    if debugging() and sys.exc_info()[1] is not None:
+        traceback.print_exc()
+    print(f"{prog}: error: {line}" + (f" (see {prog} --help)" if see_help else ""), file=sys.stderr)
+
+
 def run_command(prog: str, command: Callable[[], int]) -> int:
     """`command()`'s exit status, or: a user error (see the module docstring) as one line on stderr with 2; Ctrl-C as
     `PROG: interrupted` with 130; a reader that went away (`attn translate ... | head`) quietly with 141 (128 +
@@ -94,10 +108,8 @@ def run_command(prog: str, command: Callable[[], int]) -> int:
         line = user_error_line(error)
         if line is None:
             raise
-        if os.environ.get(DEBUG_VARIABLE, "") not in ("", "0"):
-            traceback.print_exc()
-        print(f"{prog}: error: {line}", file=sys.stderr)
+        print_user_error(prog, line, see_help=isinstance(error, CommandLineError))
         return 2
 
 
-__all__ = ["DEBUG_VARIABLE", "INPUT_ERRORS", "run_command", "user_error_line"]
+__all__ = ["DEBUG_VARIABLE", "INPUT_ERRORS", "debugging", "print_user_error", "run_command", "user_error_line"]

@@ -7,8 +7,9 @@
 
 The endpoints, the batching of concurrent requests into token batches (`--max_batch_tokens`, `--max_wait_ms`), what
 is refused and how, and the shutdown on SIGTERM (requests in flight are answered) are those of
-`modeling_attn.api.server`; the OpenAPI page is at `/docs`. The server binds 127.0.0.1 unless `--host` says otherwise
-(0.0.0.0: every interface; there is no authentication). Needs the `serve` extra: `pip install modeling-attn[serve]`.
+`modeling_attn.api.server` (the app) and `modeling_attn.api.batching` (the queue); the OpenAPI page is at `/docs`.
+The server binds 127.0.0.1 unless `--host` says otherwise (0.0.0.0: every interface; there is no authentication).
+Needs the `serve` extra: `pip install modeling-attn[serve]`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from typing import TYPE_CHECKING
 from ..api.errors import UserError
 from ..api.quantize import describe_quantization
 from ..api.values import COUNT, NON_NEGATIVE, Range
+from .options import EnsembleArguments, RuntimeArguments, load_models, parse_flags, quantize_members
 from .parser import CommandParser
 from .report import run_command
-from .translate import EnsembleArguments, RuntimeArguments, load_models, parse_flags, quantize_members
 
 if TYPE_CHECKING:  # the `serve` extra, imported when the command runs
     import uvicorn
@@ -117,9 +118,12 @@ def serve(argv: list[str] | None) -> int:
     try:
         import uvicorn
 
-        from ..api.server import ServeLimits, create_app, describe_model
+        from ..api.server import create_app
     except ImportError as error:
         raise UserError(f"{error.name} is not installed; pip install 'modeling-attn[serve]'") from error
+    from ..api.batching import ServeLimits
+    from ..api.model_info import describe_model
+
     if args.threads:
         import torch
 

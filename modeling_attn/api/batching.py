@@ -1,0 +1,224 @@
+"""The batching queue of `attn serve`: `Batcher` packs the sentences of concurrent requests into token batches.
+
+Each sentence is queued under its decoding options (a `Group`); one worker thread translates the group whose oldest
+sentence has waited longest, up to `ServeLimits.max_batch_tokens` rows or after `max_wait_ms`. Batching does not
+change a translation (the models are padding-invariant); a sampling request with a `seed` is never merged with
+another. A request's sentences are queued all or none (`QueueFull` when they do not fit); a failure inside
+generate() fails that batch's requests and the worker goes on; `close` translates what is still queued, then stops.
+The Transformer's attention weights need the eager attention, so the worker switches the model to it for the
+batches that align and back after. This module needs no FastAPI: the app (`server.py`) awaits the futures `submit`
+returns, and any asyncio code can.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
+
+from .alignment import AlignedTranslation, translate_aligned_nbest
+from .translation import Hypothesis, eager_attention, translate_nbest
+
+SAMPLING_BATCH = 32  # sentences per generate() call of a seeded sampling request: `attn translate`'s --batch_size
+
+
+@dataclass(frozen=True)
+class ServeLimits:
+    """How the server batches and what it refuses (the flags of `attn serve`)."""
+
+    max_batch_tokens: int = 8192  # rows generate() decodes per call: sentences x longest x beams
+    max_wait_ms: float = 10.0  # the longest a sentence waits for others to join its batch
+    max_queue: int = 1024  # sentences waiting; a request that does not fit answers 503
+    max_body_bytes: int = 1 << 20  # a larger request body answers 413
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch_tokens", "max_queue", "max_body_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be a positive integer, got {getattr(self, name)}")
+        if self.max_wait_ms < 0:
+            raise ValueError(f"max_wait_ms must be 0 or more, got {self.max_wait_ms}")
+
+
+class QueueFull(RuntimeError):
+    """The queue cannot take a request's sentences now (503)."""
+
+
+Found = Hypothesis | AlignedTranslation  # a hypothesis: text and score, with its word alignment when asked for
+
+
+def _translate_group(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: list[str], group: Group
+) -> list[list[Found]]:
+    """One generate() call on `texts` with the group's options: `translate_nbest`, or `translate_aligned_nbest`
+    (the same hypotheses and scores, each with its word alignment) when the group asks for alignments."""
+    if group.alignment_words is None:
+        return translate_nbest(model, tokenizer, texts, group.num_return_sequences, **group.options)
+    with eager_attention(model):
+        return translate_aligned_nbest(
+            model, tokenizer, texts, group.num_return_sequences, words=group.alignment_words, **group.options
+        )
+
+
+@dataclass
+class _Job:
+    """One request: its answers, filled in by the worker, and the future its handler awaits."""
+
+    results: list[list[Found] | None]
+    remaining: int
+    future: asyncio.Future
+    loop: asyncio.AbstractEventLoop
+
+
+@dataclass
+class _Sentence:
+    job: _Job
+    index: int  # in the request's `text`
+    text: str
+    tokens: int  # its length in tokens, end-of-sentence included
+    arrived: float
+
+
+@dataclass
+class Group:
+    """Queued sentences with the same decoding options."""
+
+    options: dict[str, Any]  # generate() keyword arguments
+    num_return_sequences: int
+    beams: int
+    seed: int | None
+    alignment_words: str | None = None  # with word alignments, over these words (`alignment.split_words`)
+    sentences: deque[_Sentence] = field(default_factory=deque)
+
+
+def _settle(job: _Job, outcome: BaseException | list) -> None:
+    """Called in the event loop: resolve the request's future unless the client has gone."""
+    if job.future.done():
+        return
+    if isinstance(outcome, BaseException):
+        job.future.set_exception(outcome)
+    else:
+        job.future.set_result(outcome)
+
+
+class Batcher:
+    """The queue of sentences and the thread that translates them (see the module docstring)."""
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, limits: ServeLimits):
+        self.model, self.tokenizer, self.limits = model, tokenizer, limits
+        self._groups: dict[tuple, Group] = {}
+        self._waiting = 0
+        self._closing = False
+        self._condition = threading.Condition()
+        self._thread = threading.Thread(target=self._run, name="attn-serve-batcher", daemon=True)
+        self.batches = 0
+        self.sentences_translated = 0
+
+    @property
+    def waiting(self) -> int:
+        """Sentences queued and not yet taken into a batch."""
+        return self._waiting
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def close(self) -> None:
+        """Refuse new requests, translate every sentence still queued, and stop the worker."""
+        with self._condition:
+            self._closing = True
+            self._condition.notify_all()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def submit(
+        self, sentences: list[str], tokens: list[int], key: tuple, group: Group, loop: asyncio.AbstractEventLoop
+    ) -> asyncio.Future:
+        """Queue a request's sentences (all or none) under `key`; a future of their hypotheses in input order."""
+        job = _Job([None] * len(sentences), len(sentences), loop.create_future(), loop)
+        now = time.monotonic()
+        with self._condition:
+            if self._closing:
+                raise QueueFull("the server is shutting down")
+            if self._waiting + len(sentences) > self.limits.max_queue:
+                raise QueueFull(
+                    f"the queue is full ({self._waiting} sentences waiting, max_queue {self.limits.max_queue}, "
+                    f"this request {len(sentences)}); retry later"
+                )
+            queued = self._groups.setdefault(key, group)
+            for index, (text, count) in enumerate(zip(sentences, tokens, strict=True)):
+                queued.sentences.append(_Sentence(job, index, text, count, now))
+            self._waiting += len(sentences)
+            self._condition.notify_all()
+        return job.future
+
+    def _cost(self, sentences: list[_Sentence], group: Group) -> int:
+        return len(sentences) * max(sentence.tokens for sentence in sentences) * group.beams
+
+    def _full(self, group: Group) -> bool:
+        return self._cost(list(group.sentences), group) >= self.limits.max_batch_tokens
+
+    def _next_batch(self) -> tuple[Group, list[_Sentence]] | None:
+        """Wait for the next batch (see the module docstring); None once closed and drained."""
+        with self._condition:
+            while not self._groups and not self._closing:
+                self._condition.wait()
+            if not self._groups:
+                return None
+            key = min(self._groups, key=lambda k: self._groups[k].sentences[0].arrived)
+            group = self._groups[key]
+            deadline = group.sentences[0].arrived + self.limits.max_wait_ms / 1000
+            # Only this thread takes sentences out, so the group can only grow while it waits.
+            while group.seed is None and not self._closing and not self._full(group):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self._condition.wait(remaining)
+            if group.seed is not None:  # a seeded sampling request: alone, whole
+                batch = list(group.sentences)
+                group.sentences.clear()
+            else:
+                batch = [group.sentences.popleft()]
+                while (
+                    group.sentences and self._cost([*batch, group.sentences[0]], group) <= self.limits.max_batch_tokens
+                ):
+                    batch.append(group.sentences.popleft())
+            if not group.sentences:
+                del self._groups[key]
+            self._waiting -= len(batch)
+            return group, batch
+
+    def _translate(self, group: Group, batch: list[_Sentence]) -> list[list[Found]]:
+        texts = [sentence.text for sentence in batch]
+        if group.seed is None:
+            return _translate_group(self.model, self.tokenizer, texts, group)
+        set_seed(group.seed)  # as `attn translate --seed`: once, then the chunks in order
+        hypotheses: list[list[Found]] = []
+        for start in range(0, len(texts), SAMPLING_BATCH):
+            hypotheses += _translate_group(self.model, self.tokenizer, texts[start : start + SAMPLING_BATCH], group)
+        return hypotheses
+
+    def _run(self) -> None:
+        while (taken := self._next_batch()) is not None:
+            group, batch = taken
+            try:
+                hypotheses = self._translate(group, batch)
+            except Exception as error:  # noqa: BLE001 (answered as a 500 to the requests of this batch)
+                failed = RuntimeError(f"translation failed: {type(error).__name__}: {error}")
+                for job in {id(sentence.job): sentence.job for sentence in batch}.values():
+                    job.loop.call_soon_threadsafe(_settle, job, failed)
+                continue
+            self.batches += 1
+            self.sentences_translated += len(batch)
+            for sentence, found in zip(batch, hypotheses, strict=True):
+                job = sentence.job
+                job.results[sentence.index] = found
+                job.remaining -= 1
+                if job.remaining == 0:
+                    job.loop.call_soon_threadsafe(_settle, job, job.results)
+
+
+__all__ = ["SAMPLING_BATCH", "Batcher", "Found", "Group", "QueueFull", "ServeLimits"]

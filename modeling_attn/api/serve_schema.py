@@ -1,0 +1,78 @@
+"""The JSON of `attn serve`'s `POST /translate`: the request (`TranslateRequest`) and the answer, as pydantic models.
+
+The request takes the decoding options of `attn translate` (beams, length penalty, n-best lists, sampling with a
+seed, word alignments); a setting given without its switch (`top_k` without `do_sample`, `alignment_words` without
+`alignment`) is refused, naming both. docs/serve.md shows each field; FastAPI builds the OpenAPI page from these.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class TranslateRequest(BaseModel):
+    """The body of `POST /translate`: the sentences and the options of `attn translate`."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    text: list[str] = Field(min_length=1, description="Sentences to translate, answered in this order.")
+    num_beams: int | None = Field(None, ge=1, description="Beam size (default: the model's generation_config).")
+    length_penalty: float | None = Field(None, description="Beam search length penalty (default: the model's).")
+    max_new_tokens: int | None = Field(None, ge=1, description="Longest translation in tokens (default: the model's).")
+    num_return_sequences: int = Field(1, ge=1, description="Hypotheses per sentence (n-best, in `nbest`).")
+    do_sample: bool = Field(False, description="Sample instead of searching (one beam unless num_beams is given).")
+    top_k: int | None = Field(None, ge=1, description="Sample from the k most likely tokens.")
+    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling: the smallest set with mass p.")
+    temperature: float | None = Field(None, gt=0, description="Divide the logits by this before sampling.")
+    seed: int | None = Field(None, ge=0, lt=2**32, description="Random seed: the same seed gives the same samples.")
+    alignment: Literal["hard", "soft"] | None = Field(
+        None,
+        description="Word alignments with each translation (`attn translate --align`): hard, Pharaoh pairs "
+        "[[source word, target word], ...]; soft, the words and the weights.",
+    )
+    alignment_words: Literal["whitespace", "alnum"] | None = Field(
+        None, description="What a word is for the alignment (`--align_words`; default whitespace)."
+    )
+
+    @model_validator(mode="after")
+    def _settings_need_their_switch(self) -> TranslateRequest:
+        given = [name for name in ("top_k", "top_p", "temperature", "seed") if getattr(self, name) is not None]
+        if given and not self.do_sample:
+            raise ValueError(f'{", ".join(given)}: a sampling setting, with no do_sample; add "do_sample": true')
+        if self.alignment_words is not None and self.alignment is None:
+            raise ValueError('alignment_words: an alignment setting, with no alignment; add "alignment": "hard"')
+        return self
+
+
+class SoftAlignment(BaseModel):
+    """`attn translate --align --align_format soft`'s line without the translation.
+
+    `weights[j][i]` is the weight of target word j on source word i.
+    """
+
+    source_words: list[str]
+    target_words: list[str]
+    weights: list[list[float]]
+
+
+class ScoredText(BaseModel):
+    text: str
+    score: float | None = Field(description="log-probability / length ** length_penalty; null for an empty sentence")
+    alignment: list[tuple[int, int]] | SoftAlignment | None = Field(
+        None,
+        description='With "alignment": hard, [[source word, target word], ...] in target order; soft, the '
+        "words and the weights.",
+    )
+
+
+class Translation(ScoredText):
+    nbest: list[ScoredText] | None = Field(None, description="With num_return_sequences > 1: all, best first.")
+
+
+class TranslateResponse(BaseModel):
+    translations: list[Translation]
+
+
+__all__ = ["ScoredText", "SoftAlignment", "TranslateRequest", "TranslateResponse", "Translation"]

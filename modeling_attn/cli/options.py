@@ -1,0 +1,165 @@
+"""The flags and loaders that several `attn` commands share: decoding, device and speed, ensembles, `load_models`.
+
+`attn translate`, `attn evaluate`, `attn serve` and `attn explain` declare their own flags in their own modules and
+take these from here (as fairseq keeps its shared argument groups in `options.py`), so that no command module
+imports another. `parse_flags` parses a command's dataclasses into one namespace (`parser.CommandParser`);
+`load_models` loads the `--model` flags as one model or an ensemble (`modeling_attn.api.ensemble`), quantized by
+`--quantize` (`modeling_attn.api.quantize`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+from ..api.ensemble import COMBINATIONS, each_member, load_ensemble, member_paths, parse_weights
+from ..api.quantize import INT8_ENGINES, QUANTIZE_CHOICES, quantize, quantize_device
+from ..api.translation import load_model
+from ..api.values import COUNT
+from .parser import CommandParser
+
+
+@dataclass
+class DecodingArguments:
+    """Flags shared by `attn translate` and `attn evaluate`."""
+
+    _argument_group_name = "decoding"
+
+    batch_size: int = field(default=32, metadata={"help": "Sentences per generate() call.", "range": COUNT})
+    num_beams: int | None = field(
+        default=None, metadata={"help": "Beam size (default: the model's generation_config).", "range": COUNT}
+    )
+    length_penalty: float | None = field(
+        default=None, metadata={"help": "Beam search length penalty (default: the model's generation_config)."}
+    )
+    max_new_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Longest translation in tokens (default: the model's generation_config).", "range": COUNT},
+    )
+    progress: bool = field(default=True, metadata={"help": "A progress bar on stderr (--no_progress: none)."})
+
+
+@dataclass
+class RuntimeArguments:
+    """Where and how fast the model runs: flags shared by `attn translate`, `attn evaluate` and `attn serve`."""
+
+    _argument_group_name = "device and speed"
+
+    device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1... (default: cuda if available)."})
+    threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "CPU threads for torch (torch.set_num_threads; default: torch's own choice).",
+            "range": COUNT,
+        },
+    )
+    quantize: str | None = field(
+        default=None,
+        metadata={
+            "help": "int8: dynamic int8 Linear layers, on the CPU (modeling_attn.api.quantize); int8_rowwise: "
+            "one scale per row: slower, translations (nearly) independent of the batch.",
+            "choices": list(QUANTIZE_CHOICES),
+        },
+    )
+    int8_engine: str | None = field(
+        default=None,
+        metadata={
+            "help": "torch's int8 kernels for --quantize int8 (default: auto, onednn on a CPU with AMX, else "
+            "torch's own).",
+            "choices": list(INT8_ENGINES),
+        },
+    )
+
+    def __post_init__(self) -> None:
+        quantize_device(self.device, self.quantize)  # a GPU with --quantize: one line, before any loading
+        if self.int8_engine is not None and self.quantize != "int8":
+            raise ValueError(
+                f"--int8_engine {self.int8_engine}: picks the kernels of --quantize int8, which is not given; "
+                "add --quantize int8 or drop --int8_engine"
+            )
+
+
+@dataclass
+class EnsembleArguments:
+    """Several models decoding as one (`modeling_attn.api.ensemble`): flags shared by `attn translate`, `attn evaluate`
+    and `attn serve`."""
+
+    _argument_group_name = "ensembles (several --model)"
+
+    ensemble_weights: str | None = field(
+        default=None,
+        metadata={"help": "One weight per model, comma-separated (2,1; default: equal).", "metavar": "W,W,..."},
+    )
+    ensemble_combine: str = field(
+        default="log_linear",
+        metadata={
+            "help": "How the members' next-token distributions combine: log_linear, the weighted mean of the "
+            "log-probabilities (renormalised); linear, the log of the weighted mean of the probabilities.",
+            "choices": list(COMBINATIONS),
+        },
+    )
+    last_checkpoints: int | None = field(
+        default=None,
+        metadata={
+            "help": "Decode with the last K checkpoint-<step> folders of the training run --model as the members.",
+            "range": COUNT,
+            "metavar": "K",
+        },
+    )
+
+
+def shown_defaults(parser: CommandParser) -> CommandParser:
+    """`parser` with "(default: False)" also left out of `--help` (CommandParser leaves out None): a switch not given
+    is off, as its help says. (argparse appends the default to any help without a `%(default)` field; an empty
+    `%(default).0s` is one.)"""
+    for action in parser._actions:
+        if action.help and "%(default" not in action.help and action.default is False:
+            action.help += "%(default).0s"
+        if "--no_progress" in action.option_strings:
+            action.help = "No progress bar.%(default).0s"
+    return parser
+
+
+def parse_flags(parser: CommandParser, argv: list[str] | None) -> SimpleNamespace:
+    """The command's dataclasses (and positional arguments) as one namespace."""
+    values: dict[str, Any] = {}
+    # the dataclasses, then a Namespace of the positional arguments if any
+    for parsed in parser.parse(argv):
+        values.update(vars(parsed))
+    return SimpleNamespace(**values)
+
+
+def model_inputs(args: SimpleNamespace) -> dict[str, str]:
+    """The model folders an output must keep away from, by flag (`--model`, `--model 2`, ... for an ensemble)."""
+    return {f"--model{f' {n + 1}' if n else ''}": path for n, path in enumerate(args.model or [])}
+
+
+def load_models(args: SimpleNamespace, eager: bool = False, quantized: bool = True) -> tuple[Any, Any]:
+    """The model and tokenizer of the --model flags (one model, or an `AttnEnsemble` of several or of the run's
+    --last_checkpoints), each member quantized by --quantize unless not `quantized` (`quantize_members` later)."""
+    paths = member_paths(args.model, args.last_checkpoints)
+    device = quantize_device(args.device, args.quantize)
+    if len(paths) == 1 and args.ensemble_weights is None:
+        model, tokenizer = load_model(paths[0], device, eager=eager)
+    else:
+        weights = parse_weights(args.ensemble_weights, len(paths))
+        model, tokenizer = load_ensemble(paths, device, weights, args.ensemble_combine, eager=eager)
+    return (quantize_members(model, args) if quantized else model), tokenizer
+
+
+def quantize_members(model: Any, args: SimpleNamespace) -> Any:
+    """The model, or each member of an ensemble, quantized by --quantize (and --int8_engine)."""
+    return each_member(model, lambda member: quantize(member, args.quantize, args.int8_engine))
+
+
+__all__ = [
+    "DecodingArguments",
+    "EnsembleArguments",
+    "RuntimeArguments",
+    "load_models",
+    "model_inputs",
+    "parse_flags",
+    "quantize_members",
+    "shown_defaults",
+]
