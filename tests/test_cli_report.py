@@ -43,6 +43,14 @@ def test_the_exit_status_passes_and_a_user_error_is_one_line(capsys, monkeypatch
     assert run_command("attn demo", interrupted) == 130
     assert capsys.readouterr().err == "attn demo: interrupted\n"
 
+    def interrupted_saying_how_to_go_on() -> int:  # as attn train's training step does
+        raise KeyboardInterrupt("at step 1, before the first checkpoint: no checkpoint was written; rerun the command")
+
+    assert run_command("attn demo", interrupted_saying_how_to_go_on) == 130
+    assert capsys.readouterr().err == (
+        "attn demo: interrupted at step 1, before the first checkpoint: no checkpoint was written; rerun the command\n"
+    )
+
 
 @pytest.mark.parametrize("bug", [ValueError("deep in torch"), OSError("a socket broke"), KeyError("x")])
 def test_anything_that_is_not_a_user_error_is_a_bug_and_keeps_its_traceback(bug, capsys):

@@ -101,8 +101,8 @@ def run_command(prog: str, command: Callable[[], int]) -> int:
         # Python's recipe: point stdout at devnull so the interpreter's final flush does not fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 141
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
+    except KeyboardInterrupt as interruption:  # its message, if any, says how to go on (attn train's)
+        print(f"{prog}: interrupted" + (f" {interruption}" if str(interruption) else ""), file=sys.stderr)
         return 130
     except Exception as error:
         line = user_error_line(error)
