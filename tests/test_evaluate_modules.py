@@ -26,6 +26,7 @@ import torch
 from datasets import Dataset
 from marian_tiny import SENTENCES as MARIAN_SENTENCES
 from marian_tiny import marian_tokenizer, random_marian
+from multi30k_data import MULTI30K, needs_multi30k
 from sacrebleu.metrics import BLEU, CHRF, TER
 from sacremoses import MosesPunctNormalizer, MosesTokenizer
 from tasks import one_thread
@@ -38,11 +39,6 @@ from modeling_attn.api.metrics import MODULES, load_metric, module_path, transla
 from modeling_attn.cli.main import main as attn
 
 ROOT = Path(__file__).resolve().parent.parent
-MULTI30K = Path(os.environ.get("MULTI30K", ROOT.parent / "shared" / "data" / "multi30k"))
-needs_multi30k = pytest.mark.skipif(
-    not (MULTI30K / "test_2016_flickr.en.gz").is_file(),
-    reason=f"Multi30k not found at {MULTI30K} (<repo>/../shared/data/multi30k, or set MULTI30K)",
-)
 
 HYPOTHESES = ["The cat sat on a mat .", "a big dog barked", "", "Zwei Hunde spielen im Schnee.", "Ein Mann fährt Rad"]
 REFERENCES = [
@@ -318,7 +314,7 @@ def train_multi30k_model(folder: Path, pairs: int = 2000, steps: int = 300) -> P
 @pytest.fixture(scope="module")
 def multi30k_model(tmp_path_factory) -> Path:
     if not (MULTI30K / "train.en.gz").is_file():
-        pytest.skip(f"Multi30k not found at {MULTI30K}")
+        pytest.skip(needs_multi30k.kwargs["reason"])
     return train_multi30k_model(tmp_path_factory.mktemp("multi30k") / "m30k-en-de")
 
 

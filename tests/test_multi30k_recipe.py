@@ -8,15 +8,14 @@ import gzip
 import importlib.util
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+from multi30k_data import MULTI30K, needs_multi30k
 
 ROOT = Path(__file__).resolve().parents[1]
-MULTI30K = ROOT.parent / "shared" / "data" / "multi30k"
-needs_multi30k = pytest.mark.skipif(
-    not MULTI30K.is_dir(), reason=f"Multi30k not found at {MULTI30K} (<repo>/../shared/data/multi30k)"
-)
 
 
 def _load(name: str):
@@ -268,3 +267,19 @@ def test_model_card_names_case_insensitive_scores():
     names = {r.metric_name: r.metric_value for r in card.data.eval_results}
     assert names == {"BLEU (case-insensitive)": 38.5, "chrF (case-insensitive)": 60.1}
     assert "| BLEU (case-insensitive) | 38.50 |" in card.text
+
+
+def test_the_recipe_without_the_data_says_where_to_get_it_in_one_line(tmp_path):
+    """On a machine without Multi30k (no ../shared): one line naming the folder and docs/multi30k.md, exit 2, and no
+    output folder made."""
+    command = [sys.executable, "-m", "bench", "multi30k", "--source_lang", "en", "--target_lang", "de"]
+    out = tmp_path / "out"
+    done = subprocess.run(
+        [*command, "--output_dir", str(out), "--data", str(tmp_path)], capture_output=True, text=True, cwd=ROOT
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        f"python -m bench multi30k: error: no Multi30k training file train.en[.gz] in {tmp_path}; get the data as "
+        "docs/multi30k.md ('Get the data') says and pass its folder with --data\n"
+    )
+    assert not out.exists()

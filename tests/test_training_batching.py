@@ -2,14 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from modeling_attn.training.batching import TokenBatchSampler, pack_batches, pack_into, padding_fraction
-
-MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
+from multi30k_data import MULTI30K, needs_multi30k
 
 
 @settings(max_examples=50, deadline=None)
@@ -45,7 +42,7 @@ def test_padding_fraction():
     assert padding_fraction([[0, 1]], [2, 4], [3, 3]) == pytest.approx(2 / 14)
 
 
-@pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k not found at {MULTI30K} (<repo>/../shared/data/multi30k)")
+@needs_multi30k
 @pytest.mark.parametrize("max_tokens", [4096, 25000])  # the recipe's default per process, the paper's per step
 def test_multi30k_padding_below_ten_percent(max_tokens, multi30k_lengths, record_property):
     source, target = multi30k_lengths

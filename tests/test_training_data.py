@@ -9,10 +9,9 @@ from pathlib import Path
 import pytest
 from datasets import Dataset, DatasetDict
 from modeling_attn.training.data import load_parallel_data, require_splits
+from multi30k_data import MULTI30K, needs_multi30k
 
 from modeling_attn.api.corpus import DataError, read_lines
-
-MULTI30K = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
 
 
 def write(path: Path, lines: list[str] | bytes) -> Path:
@@ -125,7 +124,7 @@ def test_missing_split_is_reported(tmp_path):
         load_parallel_data(str(folder), "en", "de")
 
 
-@pytest.mark.skipif(not MULTI30K.is_dir(), reason=f"Multi30k not found at {MULTI30K} (<repo>/../shared/data/multi30k)")
+@needs_multi30k
 def test_multi30k_in_place():
     parallel = load_parallel_data(str(MULTI30K), "en", "de")
     assert {split: len(table) for split, table in parallel.splits.items()} == {

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from importlib import resources
 from pathlib import Path
@@ -168,8 +169,20 @@ def evaluate(args: argparse.Namespace) -> dict:
     }
 
 
+def check_data(folder: str, source_lang: str) -> None:
+    """One line and exit status 2 where `folder` holds no Multi30k training file: where to get it."""
+    if not list(Path(folder).glob(f"train.{source_lang}*")):
+        print(
+            f"python -m bench multi30k: error: no Multi30k training file train.{source_lang}[.gz] in {folder}; get "
+            "the data as docs/multi30k.md ('Get the data') says and pass its folder with --data",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+
+
 def main(argv: list[str]) -> dict:
     args, extra = parse_args(argv)
+    check_data(args.data, args.source_lang)
     if args.evaluate_only and extra:
         raise SystemExit(f"--evaluate_only takes no attn train flags, got {extra}")
     results_path = Path(args.output_dir) / "multi30k_results.json"
