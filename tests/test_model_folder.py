@@ -5,9 +5,13 @@ field, weights of another model, weights with tensors missing, a generation conf
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 
 import pytest
 import torch
+from huggingface_hub import constants
+from runs import free_port
 from safetensors.torch import load_file, save_file
 from tiny import tiny_model
 from transformers import BertConfig
@@ -85,3 +89,43 @@ def test_a_generation_config_that_is_not_json_is_named(saved):
     (folder / "generation_config.json").write_text("{num_beams: 4}")
     with pytest.raises(ModelFolderError, match=r"generation_config.json: the generation config is not valid JSON"):
         check_config(folder)
+
+
+@pytest.fixture
+def closed_hub(monkeypatch):
+    """A Hub endpoint nothing listens on (a free loopback port): no network, as a user's offline machine."""
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    return endpoint
+
+
+def test_a_name_that_could_be_a_hub_id_with_no_hub_names_both_readings(tmp_path, monkeypatch, closed_hub):
+    monkeypatch.chdir(tmp_path)
+    for name in ("run-a", "user/run-a"):
+        with pytest.raises(ModelFolderError) as raised:
+            check_config(name)
+        assert str(raised.value) == (
+            f"{name}: no such model folder here, and the Hub ({closed_hub}) could not be reached to look for the "
+            f"repository {name} (ConnectError)"
+        )
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(ModelFolderError, match=r"^run-a: no such model folder here, and the Hub is switched off"):
+        check_config("run-a")
+
+
+def test_attn_translate_with_a_name_and_no_hub_is_one_line(tmp_path):
+    """The README's ensemble line as a new user types it: a real `attn` process, no Hub reachable, no retries."""
+    env = {**os.environ, "HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_OFFLINE": "0"}
+    done = subprocess.run(
+        ["attn", "translate", "--model", "run-a", "--model", "run-b", "May 2, 2030"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (
+        f"attn translate: error: run-a: no such model folder here, and the Hub ({env['HF_ENDPOINT']}) could not be "
+        "reached to look for the repository run-a (ConnectError)\n"
+    )

@@ -414,7 +414,9 @@ TRAIN_CASES = [
     ),
     (["--streaming", "--max_steps", "-1"], r"--streaming needs --max_steps: .*"),
     (["--model_name_or_path", "/no/such/model"], r".*/no/such/model.*"),
-    (["--resume_from_checkpoint", "last"], r"--resume_from_checkpoint: no checkpoint was written in .*out .*; rerun"),
+    (["--data", "my_data/"], r"--data my_data/: no such data folder"),  # a trailing /: a folder, not a Hub id
+    (["--tokenizer_name_or_path", "./missing"], r"--tokenizer_name_or_path \./missing: no such tokenizer folder"),
+    (["--resume_from_checkpoint", "last"], r"--resume_from_checkpoint: no checkpoint was written in .*; rerun .*"),
     (
         ["--max_train_samples", "0"],
         r"argument --max_train_samples: must be a positive integer, got 0 \(see attn train --help\)",

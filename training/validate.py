@@ -24,7 +24,13 @@ from transformers.trainer_utils import get_last_checkpoint
 
 from modeling_attn.api.alignment import WORD_PATTERNS
 from modeling_attn.api.errors import FlagError
-from modeling_attn.api.model_folder import ModelFolderError, check_config, looks_local
+from modeling_attn.api.model_folder import (
+    ModelFolderError,
+    check_config,
+    check_hub_reachable,
+    looks_local,
+    no_such_folder,
+)
 from modeling_attn.api.outputs import check_not_in_use, describe_files, foreign_files
 from modeling_attn.api.presets import available_presets, load_preset
 from modeling_attn.registry import MODEL_TYPES
@@ -57,6 +63,7 @@ def validate(recipe: RecipeArguments, training_args: Seq2SeqTrainingArguments, g
     --push_to_hub (created by `setup`, before the data is read).
     """
     _check_one_process_flags(recipe, training_args)
+    _check_local_names(recipe)
     _check_model_flags(recipe)
     _check_batching_flags(recipe, training_args, given)
     _check_best_model_flags(recipe, training_args, given)
@@ -127,6 +134,26 @@ def config_overrides(text: str | None) -> dict:
 def new_model_preset(preset: str | None, model_type: str | None) -> str:
     """The preset a new model is built from: --preset, else the default preset of --model_type."""
     return preset or MODEL_TYPES[model_type or next(iter(MODEL_TYPES))].default_preset
+
+
+def _check_local_names(recipe: RecipeArguments) -> None:
+    """--data, --tokenizer_name_or_path, --model_name_or_path that are no path here: one that can only be a path
+    (`./x`, `x/`, `/x`, `a/b/c`) is a missing folder, with the nearest one; one that could be a Hub id needs a Hub
+    that answers (`check_hub_reachable`: within seconds, both readings named)."""
+    names = {
+        "--data": (recipe.data, "data folder"),
+        "--tokenizer_name_or_path": (recipe.tokenizer_name_or_path, "tokenizer folder"),
+        "--model_name_or_path": (recipe.model_name_or_path, "model folder"),
+    }
+    for flag, (name, what) in names.items():
+        if name is None or Path(name).expanduser().exists():
+            continue
+        if looks_local(name):
+            raise FlagError(f"{flag} {no_such_folder(name, what)}")
+        try:
+            check_hub_reachable(name, what)
+        except ModelFolderError as error:
+            raise FlagError(f"{flag} {error}") from None
 
 
 def _check_model_flags(recipe: RecipeArguments) -> None:

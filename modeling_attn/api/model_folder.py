@@ -12,7 +12,8 @@ weights), and a `generation_config.json` that is not JSON is replaced by the def
 - `load_checked(path, ...)`: `AutoModelForSeq2SeqLM.from_pretrained` with the load report checked: weights that match
   none of the model's tensors are refused; some missing are refused unless `allow_missing` (their names shown).
 
-Hub ids (`user/name`) go through the same checks once transformers has fetched the files.
+Hub ids (`user/name`) go through the same checks once transformers has fetched the files; a name that is no folder
+here and whose Hub repository cannot be looked up (`check_hub_reachable`) is named with both readings at once.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from huggingface_hub import constants, get_session, try_to_load_from_cache
 from huggingface_hub.errors import StrictDataclassError
 from transformers import AutoConfig, AutoModelForSeq2SeqLM, PretrainedConfig, PreTrainedModel
 from transformers.models.auto.configuration_auto import CONFIG_MAPPING
@@ -43,13 +45,13 @@ def looks_local(name: str) -> bool:
     return "/" in name and Path(name).parent.is_dir()
 
 
-def no_such_folder(name: str) -> str:
-    """`name: no such model folder`, with the nearest folder beside it when one is near (`outputs/dates`)."""
+def no_such_folder(name: str, what: str = "model folder") -> str:
+    """`name: no such model folder` (or `what`), with the nearest folder beside it when one is near."""
     path = Path(name).expanduser()
     parent = path.parent if path.parent.is_dir() else None
     siblings = sorted(entry.name for entry in parent.iterdir() if entry.is_dir()) if parent else []
     near = difflib.get_close_matches(path.name, siblings, n=1, cutoff=0.6)
-    return f"{name}: no such model folder" + (f"; did you mean {Path(name).parent / near[0]}?" if near else "")
+    return f"{name}: no such {what}" + (f"; did you mean {Path(name).parent / near[0]}?" if near else "")
 
 
 def read_json(path: str | Path, what: str, error_class: type[Exception] = ModelFolderError) -> Any:
@@ -76,6 +78,28 @@ def check_folder(name: str | Path) -> Path:
     return folder
 
 
+# How long the Hub may take to answer whether it is there, before a name that is no folder here is refused.
+HUB_PROBE_SECONDS = 5.0
+
+
+def check_hub_reachable(name: str, what: str = "model folder") -> None:
+    """`name`, no folder here, read as a Hub repository id: nothing if its config is in the Hub cache or the Hub
+    answers (whatever it says: transformers reports a missing repository itself), else ModelFolderError naming both
+    readings, within seconds instead of transformers' half a minute of retries (no network, HF_HUB_OFFLINE)."""
+    if isinstance(try_to_load_from_cache(name, "config.json"), str):
+        return
+    here = f"{name}: no such {what} here"
+    if constants.HF_HUB_OFFLINE:
+        raise ModelFolderError(f"{here}, and the Hub is switched off (HF_HUB_OFFLINE): no repository {name} looked up")
+    try:
+        get_session().head(f"{constants.ENDPOINT}/api/models/{name}", timeout=HUB_PROBE_SECONDS)
+    except Exception as error:  # no answer at all (the session's transport errors: no network, no name, a timeout)
+        raise ModelFolderError(
+            f"{here}, and the Hub ({constants.ENDPOINT}) could not be reached to look for the repository {name} "
+            f"({type(error).__name__})"
+        ) from None
+
+
 def check_config(name_or_path: str | Path, local: bool = False) -> PretrainedConfig:
     """The config of a model folder or Hub repository, checked as the module docstring says (`local`: a folder on
     this machine, never a Hub id; a missing one is named as such, with the nearest folder beside it)."""
@@ -83,6 +107,8 @@ def check_config(name_or_path: str | Path, local: bool = False) -> PretrainedCon
     folder = Path(name).expanduser()
     if folder.exists() or local or looks_local(name):
         check_folder(name)
+    else:
+        check_hub_reachable(name)
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             raise ModelFolderError(f"{name}: no config.json (a folder written by save_pretrained or attn train)")
