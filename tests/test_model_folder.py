@@ -13,6 +13,7 @@ import torch
 from huggingface_hub import constants
 from runs import free_port
 from safetensors.torch import load_file, save_file
+from test_translate import save_tiny_model
 from tiny import tiny_model
 from transformers import BertConfig
 
@@ -129,3 +130,22 @@ def test_attn_translate_with_a_name_and_no_hub_is_one_line(tmp_path):
         f"attn translate: error: run-a: no such model folder here, and the Hub ({env['HF_ENDPOINT']}) could not be "
         "reached to look for the repository run-a (ConnectError)\n"
     )
+
+
+def test_attn_push_with_no_hub_is_one_line(tmp_path):
+    """`attn push` on a machine with no network: the Hub's transport error named in one line, exit 2."""
+    save_tiny_model(tmp_path / "model", "attn_transformer")
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    env = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0", "HF_TOKEN": "hf_unused"}
+    done = subprocess.run(
+        ["attn", "push", "--model", str(tmp_path / "model"), "--repo-id", "me/dates"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines()[-1] == (
+        f"attn push: error: the Hub ({endpoint}) could not be reached: [Errno 111] Connection refused; check the "
+        "network or HF_ENDPOINT"
+    )
+    assert "Traceback" not in done.stderr

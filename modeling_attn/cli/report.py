@@ -11,11 +11,13 @@ error in the command line itself (those, and `CommandLineError`) ends with `(see
 
 from __future__ import annotations
 
+import importlib
 import os
 import sys
 import traceback
 from collections.abc import Callable
 
+from huggingface_hub import constants, get_session
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -69,11 +71,21 @@ INPUT_ERRORS: dict[type[BaseException], Callable] = {
 }
 
 
+def hub_transport_error() -> type[BaseException]:
+    """The error class of the HTTP client huggingface_hub reaches the Hub with (its session's package's
+    `TransportError`: no connection, no name, a timeout), whichever client that is."""
+    client = importlib.import_module(type(get_session()).__module__.split(".")[0])
+    return client.TransportError
+
+
 def user_error_line(error: BaseException) -> str | None:
     """The one line that reports `error` to the user, or None if it is not a user error (a bug)."""
     for kind, describe in INPUT_ERRORS.items():
         if isinstance(error, kind):
             return describe(error)
+    if isinstance(error, hub_transport_error()):  # attn push, a Hub id, with no network
+        reason = _first_line(error)
+        return f"the Hub ({constants.ENDPOINT}) could not be reached: {reason}; check the network or HF_ENDPOINT"
     return None
 
 
