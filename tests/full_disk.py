@@ -11,13 +11,14 @@ import pytest
 
 
 @contextlib.contextmanager
-def small_tmpfs(path: Path, size: str) -> Iterator[Path]:
-    """`path` (created) with a tmpfs of `size` (e.g. "256k") mounted on it for the block; pytest.skip with the reason
-    where it cannot be mounted (not root, no mount)."""
+def small_tmpfs(path: Path, size: str, read_only: bool = False) -> Iterator[Path]:
+    """`path` (created) with a tmpfs of `size` (e.g. "256k"; `read_only`: mounted ro) on it for the block; pytest.skip
+    with the reason where it cannot be mounted (not root, no mount)."""
     path.mkdir()
     try:
         result = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+            ["mount", "-t", "tmpfs", "-o", f"size={size}" + (",ro" if read_only else ""), "tmpfs", str(path)],
+            capture_output=True,
         )
     except OSError as error:
         pytest.skip(f"cannot mount a tmpfs to fill: {error}")

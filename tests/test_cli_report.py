@@ -5,14 +5,18 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
+from full_disk import small_tmpfs
 from huggingface_hub.errors import RepositoryNotFoundError
+from runs import TINY
 from test_reliability_messages import TINY_RUN
+from test_translate import save_tiny_model
 
 from modeling_attn.api.corpus import DataError
 from modeling_attn.api.errors import CommandLineError, FlagError, UserError
@@ -285,3 +289,25 @@ def test_attn_debug_shows_the_traceback_of_argparse_own_errors_too(capsys, monke
         assert error.startswith("Traceback (most recent call last):") == bool(debug), error
         assert ("argparse.ArgumentError: argument --quantization" in error) == bool(debug)
         assert error.splitlines()[-1].startswith(line) and error.endswith(" (see attn export --help)\n")
+
+
+def test_a_read_only_output_is_one_line_naming_it_on_every_command_that_writes(tmp_path, capsys):
+    """A read-only file system (a tmpfs mounted ro; root only): the output named, exit 2, nothing written there."""
+    model = tmp_path / "model"
+    save_tiny_model(model, "attn_transformer")
+    shutil.copytree(model, tmp_path / "copy")
+    with small_tmpfs(tmp_path / "ro", "1m", read_only=True) as read_only:
+        commands = {
+            "train": ["train", "--output_dir", str(read_only / "run"), *TINY, "--max_steps", "1"],
+            "translate": ["translate", "--model", str(model), "--output", str(read_only / "out.txt"), "hello"],
+            "average": ["average", str(model), str(tmp_path / "copy"), "--output_dir", str(read_only / "avg")],
+            "export": ["export", str(model), "--onnx", str(read_only / "onnx")],
+            "explain": ["explain", "--model", str(model), "--output", str(read_only / "page.html"), "hello"],
+        }
+        named = {"translate": read_only, "explain": read_only}  # their file is staged beside the output: the folder
+        for name, argv in commands.items():
+            assert attn(argv) == 2, name
+            err = capsys.readouterr().err.strip().splitlines()[-1]
+            target = named.get(name) or next(argument for argument in argv if argument.startswith(str(read_only)))
+            assert err == f"attn {name}: error: {target}: read-only file system; give an output in a writable folder"
+        assert list(read_only.iterdir()) == []

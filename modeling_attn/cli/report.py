@@ -11,11 +11,13 @@ error in the command line itself (those, and `CommandLineError`) ends with `(see
 
 from __future__ import annotations
 
+import errno
 import importlib
 import os
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from huggingface_hub import constants, get_session
 from huggingface_hub.errors import (
@@ -39,6 +41,14 @@ DEBUG_VARIABLE = "ATTN_DEBUG"
 def _first_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
+
+
+def _read_only(error: OSError) -> str:
+    """A write refused by a read-only file system, naming the output (not the staging file written beside it)."""
+    path = Path(error.filename)
+    if path.name.startswith(".") and path.name.endswith(".partial"):  # api/outputs.py's staging file: its folder
+        path = path.parent
+    return f"{path}: read-only file system; give an output in a writable folder"
 
 
 def _unreadable_file(error: OSError) -> str:
@@ -83,6 +93,8 @@ def user_error_line(error: BaseException) -> str | None:
     for kind, describe in INPUT_ERRORS.items():
         if isinstance(error, kind):
             return describe(error)
+    if isinstance(error, OSError) and error.errno == errno.EROFS and error.filename:
+        return _read_only(error)
     if isinstance(error, hub_transport_error()):  # attn push, a Hub id, with no network
         reason = _first_line(error)
         return f"the Hub ({constants.ENDPOINT}) could not be reached: {reason}; check the network or HF_ENDPOINT"
