@@ -24,6 +24,7 @@ from tiny import padded_batch, tiny_model
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from modeling_attn import AttnRNNForConditionalGeneration, AttnTransformerForConditionalGeneration
+from modeling_attn.api.errors import ResultsError
 from modeling_attn.api.hub import (
     EMBEDDED_TASK,
     hub_id,
@@ -555,8 +556,22 @@ def test_a_results_file_that_is_not_a_json_object_of_scores_is_named(tmp_path):
             r"list\.json: a JSON list, not an object of scores; expected the JSON of `attn evaluate",
         ),
         "empty.json": (b"{}", r"empty\.json: no 'bleu' or 'test_bleu' score"),
+        "partial.json": (b'{"bleu_lc_tok": 40.1}', r"partial\.json: cannot read its scores \(KeyError: 'direction'\)"),
+        "words.json": (b'{"bleu": "high"}', r"words\.json: cannot read its scores \(ValueError: could not convert"),
     }
     for name, (content, message) in cases.items():
         (tmp_path / name).write_bytes(content)
-        with pytest.raises(ValueError, match=message):
+        with pytest.raises(ResultsError, match=message):  # a UserError, and a ValueError for Python callers
             read_results(tmp_path / name)
+
+
+def test_attn_push_with_a_results_file_that_is_not_json_is_one_line(tmp_path, capsys):
+    save_tiny_model(tmp_path / "model", "attn_transformer")
+    (tmp_path / "results.json").write_text("BLEU = 40.1")
+    results = tmp_path / "results.json"
+    argv = ["push", "--model", str(tmp_path / "model"), "--repo-id", "me/m", "--results", str(results)]
+    assert attn([*argv, "--save-to", str(tmp_path / "card")]) == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"attn push: error: {results}: the evaluation results (the JSON of `attn evaluate --output`) is not valid "
+        "JSON (Expecting value at line 1, column 1)"
+    )

@@ -31,4 +31,8 @@ class ExplainError(UserError, ValueError):
     """Bad input to the attention explainer (`explain.py`); the message names what is wrong."""
 
 
-__all__ = ["CommandLineError", "ExplainError", "ExportError", "FlagError", "UserError", "WeightsError"]
+class ResultsError(UserError, ValueError):
+    """An evaluation results file (`attn push --results`) that is not JSON or holds no score; the message names it."""
+
+
+__all__ = ["CommandLineError", "ExplainError", "ExportError", "FlagError", "ResultsError", "UserError", "WeightsError"]

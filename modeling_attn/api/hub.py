@@ -33,6 +33,7 @@ from transformers import GenerationConfig, PreTrainedConfig, PreTrainedModel
 from ..generation import SOURCE_LIMIT_FIELD
 from ..pipeline_translation import TranslationPipeline
 from ..registry import MODEL_TYPES
+from .errors import ResultsError
 from .model_folder import read_json
 from .translation import load_model
 
@@ -196,9 +197,19 @@ def read_results(path: str | Path) -> dict[str, Any]:
     Multi30k recipe (`multi30k_results.json` of bench/multi30k/recipe.py: sacreBLEU, chrF and the lowercased
     tokenized BLEU of the published Multi30k numbers)."""
     expected = "expected the JSON of `attn evaluate --output`"
-    raw = read_json(path, "evaluation results (the JSON of `attn evaluate --output`)", ValueError)
+    raw = read_json(path, "evaluation results (the JSON of `attn evaluate --output`)", ResultsError)
     if not isinstance(raw, dict):
-        raise ValueError(f"{path}: a JSON {type(raw).__name__}, not an object of scores; {expected}")
+        raise ResultsError(f"{path}: a JSON {type(raw).__name__}, not an object of scores; {expected}")
+    try:
+        return _scores(raw, path, expected)
+    except ResultsError:
+        raise
+    except (KeyError, TypeError, ValueError) as error:  # a score missing, or not a number
+        raise ResultsError(f"{path}: cannot read its scores ({type(error).__name__}: {error}); {expected}") from None
+
+
+def _scores(raw: dict[str, Any], path: str | Path, expected: str) -> dict[str, Any]:
+    """`read_results`' fields of one results object (KeyError, TypeError or ValueError where one is missing)."""
     if "bleu_lc_tok" in raw:
         source_lang, _, target_lang = raw["direction"].partition("-")
         return {
@@ -217,7 +228,7 @@ def read_results(path: str | Path) -> dict[str, Any]:
         }
     prefix = "test_" if "test_bleu" in raw else ""
     if f"{prefix}bleu" not in raw:
-        raise ValueError(f"{path}: no 'bleu' or 'test_bleu' score; {expected}")
+        raise ResultsError(f"{path}: no 'bleu' or 'test_bleu' score; {expected}")
     return {
         "bleu": float(raw[f"{prefix}bleu"]),
         "chrf": float(raw[f"{prefix}chrf"]) if f"{prefix}chrf" in raw else None,
