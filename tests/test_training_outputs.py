@@ -210,3 +210,20 @@ def test_a_disk_that_fills_during_a_checkpoint_save_is_named_with_the_last_whole
         )
         assert sorted(path.name for path in out.glob("*checkpoint*")) == ["checkpoint-2"]  # no partial one
         assert damaged_file(out / "checkpoint-2") is None
+
+
+def test_a_run_that_fails_before_writing_leaves_no_folder_it_created(tmp_path, capsys):
+    """Bad data found after the output folder was made: the folders the run created go again; one that was there
+    stays, and so does a folder it wrote into."""
+    data = tmp_path / "data"
+    data.mkdir()
+    for split in ("train", "valid"):
+        (data / f"{split}.en").write_text("a b\n\nc d\n")  # an empty sentence on line 2
+        (data / f"{split}.de").write_text("x y\nz\nw v\n")
+    flags = ["train", "--data", str(data), "--source_lang", "en", "--target_lang", "de"]
+    assert attn([*flags, "--output_dir", str(tmp_path / "new" / "deep" / "out")]) == 2
+    assert "empty source sentence" in capsys.readouterr().err
+    assert not (tmp_path / "new").exists()
+    (tmp_path / "mine").mkdir()
+    assert attn([*flags, "--output_dir", str(tmp_path / "mine")]) == 2
+    assert (tmp_path / "mine").is_dir()  # not created by the run: kept
