@@ -68,7 +68,7 @@ from .prepare import bpe_cache_folder, iter_texts, release_free_memory, tokenize
 from .throughput import cpu_compile_warning, mfu_line
 from .tokenizer import splits_punctuation, train_bpe_tokenizer, truncate
 from .trainer import STAGING_DIR, TranslationTrainer
-from .validate import config_overrides, new_model_preset
+from .validate import check_hub_names, config_overrides, new_model_preset
 
 logger = logging.getLogger("modeling_attn.training")
 
@@ -136,7 +136,8 @@ class TrainingRun:
     # -- 1. setup -----------------------------------------------------------------------------------------------
 
     def setup(self) -> None:
-        """Logging, the Hub repository of --push_to_hub (created before any work; its id is `repo_id`), the
+        """Logging, the Hub names the run reads answered for (`check_hub_names`), the Hub repository of --push_to_hub
+        (created before any work; its id is `repo_id`), the
         checkpoints --overwrite_output_dir deletes, the seed, and TF32 matmuls under --tf32 (which `validate` may
         have chosen on a GPU: `resolve_cuda_fast_path`).
 
@@ -145,6 +146,8 @@ class TrainingRun:
         `push` the final model after the test, with its scores in the card.
         """
         _setup_logging(self.args.get_process_log_level(), self.args.should_log)
+        # a Hub id given with no Hub: one line now, not transformers' retries later
+        check_hub_names(self.recipe.data, self.recipe.tokenizer_name_or_path, self.recipe.model_name_or_path)
         if self.args.push_to_hub:
             self.repo_id = self.args.hub_model_id or self.output_dir.name
             if self.args.process_index == 0:

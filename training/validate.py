@@ -136,20 +136,31 @@ def new_model_preset(preset: str | None, model_type: str | None) -> str:
     return preset or MODEL_TYPES[model_type or next(iter(MODEL_TYPES))].default_preset
 
 
-def _check_local_names(recipe: RecipeArguments) -> None:
-    """--data, --tokenizer_name_or_path, --model_name_or_path that are no path here: one that can only be a path
-    (`./x`, `x/`, `/x`, `a/b/c`) is a missing folder, with the nearest one; one that could be a Hub id needs a Hub
-    that answers (`check_hub_reachable`: within seconds, both readings named)."""
-    names = {
-        "--data": (recipe.data, "data folder"),
-        "--tokenizer_name_or_path": (recipe.tokenizer_name_or_path, "tokenizer folder"),
-        "--model_name_or_path": (recipe.model_name_or_path, "model folder"),
+def _named_sources(data: str | None, tokenizer: str | None, model: str | None) -> dict[str, tuple[str | None, str]]:
+    """--data, --tokenizer_name_or_path, --model_name_or_path: (the name given, what it names)."""
+    return {
+        "--data": (data, "data folder"),
+        "--tokenizer_name_or_path": (tokenizer, "tokenizer folder"),
+        "--model_name_or_path": (model, "model folder"),
     }
+
+
+def _check_local_names(recipe: RecipeArguments) -> None:
+    """A name of `_named_sources` that is no path here but can only be one (`./x`, `x/`, `/x`, `a/b/c`): a missing
+    folder, with the nearest one beside it. One that could be a Hub id: `check_hub_names`, when the run starts."""
+    names = _named_sources(recipe.data, recipe.tokenizer_name_or_path, recipe.model_name_or_path)
     for flag, (name, what) in names.items():
+        if name is not None and not Path(name).expanduser().exists() and looks_local(name):
+            raise FlagError(f"{flag} {no_such_folder(name, what)}")
+
+
+def check_hub_names(data: str | None, tokenizer: str | None, model: str | None) -> None:
+    """--data, --tokenizer_name_or_path, --model_name_or_path that are no path here and could be Hub ids: a Hub that
+    answers within seconds (`check_hub_reachable`), else one line naming both readings. Run by `TrainingRun.setup`,
+    before any work; not by `validate`, which reads no network."""
+    for flag, (name, what) in _named_sources(data, tokenizer, model).items():
         if name is None or Path(name).expanduser().exists():
             continue
-        if looks_local(name):
-            raise FlagError(f"{flag} {no_such_folder(name, what)}")
         try:
             check_hub_reachable(name, what)
         except ModelFolderError as error:
