@@ -81,11 +81,11 @@ INPUT_ERRORS: dict[type[BaseException], Callable] = {
 }
 
 
-def hub_transport_error() -> type[BaseException]:
+def hub_transport_error() -> type[BaseException] | tuple[()]:
     """The error class of the HTTP client huggingface_hub reaches the Hub with (its session's package's
-    `TransportError`: no connection, no name, a timeout), whichever client that is."""
+    `TransportError`: no connection, no name, a timeout), whichever client that is; () if it has none."""
     client = importlib.import_module(type(get_session()).__module__.split(".")[0])
-    return client.TransportError
+    return getattr(client, "TransportError", ())
 
 
 def user_error_line(error: BaseException) -> str | None:
