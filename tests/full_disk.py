@@ -21,9 +21,9 @@ def small_tmpfs(path: Path, size: str, read_only: bool = False) -> Iterator[Path
             capture_output=True,
         )
     except OSError as error:
-        pytest.skip(f"cannot mount a tmpfs to fill: {error}")
+        pytest.skip(f"cannot mount a tmpfs (a real full or read-only disk): {error}")
     if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to fill (needs root): {result.stderr.decode().strip()}")
+        pytest.skip(f"cannot mount a tmpfs (needs root): {result.stderr.decode().strip()}")
     try:
         yield path
     finally:
