@@ -185,7 +185,8 @@ def _check_model_flags(recipe: RecipeArguments) -> None:
                 "fine-tuned model's config)"
             )
         name = recipe.model_name_or_path
-        if Path(name).expanduser().exists() or looks_local(name):  # a local folder: named with what is wrong in it
+        if Path(name).expanduser().exists():  # a local folder: named with what is wrong in it (a missing one:
+            # `_check_local_names`; a Hub id: `check_hub_names`, then transformers)
             try:
                 check_config(recipe.model_name_or_path)
             except ModelFolderError as error:
