@@ -166,21 +166,13 @@ def _strings(sentences: Iterable[str]) -> Iterator[str]:
         yield sentence
 
 
-def _encode(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
-    sentences: list[str],
-    rows: list[int],
-    generate_kwargs: dict[str, Any],
-) -> BatchEncoding:
-    """The tokenized `sentences[row] for row in rows`, padded, on the model's device; SentenceTooLong (naming its
-    index in `sentences`) for a sentence the position table cannot hold, never cut."""
-    encoded = tokenizer(
-        [sentences[row] for row in rows], padding=True, return_tensors="pt", return_token_type_ids=False
-    ).to(model.device)
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit is not None and encoded["input_ids"].shape[1] > limit:
-        lengths = encoded["attention_mask"].sum(dim=1).tolist()
+def check_source_lengths(
+    config: Any, lengths: list[int], sentences: list[str], rows: list[int], generate_kwargs: dict[str, Any]
+) -> None:
+    """SentenceTooLong (naming its index in `sentences`) for a sentence of `rows` whose `lengths` (tokens, end token
+    included) the model's position table cannot hold, never cut; TranslateError for a `max_new_tokens` over it."""
+    limit = getattr(config, "max_position_embeddings", None)
+    if limit is not None and lengths and max(lengths) > limit:
         index = max(range(len(rows)), key=lambda i: lengths[i])
         sentence = sentences[rows[index]]
         raise SentenceTooLong(
@@ -194,6 +186,21 @@ def _encode(
             f"max_new_tokens={new_tokens} is more than the model's max_position_embeddings={limit}: the decoder has "
             f"no position for a longer translation; use at most {limit}"
         )
+
+
+def _encode(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: list[str],
+    rows: list[int],
+    generate_kwargs: dict[str, Any],
+) -> BatchEncoding:
+    """The tokenized `sentences[row] for row in rows`, padded, on the model's device (`check_source_lengths`)."""
+    encoded = tokenizer(
+        [sentences[row] for row in rows], padding=True, return_tensors="pt", return_token_type_ids=False
+    ).to(model.device)
+    lengths = encoded["attention_mask"].sum(dim=1).tolist()
+    check_source_lengths(model.config, lengths, sentences, rows, generate_kwargs)
     return encoded
 
 
@@ -386,6 +393,7 @@ __all__ = [
     "TranslateError",
     "batches",
     "check_nbest",
+    "check_source_lengths",
     "check_tokenizer_fits",
     "eager_attention",
     "generation_overrides",

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+from ..api.engines import ENGINES, Engine, open_engine
 from ..api.ensemble import COMBINATIONS, each_member, load_ensemble, member_paths, parse_weights
 from ..api.quantize import INT8_ENGINES, QUANTIZE_CHOICES, quantize, quantize_device
 from ..api.translation import load_model
@@ -46,6 +47,15 @@ class RuntimeArguments:
 
     _argument_group_name = "device and speed"
 
+    engine: str = field(
+        default="auto",
+        metadata={
+            "help": "What decodes (modeling_attn.api.engines): torch, the model itself; ctranslate2 or onnxruntime, "
+            "an export of it made once per weights and kept in attn's cache; auto: the fastest installed engine that "
+            "can do what was asked, torch for the rest.",
+            "choices": list(ENGINES),
+        },
+    )
     device: str | None = field(default=None, metadata={"help": "cpu, cuda, cuda:1... (default: cuda if available)."})
     threads: int | None = field(
         default=None,
@@ -148,6 +158,18 @@ def load_models(args: SimpleNamespace, eager: bool = False, quantized: bool = Tr
     return (quantize_members(model, args) if quantized else model), tokenizer
 
 
+def load_engine(args: SimpleNamespace, eager: bool = False, torch_only: str | None = None) -> Engine:
+    """The --model flags loaded as by `load_models` and opened on the --engine (`engines.open_engine`), quantized by
+    --quantize on that engine. `torch_only`: a flag given that only the torch engine serves (auto then opens torch;
+    a named export engine refuses it)."""
+    model, tokenizer = load_models(args, eager=eager, quantized=False)
+    paths = member_paths(args.model, args.last_checkpoints)
+    name = paths[0] if len(paths) == 1 and args.ensemble_weights is None else None
+    return open_engine(
+        model, tokenizer, name, args.engine, args.quantize, args.int8_engine, args.threads, torch_only=torch_only
+    )
+
+
 def quantize_members(model: Any, args: SimpleNamespace) -> Any:
     """The model, or each member of an ensemble, quantized by --quantize (and --int8_engine)."""
     return each_member(model, lambda member: quantize(member, args.quantize, args.int8_engine))
@@ -157,6 +179,7 @@ __all__ = [
     "DecodingArguments",
     "EnsembleArguments",
     "RuntimeArguments",
+    "load_engine",
     "load_models",
     "model_inputs",
     "parse_flags",

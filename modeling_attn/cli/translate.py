@@ -26,8 +26,9 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from ..api.alignment import ALIGN_FORMATS, WORD_PATTERNS, aligned_line, translate_aligned
+from ..api.alignment import ALIGN_FORMATS, WORD_PATTERNS, aligned_line
 from ..api.corpus import decode_lines
+from ..api.engines import set_seed
 from ..api.ensemble import member_paths
 from ..api.heatmaps import (
     ALIGNMENT_MODES,
@@ -48,7 +49,6 @@ from ..api.translation import (
     check_nbest,
     generation_overrides,
     translate_batch,
-    translate_nbest,
 )
 from ..api.values import COUNT, POSITIVE, Range
 from ..registry import MODEL_TYPES
@@ -56,7 +56,7 @@ from .options import (
     DecodingArguments,
     EnsembleArguments,
     RuntimeArguments,
-    load_models,
+    load_engine,
     model_inputs,
     parse_flags,
     shown_defaults,
@@ -374,7 +374,10 @@ def _translate(args: SimpleNamespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    model, tokenizer = load_models(args, eager=bool(pictures.templates or args.align))
+    wanted = [f"--{flag.replace('_', '-')}" for flag in PICTURE_FLAGS if getattr(args, flag)]
+    torch_only = ([*wanted, "--align"] if args.align else wanted)[0] if wanted or args.align else None
+    engine = load_engine(args, eager=bool(pictures.templates or args.align), torch_only=torch_only)
+    model, tokenizer = engine.model, engine.tokenizer
     if args.self_attention_png and not MODEL_TYPES[model.config.model_type].self_attention:
         raise TranslateError(
             f"--self-attention-png: {args.model[0]} is an RNN model, with no self-attention to picture"
@@ -383,8 +386,6 @@ def _translate(args: SimpleNamespace) -> int:
     if args.num_return_sequences:
         check_nbest(model, args.num_return_sequences, overrides)  # before any output
     if args.seed is not None:
-        from transformers import set_seed
-
         set_seed(args.seed)
     interactive = _reads_stdin(args) and sys.stdin.isatty()
     # A person typing at a terminal wants each line back at once, not after a full batch.
@@ -401,7 +402,7 @@ def _translate(args: SimpleNamespace) -> int:
         for batch in batches(lines, batch_size):
             try:
                 if args.num_return_sequences:
-                    nbest = translate_nbest(model, tokenizer, batch, args.num_return_sequences, **overrides)
+                    nbest = engine.translate_nbest(batch, args.num_return_sequences, **overrides)
                     text = "".join(
                         f"{number + offset} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n"
                         for offset, block in enumerate(nbest)
@@ -409,13 +410,16 @@ def _translate(args: SimpleNamespace) -> int:
                     )
                     attentions = None
                 elif args.align:
-                    aligned = translate_aligned(model, tokenizer, batch, words=args.align_words, **overrides)
+                    aligned = engine.translate_aligned(batch, words=args.align_words, **overrides)
                     text = "".join(aligned_line(item, args.align_format) for item in aligned)
                     attentions = [item.attention for item in aligned]
                 else:
-                    translations, attentions = translate_batch(
-                        model, tokenizer, batch, output_attentions=pictures.wanted(), **overrides
-                    )
+                    if pictures.templates:
+                        translations, attentions = translate_batch(
+                            model, tokenizer, batch, output_attentions=pictures.wanted(), **overrides
+                        )
+                    else:
+                        translations, attentions = engine.translate_batch(batch, **overrides), None
                     text = "".join(f"{translation}\n" for translation in translations)
             except SentenceTooLong as error:
                 line = number + error.row + 1

@@ -1,0 +1,535 @@
+"""Engines behind one translating API: `open_engine(model, tokenizer, engine="auto", ...)` and `load_translator(path)`.
+
+An engine translates sentences with a model: `translate_batch(sentences, **options)`, `translate_nbest(sentences,
+n, **options)` (scored hypotheses, best first), `translate_aligned_nbest(...)` (with word alignments). `options` are
+generate()'s keyword arguments as the commands give them (`translation.generation_overrides`: num_beams,
+length_penalty, max_new_tokens, do_sample, top_k, top_p, temperature); the model's generation config supplies the
+rest, on every engine alike.
+
+- `torch`: the model itself (`translation.translate_batch`, `translate_nbest`, `alignment.translate_aligned_nbest`):
+  every model type, ensembles, attention weights, any device, `--quantize int8` / `int8_rowwise`.
+- `ctranslate2`: CTranslate2's C++ decoder on an export of the model (`export_ctranslate2`), made once per weights
+  and kept (`export_cache`): attn_transformer models, greedy and beam search, n-best lists, sampling (its own random
+  stream: the same seed gives other samples than torch), `--quantize int8` as CTranslate2's int8 (compute_type).
+- `onnxruntime`: the ONNX export's two graphs (`onnx_generation.OnnxTranslator`): attn_transformer models on the
+  CPU, greedy and beam search, n-best lists (scored by the torch model, as the torch engine scores them).
+- `auto` (the default): the fastest installed engine that can do what was asked (ctranslate2 on a CPU, measured in
+  bench/results/decode-*.md), else torch; a call the fast engine cannot serve (word alignments, an option it lacks)
+  runs on torch (`AutoEngine`). An engine that was named refuses what it cannot do, naming itself and the setting
+  (`EngineError`).
+
+Each engine holds the torch model it was opened with (`engine.model`: the config, the generation config, what
+`attn serve`'s `GET /model` describes); `engine.describe()` says which engine runs and why.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
+
+from .. import __version__
+from ..generation import SOURCE_LIMIT_FIELD
+from .errors import ExportError, FlagError
+from .export_cache import ExportCacheError
+from .translation import (
+    Hypothesis,
+    check_source_lengths,
+    eager_attention,
+    sequence_scores,
+    translate_batch,
+    translate_nbest,
+)
+
+ENGINES = ("auto", "torch", "ctranslate2", "onnxruntime")
+# auto's order of preference among the engines that can serve a request (torch serves every request).
+FAST_ENGINES = ("ctranslate2",)
+PACKAGES = {"ctranslate2": ("ctranslate2", "interop"), "onnxruntime": ("onnxruntime", "onnx")}
+# generate() settings each export engine applies as generate() does; any other setting that differs from its inert
+# value (onnx_generation.UNSUPPORTED) is refused by name.
+SAMPLING_OPTIONS = ("do_sample", "top_k", "top_p", "temperature")
+
+
+class EngineError(FlagError):
+    """An engine that cannot do what was asked (not installed, a model type, a setting); the message names the
+    engine and the flag or setting, and the engine that can."""
+
+
+def _refused(engine: str, reason: str) -> EngineError:
+    return EngineError(f"--engine {engine}: {engine} {reason}; use --engine torch (or auto)")
+
+
+def installed(engine: str) -> bool:
+    """Whether the package `engine` needs is installed (torch always is)."""
+    return engine == "torch" or importlib.util.find_spec(PACKAGES[engine][0]) is not None
+
+
+def model_refusal(engine: str, model: PreTrainedModel, device: torch.device, quantize: str | None) -> str | None:
+    """Why `engine` cannot run `model` at all (None: it can), as the end of "ENGINE ..." ("has no ...")."""
+    if engine == "torch":
+        return None
+    if not installed(engine):
+        package, extra = PACKAGES[engine]
+        return f'is not installed (pip install "modeling-attn[{extra}]" installs {package})'
+    members = getattr(model, "members", None)
+    if isinstance(members, torch.nn.ModuleList):
+        return f"has no ensembles (an ensemble of {len(members)} models was given)"
+    if model.config.model_type != "attn_transformer":
+        return f"has no {model.config.model_type} models (only attn_transformer)"
+    if quantize not in (None, "int8"):
+        return f"has no --quantize {quantize}"
+    if engine == "onnxruntime" and quantize is not None:
+        return "has no --quantize int8 here (the ONNX export is float32)"
+    if device.type not in (("cpu", "cuda") if engine == "ctranslate2" else ("cpu",)):
+        return f"does not run on {device.type} devices"
+    for name, inert in _unsupported_settings().items():
+        if name not in SAMPLING_OPTIONS and getattr(model.generation_config, name, None) not in (None, inert, []):
+            return f"does not apply the model's generation_config.{name}={getattr(model.generation_config, name)!r}"
+    return None
+
+
+def _unsupported_settings() -> dict[str, Any]:
+    from .onnx_generation import UNSUPPORTED
+
+    return UNSUPPORTED
+
+
+class TorchEngine:
+    """The model itself (the module docstring); `model` may be an `AttnEnsemble`, quantized."""
+
+    name = "torch"
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
+        self.model, self.tokenizer = model, tokenizer
+
+    def refusal(self, options: dict[str, Any], alignments: bool = False) -> str | None:
+        return None
+
+    def translate_batch(self, sentences: list[str], **options: Any) -> list[str]:
+        return translate_batch(self.model, self.tokenizer, sentences, **options)[0]
+
+    def translate_nbest(self, sentences: list[str], n: int = 1, **options: Any) -> list[list[Hypothesis]]:
+        return translate_nbest(self.model, self.tokenizer, sentences, n, **options)
+
+    def translate_aligned(self, sentences: list[str], words: str = "whitespace", **options: Any):
+        from .alignment import translate_aligned
+
+        with eager_attention(self.model):
+            return translate_aligned(self.model, self.tokenizer, sentences, words=words, **options)
+
+    def translate_aligned_nbest(self, sentences: list[str], n: int = 1, words: str = "whitespace", **options: Any):
+        from .alignment import translate_aligned_nbest
+
+        with eager_attention(self.model):
+            return translate_aligned_nbest(self.model, self.tokenizer, sentences, n, words=words, **options)
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": self.name}
+
+
+class _ExportEngine:
+    """What the export engines share: the sources as token ids (empty sentences kept out, lengths checked as the
+    torch engine checks them), the options checked against what the engine applies."""
+
+    name = ""
+    sampling = False
+
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, export: Path):
+        self.model, self.tokenizer, self.export = model, tokenizer, export
+
+    def refusal(self, options: dict[str, Any], alignments: bool = False) -> str | None:
+        if alignments:
+            return "has no word alignments (--align)"
+        if options.get("do_sample") and not self.sampling:
+            return "has no sampling (--do_sample)"
+        if unknown := sorted(set(options) - {"num_beams", "length_penalty", "max_new_tokens", *SAMPLING_OPTIONS}):
+            return f"does not apply the setting {unknown[0]}"
+        return None
+
+    def _check(self, options: dict[str, Any], alignments: bool = False) -> None:
+        if (reason := self.refusal(options, alignments)) is not None:
+            raise _refused(self.name, reason)
+
+    def _sources(self, sentences: list[str], options: dict[str, Any]) -> tuple[list[int], list[list[int]]]:
+        """The rows of the non-empty sentences and their token ids (SentenceTooLong for one too long)."""
+        rows = [row for row, sentence in enumerate(sentences) if sentence.strip()]
+        texts = [sentences[row] for row in rows]
+        ids = self.tokenizer(texts, return_token_type_ids=False)["input_ids"] if rows else []
+        check_source_lengths(self.model.config, [len(i) for i in ids], sentences, rows, options)
+        return rows, ids
+
+    def translate_batch(self, sentences: list[str], **options: Any) -> list[str]:
+        return [block[0].text for block in self._nbest(sentences, 1, scored=False, **options)]
+
+    def translate_nbest(self, sentences: list[str], n: int = 1, **options: Any) -> list[list[Hypothesis]]:
+        from .translation import check_nbest
+
+        check_nbest(self.model, n, options)
+        return self._nbest(sentences, n, scored=True, **options)
+
+    def translate_aligned(self, sentences: list[str], words: str = "whitespace", **options: Any):
+        self._check(options, alignments=True)
+
+    def translate_aligned_nbest(self, sentences: list[str], n: int = 1, words: str = "whitespace", **options: Any):
+        self._check(options, alignments=True)
+
+    def _nbest(self, sentences: list[str], n: int, scored: bool, **options: Any) -> list[list[Hypothesis]]:
+        self._check(options)
+        hypotheses = [[Hypothesis("", float("nan"))] * n for _ in sentences]
+        rows, ids = self._sources(sentences, options)
+        if not rows:
+            return hypotheses
+        found = self._decode(ids, n, scored, options)  # per row: n (target ids, score or None)
+        for row, block in zip(rows, found, strict=True):
+            texts = self.tokenizer.batch_decode([target for target, _ in block], skip_special_tokens=True)
+            block = [Hypothesis(text, score) for text, (_, score) in zip(texts, block, strict=True)]
+            hypotheses[row] = sorted(block, key=lambda hypothesis: -hypothesis.score) if scored else block
+        return hypotheses
+
+    def _decode(self, ids: list[list[int]], n: int, scored: bool, options: dict[str, Any]):
+        raise NotImplementedError
+
+    def _length_penalty(self, options: dict[str, Any]) -> float:
+        penalty = options.get("length_penalty", self.model.generation_config.length_penalty)
+        return 1.0 if penalty is None else float(penalty)
+
+    def describe(self) -> dict[str, Any]:
+        return {"engine": self.name, "export": str(self.export)}
+
+
+class CTranslate2Engine(_ExportEngine):
+    """CTranslate2's decoder on the export in `export` (module docstring). `compute_type`: "default" (the export's
+    float32) or "int8" (`--quantize int8`: CTranslate2 quantizes the weights as it loads them)."""
+
+    name = "ctranslate2"
+    sampling = True
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        export: Path,
+        device: torch.device,
+        compute_type: str = "default",
+        threads: int | None = None,
+    ):
+        from .export_ctranslate2 import CTranslate2Translator
+
+        super().__init__(model, tokenizer, export)
+        self.compute_type = compute_type
+        self.translator = CTranslate2Translator(
+            export,
+            device=device.type,
+            device_index=device.index or 0,
+            compute_type=compute_type,
+            intra_threads=threads or torch.get_num_threads(),
+        )
+
+    def _options(self, lengths: list[int], n: int, options: dict[str, Any]) -> dict[str, Any]:
+        """CTranslate2's translate_batch arguments for these sources and generate() options."""
+        config = self.model.generation_config
+        given = {} if options.get("max_new_tokens") is None else {"max_decoding_length": options["max_new_tokens"]}
+        ct2 = self.translator.options(lengths, **given)
+        if self._own_limits([[]], options) is not None:
+            # generate()'s per-sentence limit is capped by the decoder's position table (forced end token included)
+            table = self.model.config.max_position_embeddings
+            ct2["max_decoding_length"] = min(ct2["max_decoding_length"], table - 1)
+        if options.get("num_beams") is not None:
+            ct2["beam_size"] = options["num_beams"]
+        ct2["length_penalty"] = self._length_penalty(options)
+        ct2["num_hypotheses"] = n
+        if options.get("do_sample", config.do_sample):
+            merged = GenerationConfig(**{**config.to_dict(), **options})
+            ct2.update(
+                beam_size=1,
+                sampling_topk=merged.top_k or 0,  # 0: the whole vocabulary
+                sampling_topp=merged.top_p if merged.top_p is not None else 1.0,
+                sampling_temperature=merged.temperature if merged.temperature is not None else 1.0,
+            )
+        return ct2
+
+    def _decode(self, ids: list[list[int]], n: int, scored: bool, options: dict[str, Any]):
+        translator = self.translator
+        tokens = [[translator.source_tokens[token_id] for token_id in row] for row in ids]
+        found = self._translate(tokens, n, options)
+        limit = self._own_limits(ids, options)
+        if limit is not None:
+            # generate() stops each sentence at its own limit (source length + 50); CTranslate2 has one limit per
+            # call, the batch's longest: a sentence that ran past its own is translated again alone.
+            for row, own in enumerate(limit):
+                if any(len(hypothesis) >= own for hypothesis in found[row]):
+                    found[row] = self._translate([tokens[row]], n, options)[0]
+        ends = set(translator.options().get("end_token", []))
+        results = []
+        for block in found:
+            # (target ids without the end token, whether it ended with one: a translation cut at the length limit
+            # has none, and its score counts no end token)
+            cut = [hypothesis[:-1] if hypothesis and hypothesis[-1] in ends else hypothesis for hypothesis in block]
+            results.append(
+                [
+                    ([translator.target_ids[token] for token in tokens_], len(tokens_) < len(hypothesis))
+                    for tokens_, hypothesis in zip(cut, block, strict=True)
+                ]
+            )
+        if scored:
+            return self._score(tokens, results, options)
+        return [[(target, None) for target, _ in block] for block in results]
+
+    def _translate(self, tokens: list[list[str]], n: int, options: dict[str, Any]) -> list[list[list[str]]]:
+        """Each source's `n` hypotheses, as tokens, the end token included where the translation has one."""
+        ct2 = self._options([len(row) for row in tokens], n, options)
+        results = self.translator.translator.translate_batch(tokens, return_end_token=True, **ct2)
+        return [result.hypotheses for result in results]
+
+    def _own_limits(self, ids: list[list[int]], options: dict[str, Any]) -> list[int] | None:
+        """Each sentence's longest translation (tokens, end token included) under generate()'s per-sentence limit,
+        or None when the limit is one number for the batch."""
+        config = self.model.generation_config
+        offset = getattr(config, SOURCE_LIMIT_FIELD, None)
+        if not offset or options.get("max_new_tokens") is not None or config.max_new_tokens is not None:
+            return None
+        table = self.model.config.max_position_embeddings
+        return [min(len(row) + offset, table) - 1 for row in ids]
+
+    def _score(self, tokens: list[list[str]], results: list, options: dict[str, Any]) -> list:
+        """Each hypothesis with its score as `translation.sequence_scores` defines it (the log-probability of its
+        tokens and of its end token if it has one, over that many tokens ** length_penalty), computed by CTranslate2
+        teacher-forced (score_batch appends the end token: its log-probability is dropped for a cut translation)."""
+        penalty = self._length_penalty(options)
+        sources = [source for source, block in zip(tokens, results, strict=True) for _ in block]
+        targets = [[self.translator.target_tokens[i] for i in target] for block in results for target, _ in block]
+        scored = iter(self.translator.translator.score_batch(sources, targets, max_input_length=0))
+        scored_blocks = []
+        for block in results:
+            scored_block = []
+            for target, ended in block:
+                log_probs = next(scored).log_probs
+                log_probs = log_probs if ended else log_probs[:-1]
+                scored_block.append((target, sum(log_probs) / max(len(log_probs), 1) ** penalty))
+            scored_blocks.append(scored_block)
+        return scored_blocks
+
+    def describe(self) -> dict[str, Any]:
+        return {**super().describe(), "compute_type": self.compute_type}
+
+
+class OnnxEngine(_ExportEngine):
+    """onnxruntime on the ONNX export in `export` (module docstring); n-best hypotheses are scored by the torch
+    model (`translation.sequence_scores`), as the torch engine scores its own."""
+
+    name = "onnxruntime"
+
+    def __init__(
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, export: Path, threads: int | None = None
+    ):
+        from .onnx_generation import OnnxTranslator
+
+        super().__init__(model, tokenizer, export)
+        self.translator = OnnxTranslator(export, threads=threads or torch.get_num_threads())
+
+    def _decode(self, ids: list[list[int]], n: int, scored: bool, options: dict[str, Any]):
+        pad = self.tokenizer.pad_token_id or 0
+        longest = max(len(row) for row in ids)
+        input_ids = torch.tensor([row + [pad] * (longest - len(row)) for row in ids])
+        mask = torch.tensor([[1] * len(row) + [0] * (longest - len(row)) for row in ids])
+        sequences = self.translator.generate(input_ids, mask, num_return_sequences=n, **options)
+        penalty = self._length_penalty(options)
+        scores = sequence_scores(self.model, input_ids, mask, sequences, penalty) if scored else None
+        rows = sequences[:, 1:].tolist()
+        return [
+            [(rows[index * n + k], None if scores is None else float(scores[index * n + k])) for k in range(n)]
+            for index in range(len(ids))
+        ]
+
+
+class AutoEngine:
+    """`--engine auto`: `fast` for every call it can serve, the torch engine for the others (module docstring)."""
+
+    name = "auto"
+
+    def __init__(self, fast: _ExportEngine, fallback: TorchEngine, why: str):
+        self.fast, self.fallback, self.why = fast, fallback, why
+        self.model, self.tokenizer = fallback.model, fallback.tokenizer
+
+    def _for(self, options: dict[str, Any], alignments: bool = False):
+        return self.fast if self.fast.refusal(options, alignments) is None else self.fallback
+
+    def refusal(self, options: dict[str, Any], alignments: bool = False) -> str | None:
+        return None
+
+    def translate_batch(self, sentences: list[str], **options: Any) -> list[str]:
+        return self._for(options).translate_batch(sentences, **options)
+
+    def translate_nbest(self, sentences: list[str], n: int = 1, **options: Any) -> list[list[Hypothesis]]:
+        return self._for(options).translate_nbest(sentences, n, **options)
+
+    def translate_aligned(self, sentences: list[str], words: str = "whitespace", **options: Any):
+        return self.fallback.translate_aligned(sentences, words, **options)
+
+    def translate_aligned_nbest(self, sentences: list[str], n: int = 1, words: str = "whitespace", **options: Any):
+        return self.fallback.translate_aligned_nbest(sentences, n, words, **options)
+
+    def describe(self) -> dict[str, Any]:
+        return {**self.fast.describe(), "chosen_by": "auto", "why": self.why, "otherwise": "torch"}
+
+
+Engine = TorchEngine | CTranslate2Engine | OnnxEngine | AutoEngine
+
+
+def _versions(engine: str) -> dict[str, str]:
+    import transformers
+
+    versions = {"modeling_attn": __version__, "torch": torch.__version__, "transformers": transformers.__version__}
+    module = PACKAGES[engine][0]
+    versions[module] = getattr(__import__(module), "__version__", "?")
+    return versions
+
+
+def _export(engine: str, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, model_dir: Path, say) -> Path:
+    """The folder of `engine`'s export of `model` (saved in `model_dir`), from the cache or made now."""
+    from .export_cache import EXPORT_SUBFOLDER, cached_export, export_key
+
+    versions = _versions(engine)
+    key = export_key(model_dir, engine, versions)
+
+    def make(folder: Path) -> None:
+        say(f"exporting {model_dir} for {engine} (once for these weights)")
+        if engine == "ctranslate2":
+            from .export_ctranslate2 import export_ctranslate2
+
+            export_ctranslate2(model, folder, tokenizer=tokenizer)
+        else:
+            from .export_onnx import export_onnx_model
+
+            export_onnx_model(model, folder, tokenizer)
+
+    details = {"model": str(model_dir), "engine": engine, "key": key, "versions": versions}
+    entry = cached_export(f"{engine}-{key[:32]}", make, details, on_remake=say)
+    return entry / EXPORT_SUBFOLDER
+
+
+def model_dir_of(model: PreTrainedModel, name_or_path: str) -> Path:
+    """The local folder the model was loaded from (a Hub repository's snapshot in the Hub cache)."""
+    folder = Path(name_or_path).expanduser()
+    if folder.is_dir():
+        return folder
+    from transformers.utils import cached_file
+
+    return Path(cached_file(name_or_path, "config.json")).parent
+
+
+def _stderr(message: str) -> None:
+    print(f"attn: {message}", file=sys.stderr)
+
+
+def _open_export(
+    engine: str, model, tokenizer, model_dir: Path, device: torch.device, quantize, threads, say
+) -> _ExportEngine:
+    export = _export(engine, model, tokenizer, model_dir, say)
+    if engine == "ctranslate2":
+        compute_type = "int8" if quantize == "int8" else "default"
+        return CTranslate2Engine(model, tokenizer, export, device, compute_type, threads)
+    return OnnxEngine(model, tokenizer, export, threads)
+
+
+def open_engine(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    model_name_or_path: str | None,
+    engine: str = "auto",
+    quantize: str | None = None,
+    int8_engine: str | None = None,
+    threads: int | None = None,
+    say: Callable[[str], None] = _stderr,
+    torch_only: str | None = None,
+) -> Engine:
+    """The engine `engine` for `model` (as loaded, not quantized; an ensemble's `model_name_or_path` is None),
+    quantized by `quantize` on that engine. `say` is told of an export being made and of auto's choice.
+    `torch_only` names a flag of the request that only torch serves (attention pictures): auto opens torch, a named
+    export engine refuses it."""
+    from .quantize import quantize as quantize_model
+
+    if engine not in ENGINES:
+        raise FlagError(f"--engine {engine}: not an engine; choose one of {', '.join(ENGINES)}")
+    device = model.device
+
+    def on_torch() -> TorchEngine:
+        from .ensemble import each_member
+
+        quantized = each_member(model, lambda member: quantize_model(member, quantize, int8_engine))
+        return TorchEngine(quantized, tokenizer)
+
+    if engine == "torch":
+        return on_torch()
+    if engine != "auto":
+        reason = model_refusal(engine, model, device, quantize)
+        if reason is None and int8_engine is not None:
+            reason = f"has no --int8_engine (it picks torch's int8 kernels; {engine} has its own)"
+        if reason is None and torch_only is not None:
+            reason = f"has no {torch_only}"
+        if reason is not None:
+            raise _refused(engine, reason)
+        folder = model_dir_of(model, model_name_or_path)
+        return _open_export(engine, model, tokenizer, folder, device, quantize, threads, say)
+    for fast in FAST_ENGINES:
+        if model_name_or_path is None or device.type != "cpu" or int8_engine is not None or torch_only is not None:
+            break  # an ensemble; a GPU (the export engines on a GPU were not measured); torch's int8 kernels; pictures
+        if model_refusal(fast, model, device, quantize) is not None:
+            continue
+        folder = model_dir_of(model, model_name_or_path)
+        try:
+            opened = _open_export(fast, model, tokenizer, folder, device, quantize, threads, say)
+        except (ExportError, ExportCacheError) as error:  # a config the export cannot map; a cache it cannot write
+            say(f"engine: torch (auto: {fast} cannot be used: {error})")
+            break
+        say(f"engine: {fast} (auto: the fastest installed engine for this model; torch for what it cannot do)")
+        return AutoEngine(opened, on_torch(), "the fastest installed engine for this model")
+    return on_torch()
+
+
+def set_seed(seed: int) -> None:
+    """Seed the random draws of sampling on every installed engine (torch's through transformers.set_seed)."""
+    from transformers import set_seed as seed_torch
+
+    seed_torch(seed)
+    if installed("ctranslate2"):
+        import ctranslate2
+
+        ctranslate2.set_random_seed(seed)
+
+
+def load_translator(
+    model_name_or_path: str,
+    engine: str = "auto",
+    device: str | None = None,
+    quantize: str | None = None,
+    threads: int | None = None,
+) -> Engine:
+    """The model folder or Hub repository `model_name_or_path` on `engine` (module docstring): the Python API's
+    counterpart of `attn translate --engine`."""
+    from .quantize import quantize_device
+    from .translation import load_model
+
+    model, tokenizer = load_model(model_name_or_path, quantize_device(device, quantize))
+    return open_engine(model, tokenizer, model_name_or_path, engine, quantize, threads=threads, say=lambda _: None)
+
+
+__all__ = [
+    "ENGINES",
+    "AutoEngine",
+    "CTranslate2Engine",
+    "Engine",
+    "EngineError",
+    "OnnxEngine",
+    "TorchEngine",
+    "installed",
+    "load_translator",
+    "model_refusal",
+    "open_engine",
+    "set_seed",
+]
