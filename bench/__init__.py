@@ -17,6 +17,7 @@ BENCHES: dict[str, str] = {
     "decode_step": "bench.decode_step",
     "beam_search": "bench.beam_search",
     "engines": "bench.engines",
+    "decode": "bench.decode",
     "int8": "bench.int8",
     "ensemble": "bench.ensemble",
     "gpu": "bench.gpu",

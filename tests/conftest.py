@@ -59,6 +59,12 @@ def pytest_addoption(parser):
     )
 
 
+def pytest_unconfigure(config):
+    cache = os.environ.pop("ATTN_CACHE", None)
+    if cache and Path(cache).name.startswith("attn-test-cache-"):
+        shutil.rmtree(cache, ignore_errors=True)
+
+
 def pytest_sessionfinish(session, exitstatus):
     """With `--record STEM`: the run as a record of the bench suite (bench.harness's envelope and writer)."""
     stem = session.config.getoption("--record")
@@ -75,6 +81,9 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_configure(config):
+    # attn's export cache (modeling_attn.api.export_cache): the tests' exports go to a folder of this run, never into
+    # the user's cache; subprocesses (`attn` commands) inherit it.
+    os.environ["ATTN_CACHE"] = tempfile.mkdtemp(prefix="attn-test-cache-")
     # Marks that transformers' test_modeling_common.py uses (declared in transformers' own conftest.py).
     for mark in (
         "accelerate_tests",

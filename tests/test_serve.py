@@ -476,10 +476,11 @@ def test_an_int8_server_aligns_as_attn_translate_quantize_int8_align(alignment_m
 
 
 def test_requests_with_and_without_alignments_never_share_a_batch(alignment_models):
+    from modeling_attn.api.engines import TorchEngine
     from modeling_attn.api.serve_schema import TranslateRequest
     from modeling_attn.api.server import _group_for
 
-    model, _ = load_model(str(alignment_models["attn_transformer"]), "cpu")
+    model = TorchEngine(*load_model(str(alignment_models["attn_transformer"]), "cpu"))
 
     def key(**options):
         return _group_for(model, TranslateRequest(text=["a"], **options))[0]

@@ -5,8 +5,9 @@ sentence has waited longest, up to `ServeLimits.max_batch_tokens` rows or after 
 change a translation (the models are padding-invariant); a sampling request with a `seed` is never merged with
 another. A request's sentences are queued all or none (`QueueFull` when they do not fit); a failure inside
 generate() fails that batch's requests and the worker goes on; `close` translates what is still queued, then stops.
-The Transformer's attention weights need the eager attention, so the worker switches the model to it for the
-batches that align and back after. This module needs no FastAPI: the app (`server.py`) awaits the futures `submit`
+The batches run on an engine (`engines.py`: the torch model, or an export engine with torch for what it lacks); the
+torch engine switches a Transformer to the eager attention (the one with attention weights) for the batches that align
+and back after. This module needs no FastAPI: the app (`server.py`) awaits the futures `submit`
 returns, and any asyncio code can.
 """
 
@@ -19,10 +20,11 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from transformers import PreTrainedModel, PreTrainedTokenizerBase, set_seed
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from .alignment import AlignedTranslation, translate_aligned_nbest
-from .translation import Hypothesis, eager_attention, translate_nbest
+from .alignment import AlignedTranslation
+from .engines import Engine, as_engine
+from .translation import Hypothesis
 
 SAMPLING_BATCH = 32  # sentences per generate() call of a seeded sampling request: `attn translate`'s --batch_size
 
@@ -51,17 +53,14 @@ class QueueFull(RuntimeError):
 Found = Hypothesis | AlignedTranslation  # a hypothesis: text and score, with its word alignment when asked for
 
 
-def _translate_group(
-    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, texts: list[str], group: Group
-) -> list[list[Found]]:
-    """One generate() call on `texts` with the group's options: `translate_nbest`, or `translate_aligned_nbest`
+def _translate_group(engine: Engine, texts: list[str], group: Group) -> list[list[Found]]:
+    """One call of the engine on `texts` with the group's options: `translate_nbest`, or `translate_aligned_nbest`
     (the same hypotheses and scores, each with its word alignment) when the group asks for alignments."""
     if group.alignment_words is None:
-        return translate_nbest(model, tokenizer, texts, group.num_return_sequences, **group.options)
-    with eager_attention(model):
-        return translate_aligned_nbest(
-            model, tokenizer, texts, group.num_return_sequences, words=group.alignment_words, **group.options
-        )
+        return engine.translate_nbest(texts, group.num_return_sequences, **group.options)
+    return engine.translate_aligned_nbest(
+        texts, group.num_return_sequences, words=group.alignment_words, **group.options
+    )
 
 
 @dataclass
@@ -108,8 +107,11 @@ def _settle(job: _Job, outcome: BaseException | list) -> None:
 class Batcher:
     """The queue of sentences and the thread that translates them (see the module docstring)."""
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, limits: ServeLimits):
-        self.model, self.tokenizer, self.limits = model, tokenizer, limits
+    def __init__(
+        self, model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase | None, limits: ServeLimits
+    ):
+        """`model`: a model with its `tokenizer`, or an engine (`engines.as_engine`)."""
+        self.engine, self.limits = as_engine(model, tokenizer), limits
         self._groups: dict[tuple, Group] = {}
         self._waiting = 0
         self._closing = False
@@ -194,11 +196,11 @@ class Batcher:
     def _translate(self, group: Group, batch: list[_Sentence]) -> list[list[Found]]:
         texts = [sentence.text for sentence in batch]
         if group.seed is None:
-            return _translate_group(self.model, self.tokenizer, texts, group)
-        set_seed(group.seed)  # as `attn translate --seed`: once, then the chunks in order
+            return _translate_group(self.engine, texts, group)
+        self.engine.seed(group.seed)  # as `attn translate --seed`: once, then the chunks in order
         hypotheses: list[list[Found]] = []
         for start in range(0, len(texts), SAMPLING_BATCH):
-            hypotheses += _translate_group(self.model, self.tokenizer, texts[start : start + SAMPLING_BATCH], group)
+            hypotheses += _translate_group(self.engine, texts[start : start + SAMPLING_BATCH], group)
         return hypotheses
 
     def _run(self) -> None:

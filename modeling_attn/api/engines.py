@@ -15,8 +15,8 @@ rest, on every engine alike.
   CPU, greedy and beam search, n-best lists (scored by the torch model, as the torch engine scores them).
 - `auto` (the default): the fastest installed engine that can do what was asked (ctranslate2 on a CPU, measured in
   bench/results/decode-*.md), else torch; a call the fast engine cannot serve (word alignments, an option it lacks)
-  runs on torch (`AutoEngine`). An engine that was named refuses what it cannot do, naming itself and the setting
-  (`EngineError`).
+  runs on torch (`AutoEngine`), and so does sampling, so that a seed gives the same samples whatever is installed.
+  An engine that was named refuses what it cannot do, naming itself and the setting (`EngineError`).
 
 Each engine holds the torch model it was opened with (`engine.model`: the config, the generation config, what
 `attn serve`'s `GET /model` describes); `engine.describe()` says which engine runs and why.
@@ -25,7 +25,7 @@ Each engine holds the torch model it was opened with (`engine.model`: the config
 from __future__ import annotations
 
 import importlib.util
-import sys
+import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,6 +45,8 @@ from .translation import (
     translate_batch,
     translate_nbest,
 )
+
+logger = logging.getLogger(__name__)
 
 ENGINES = ("auto", "torch", "ctranslate2", "onnxruntime")
 # auto's order of preference among the engines that can serve a request (torch serves every request).
@@ -110,6 +112,15 @@ class TorchEngine:
     def refusal(self, options: dict[str, Any], alignments: bool = False) -> str | None:
         return None
 
+    def check(self, options: dict[str, Any], alignments: bool = False) -> None:
+        pass
+
+    def seed(self, seed: int) -> None:
+        """Seed the random draws of sampling (`--seed`): the same seed, the same samples."""
+        from transformers import set_seed
+
+        set_seed(seed)
+
     def translate_batch(self, sentences: list[str], **options: Any) -> list[str]:
         return translate_batch(self.model, self.tokenizer, sentences, **options)[0]
 
@@ -131,6 +142,11 @@ class TorchEngine:
     def describe(self) -> dict[str, Any]:
         return {"engine": self.name}
 
+    @property
+    def label(self) -> str:
+        """The engine's name, as a progress bar shows it."""
+        return self.name
+
 
 class _ExportEngine:
     """What the export engines share: the sources as token ids (empty sentences kept out, lengths checked as the
@@ -151,9 +167,13 @@ class _ExportEngine:
             return f"does not apply the setting {unknown[0]}"
         return None
 
-    def _check(self, options: dict[str, Any], alignments: bool = False) -> None:
+    def check(self, options: dict[str, Any], alignments: bool = False) -> None:
+        """EngineError naming this engine and the setting it cannot apply (before any work)."""
         if (reason := self.refusal(options, alignments)) is not None:
             raise _refused(self.name, reason)
+
+    def seed(self, seed: int) -> None:
+        TorchEngine.seed(self, seed)
 
     def _sources(self, sentences: list[str], options: dict[str, Any]) -> tuple[list[int], list[list[int]]]:
         """The rows of the non-empty sentences and their token ids (SentenceTooLong for one too long)."""
@@ -173,13 +193,13 @@ class _ExportEngine:
         return self._nbest(sentences, n, scored=True, **options)
 
     def translate_aligned(self, sentences: list[str], words: str = "whitespace", **options: Any):
-        self._check(options, alignments=True)
+        self.check(options, alignments=True)
 
     def translate_aligned_nbest(self, sentences: list[str], n: int = 1, words: str = "whitespace", **options: Any):
-        self._check(options, alignments=True)
+        self.check(options, alignments=True)
 
     def _nbest(self, sentences: list[str], n: int, scored: bool, **options: Any) -> list[list[Hypothesis]]:
-        self._check(options)
+        self.check(options)
         hypotheses = [[Hypothesis("", float("nan"))] * n for _ in sentences]
         rows, ids = self._sources(sentences, options)
         if not rows:
@@ -200,6 +220,10 @@ class _ExportEngine:
 
     def describe(self) -> dict[str, Any]:
         return {"engine": self.name, "export": str(self.export)}
+
+    @property
+    def label(self) -> str:
+        return self.name
 
 
 class CTranslate2Engine(_ExportEngine):
@@ -222,13 +246,23 @@ class CTranslate2Engine(_ExportEngine):
 
         super().__init__(model, tokenizer, export)
         self.compute_type = compute_type
-        self.translator = CTranslate2Translator(
+        self._open = lambda: CTranslate2Translator(
             export,
             device=device.type,
             device_index=device.index or 0,
             compute_type=compute_type,
             intra_threads=threads or torch.get_num_threads(),
         )
+        self.translator = self._open()
+
+    def seed(self, seed: int) -> None:
+        """CTranslate2 seeds a worker thread's random generator when the thread first samples, from the seed set
+        then (`ctranslate2.set_random_seed`); so the translator is opened again after the seed is set."""
+        import ctranslate2
+
+        super().seed(seed)
+        ctranslate2.set_random_seed(seed)
+        self.translator = self._open()
 
     def _options(self, lengths: list[int], n: int, options: dict[str, Any]) -> dict[str, Any]:
         """CTranslate2's translate_batch arguments for these sources and generate() options."""
@@ -247,7 +281,8 @@ class CTranslate2Engine(_ExportEngine):
             merged = GenerationConfig(**{**config.to_dict(), **options})
             ct2.update(
                 beam_size=1,
-                sampling_topk=merged.top_k or 0,  # 0: the whole vocabulary
+                # 0: the whole vocabulary (CTranslate2 refuses a k over its size; generate() takes it as all)
+                sampling_topk=min(merged.top_k or 0, len(self.translator.target_tokens)),
                 sampling_topp=merged.top_p if merged.top_p is not None else 1.0,
                 sampling_temperature=merged.temperature if merged.temperature is not None else 1.0,
             )
@@ -357,10 +392,19 @@ class AutoEngine:
         self.model, self.tokenizer = fallback.model, fallback.tokenizer
 
     def _for(self, options: dict[str, Any], alignments: bool = False):
-        return self.fast if self.fast.refusal(options, alignments) is None else self.fallback
+        # Sampling stays on torch: another engine draws from its own random stream, so the same seed would give
+        # other samples depending on what is installed; auto never changes a result, only the speed.
+        sampling = options.get("do_sample", self.model.generation_config.do_sample)
+        return self.fast if not sampling and self.fast.refusal(options, alignments) is None else self.fallback
 
     def refusal(self, options: dict[str, Any], alignments: bool = False) -> str | None:
         return None
+
+    def check(self, options: dict[str, Any], alignments: bool = False) -> None:
+        pass
+
+    def seed(self, seed: int) -> None:
+        self.fallback.seed(seed)  # sampling runs on torch (`_for`)
 
     def translate_batch(self, sentences: list[str], **options: Any) -> list[str]:
         return self._for(options).translate_batch(sentences, **options)
@@ -377,8 +421,19 @@ class AutoEngine:
     def describe(self) -> dict[str, Any]:
         return {**self.fast.describe(), "chosen_by": "auto", "why": self.why, "otherwise": "torch"}
 
+    @property
+    def label(self) -> str:
+        return f"{self.fast.name} (auto)"
 
+
+ENGINE_CLASSES = (TorchEngine, CTranslate2Engine, OnnxEngine, AutoEngine)
 Engine = TorchEngine | CTranslate2Engine | OnnxEngine | AutoEngine
+
+
+def as_engine(model: PreTrainedModel | Engine, tokenizer: PreTrainedTokenizerBase | None = None) -> Engine:
+    """`model` if it is an engine, else the torch engine of `model` and `tokenizer` (what the functions that take
+    either accept)."""
+    return model if isinstance(model, ENGINE_CLASSES) else TorchEngine(model, tokenizer)
 
 
 def _versions(engine: str) -> dict[str, str]:
@@ -423,8 +478,8 @@ def model_dir_of(model: PreTrainedModel, name_or_path: str) -> Path:
     return Path(cached_file(name_or_path, "config.json")).parent
 
 
-def _stderr(message: str) -> None:
-    print(f"attn: {message}", file=sys.stderr)
+def _log(message: str) -> None:
+    logger.info(message)
 
 
 def _open_export(
@@ -445,17 +500,19 @@ def open_engine(
     quantize: str | None = None,
     int8_engine: str | None = None,
     threads: int | None = None,
-    say: Callable[[str], None] = _stderr,
+    say: Callable[[str], None] = _log,
     torch_only: str | None = None,
 ) -> Engine:
     """The engine `engine` for `model` (as loaded, not quantized; an ensemble's `model_name_or_path` is None),
-    quantized by `quantize` on that engine. `say` is told of an export being made and of auto's choice.
+    quantized by `quantize` on that engine. `say` is told of an export being made and of auto's choice (default:
+    this module's logger, at INFO: `attn serve` logs it; `attn translate` and `attn evaluate` print it on a
+    terminal).
     `torch_only` names a flag of the request that only torch serves (attention pictures): auto opens torch, a named
     export engine refuses it."""
     from .quantize import quantize as quantize_model
 
     if engine not in ENGINES:
-        raise FlagError(f"--engine {engine}: not an engine; choose one of {', '.join(ENGINES)}")
+        raise EngineError(f"--engine {engine}: not an engine; choose one of {', '.join(ENGINES)}")
     device = model.device
 
     def on_torch() -> TorchEngine:
@@ -492,17 +549,6 @@ def open_engine(
     return on_torch()
 
 
-def set_seed(seed: int) -> None:
-    """Seed the random draws of sampling on every installed engine (torch's through transformers.set_seed)."""
-    from transformers import set_seed as seed_torch
-
-    seed_torch(seed)
-    if installed("ctranslate2"):
-        import ctranslate2
-
-        ctranslate2.set_random_seed(seed)
-
-
 def load_translator(
     model_name_or_path: str,
     engine: str = "auto",
@@ -521,7 +567,9 @@ def load_translator(
 
 __all__ = [
     "ENGINES",
+    "ENGINE_CLASSES",
     "AutoEngine",
+    "as_engine",
     "CTranslate2Engine",
     "Engine",
     "EngineError",
@@ -531,5 +579,4 @@ __all__ = [
     "load_translator",
     "model_refusal",
     "open_engine",
-    "set_seed",
 ]

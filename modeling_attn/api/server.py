@@ -1,9 +1,10 @@
-"""A translation server over HTTP: `create_app(model, tokenizer, ...)` builds a FastAPI application.
+"""A translation server over HTTP: `create_app(engine)` (or `create_app(model, tokenizer)`) builds a FastAPI app.
 
 `attn serve` (`cli/serve.py`) runs it with uvicorn; docs/serve.md describes each part:
 - endpoints: `POST /translate` (`serve_schema.TranslateRequest`: the decoding options of `attn translate`, n-best
   lists, word alignments), `GET /health`, `GET /model` (`model_info.describe_model`), `GET /docs` and
-  `GET /openapi.json`;
+  `GET /openapi.json`; `GET /model` names the engine that decodes (`engines.py`: torch, or an export engine with
+  torch for what it lacks under `--engine auto`);
 - batching: `batching.Batcher`, whose worker thread runs between the application's startup and shutdown;
 - refusals, each with a JSON body `{"error": "<field>: <what is wrong>"}` naming the field (400, 413, 422, and 503
   with `Retry-After` for a full queue); a failure inside generate() answers 500 for that batch and the worker goes on;
@@ -27,6 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .batching import Batcher, Found, Group, QueueFull, ServeLimits
+from .engines import Engine, as_engine
 from .errors import UserError
 from .model_info import describe_model
 from .serve_schema import ScoredText, SoftAlignment, TranslateRequest, TranslateResponse, Translation
@@ -119,10 +121,14 @@ class BodyChecks:
         await self.app(scope, replay, send)
 
 
-def _group_for(model: PreTrainedModel, request: TranslateRequest) -> tuple[tuple, Group]:
+def _group_for(engine: Engine, request: TranslateRequest) -> tuple[tuple, Group]:
     """The decoding options of a request as a batching key and group; RequestError for options generate() cannot
-    honour with this model (checked before queueing)."""
+    honour with this model, or the server's engine cannot (checked before queueing)."""
+    model = engine.model
     options = generation_overrides(request)
+    if (reason := engine.refusal(options, alignments=bool(request.alignment))) is not None:
+        field = "alignment" if request.alignment else "do_sample" if request.do_sample else "options"
+        raise RequestError(field, f"the server's engine {engine.name} {reason}; start attn serve with --engine torch")
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and request.max_new_tokens is not None and request.max_new_tokens > limit:
         raise RequestError(
@@ -175,16 +181,20 @@ def _answer(hypotheses: list[list[Found]], nbest: bool, alignment: str | None = 
 
 
 def create_app(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    model: PreTrainedModel | Engine,
+    tokenizer: PreTrainedTokenizerBase | None = None,
     limits: ServeLimits | None = None,
     info: dict[str, Any] | None = None,
 ) -> FastAPI:
-    """The server's application for a loaded model (see the module docstring). `info`: what `GET /model` answers
-    (default: `describe_model(model, "")`); the worker thread runs between the application's startup and shutdown."""
+    """The server's application for a loaded model with its tokenizer, or an engine (`engines.py`; tokenizer None)
+    (see the module docstring). `info`: what `GET /model` answers (default: `describe_model(model, "")`, with the
+    engine); the worker thread runs between the application's startup and shutdown."""
+    engine = as_engine(model, tokenizer)
+    model, tokenizer = engine.model, engine.tokenizer
     limits = limits or ServeLimits()
     info = {**(info or describe_model(model, "")), "limits": asdict(limits)}
-    batcher = Batcher(model, tokenizer, limits)
+    info.setdefault("engine", engine.describe())
+    batcher = Batcher(engine, None, limits)
     counting_tokenizer = copy.deepcopy(tokenizer)  # the worker's pads and truncates: a Rust tokenizer each
     state = {"requests": 0, "in_flight": 0, "refused_full": 0}
 
@@ -214,7 +224,7 @@ def create_app(
                     "text",
                     f"{len(request.text)} sentences, more than the server queues (max_queue {limits.max_queue})",
                 )
-            key, group = _group_for(model, request)
+            key, group = _group_for(engine, request)
             tokens = _token_counts(counting_tokenizer, model, request.text)
             future = batcher.submit(request.text, tokens, key, group, asyncio.get_running_loop())
         except RequestError as error:

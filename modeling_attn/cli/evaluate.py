@@ -27,10 +27,11 @@ from typing import Any, Literal
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from ..api.corpus import SPLIT_STEMS, DataError, paired_sentences, read_folder_split, split_stems, text_pair_rows
+from ..api.engines import Engine, as_engine
 from ..api.ensemble import AttnEnsemble, describe_ensemble
 from ..api.hub import EMBEDDED_TASK, decoding_settings, local_or_hub
 from ..api.outputs import OutputError, check_output_file, output_file
-from ..api.translation import SentenceTooLong, TranslateError, batches, generation_overrides, translate_batch
+from ..api.translation import SentenceTooLong, TranslateError, batches, generation_overrides
 from ..api.values import COUNT
 from . import options
 from .parser import CommandParser
@@ -123,8 +124,8 @@ def evaluate_parser() -> CommandParser:
 
 
 def evaluate(
-    model: PreTrainedModel,
-    tokenizer: PreTrainedTokenizerBase,
+    model: PreTrainedModel | Engine,
+    tokenizer: PreTrainedTokenizerBase | None,
     sources: list[str],
     references: list[str],
     batch_size: int = 32,
@@ -134,18 +135,27 @@ def evaluate(
 ) -> tuple[dict[str, Any], list[str]]:
     """BLEU, chrF, TER, exact match and the sacreBLEU signatures of the model's translations of `sources`, and the
     translations themselves. A model whose tokenizer lowercases is scored case-insensitively (signatures `case:lc`),
-    as is any model with `lowercase`."""
+    as is any model with `lowercase`. `model` is a model (with its `tokenizer`), or an engine of
+    `modeling_attn.api.engines` (`tokenizer` None: the engine's)."""
     from ..api.metrics import translation_scores, writes_lowercase
 
+    engine = as_engine(model, tokenizer)
+    tokenizer = engine.tokenizer
     chunks = batches(sources, batch_size)
     if progress:
         from tqdm.auto import tqdm
 
-        chunks = tqdm(chunks, total=-(-len(sources) // batch_size), unit="batch", desc="translating", file=sys.stderr)
+        chunks = tqdm(
+            chunks,
+            total=-(-len(sources) // batch_size),
+            unit="batch",
+            desc=f"translating with {engine.label}",
+            file=sys.stderr,
+        )
     hypotheses: list[str] = []
     for batch in chunks:
         try:
-            hypotheses += translate_batch(model, tokenizer, batch, **generate_kwargs)[0]
+            hypotheses += engine.translate_batch(batch, **generate_kwargs)
         except SentenceTooLong as error:  # its index among all the sources, not in the batch
             raise SentenceTooLong(error.detail, len(hypotheses) + error.row) from None
     lowercase = lowercase or writes_lowercase(tokenizer)
@@ -275,12 +285,14 @@ def _evaluate(args: SimpleNamespace) -> int:
         scores = translation_scores(hypotheses, tests.references, lowercase=args.lowercase)
         result = {**tests.details, "sentences": len(hypotheses), **scores}
     else:
-        model, tokenizer = options.load_models(args)
+        engine = options.load_engine(args)
+        model = engine.model
         overrides = generation_overrides(args)
+        engine.check(overrides)
         try:
             scores, hypotheses = evaluate(
-                model,
-                tokenizer,
+                engine,
+                None,
                 tests.sources,
                 tests.references,
                 args.batch_size,
@@ -293,6 +305,7 @@ def _evaluate(args: SimpleNamespace) -> int:
         settings = decoding_settings(model.generation_config, overrides)  # as attn train records it, for attn push
         named = describe_ensemble(model) if isinstance(model, AttnEnsemble) else args.model[0]
         result = {"model": named, **tests.details, "sentences": len(hypotheses), **scores, "generation": settings}
+        result["engine"] = engine.describe()
     result["seconds"] = round(time.perf_counter() - start, 2)
     text = json.dumps(result, indent=2)
     inputs = _inputs(args)

@@ -9,6 +9,7 @@ imports another. `parse_flags` parses a command's dataclasses into one namespace
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -165,8 +166,18 @@ def load_engine(args: SimpleNamespace, eager: bool = False, torch_only: str | No
     model, tokenizer = load_models(args, eager=eager, quantized=False)
     paths = member_paths(args.model, args.last_checkpoints)
     name = paths[0] if len(paths) == 1 and args.ensemble_weights is None else None
+    # On a terminal a person is told of an export being made (it takes seconds) and of auto's choice.
+    say = {"say": lambda line: print(f"attn: {line}", file=sys.stderr)} if sys.stderr.isatty() else {}
     return open_engine(
-        model, tokenizer, name, args.engine, args.quantize, args.int8_engine, args.threads, torch_only=torch_only
+        model,
+        tokenizer,
+        name,
+        args.engine,
+        args.quantize,
+        args.int8_engine,
+        args.threads,
+        torch_only=torch_only,
+        **say,
     )
 
 

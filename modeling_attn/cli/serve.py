@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from ..api.errors import UserError
 from ..api.quantize import describe_quantization
 from ..api.values import COUNT, NON_NEGATIVE, Range
-from .options import EnsembleArguments, RuntimeArguments, load_models, parse_flags, quantize_members
+from .options import EnsembleArguments, RuntimeArguments, load_engine, parse_flags
 from .parser import CommandParser
 from .report import run_command
 
@@ -128,13 +128,16 @@ def serve(argv: list[str] | None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    engines_log = logging.getLogger("modeling_attn.api.engines")  # the export made and auto's choice, in the log
+    engines_log.setLevel(args.log_level.upper())
+    engines_log.addHandler(logging.StreamHandler())
     with listening_socket(args.host, args.port) as listening:
-        model, tokenizer = load_models(args, quantized=False)
+        engine = load_engine(args)
         quantization = describe_quantization(args.quantize, args.int8_engine)
-        info = describe_model(model, args.model[0], quantization)  # before quantizing: the float model's size
-        model = quantize_members(model, args)
+        # the float model's size (an export engine's model is never quantized; torch's is described as loaded)
+        info = {**describe_model(engine.model, args.model[0], quantization), "engine": engine.describe()}
         limits = ServeLimits(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_body_bytes)
-        app = create_app(model, tokenizer, limits, info)
+        app = create_app(engine, None, limits, info)
         # uvicorn stops accepting connections on SIGTERM / Ctrl-C and waits for the requests in flight; a second
         # signal ends at once.
         config = uvicorn.Config(app, host=args.host, port=args.port, log_level=args.log_level, lifespan="on")

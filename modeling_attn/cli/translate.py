@@ -28,7 +28,6 @@ from typing import Any
 
 from ..api.alignment import ALIGN_FORMATS, WORD_PATTERNS, aligned_line
 from ..api.corpus import decode_lines
-from ..api.engines import set_seed
 from ..api.ensemble import member_paths
 from ..api.heatmaps import (
     ALIGNMENT_MODES,
@@ -383,10 +382,11 @@ def _translate(args: SimpleNamespace) -> int:
             f"--self-attention-png: {args.model[0]} is an RNN model, with no self-attention to picture"
         )
     overrides = generation_overrides(args)
+    engine.check(overrides)  # a setting a named engine cannot apply: before any output
     if args.num_return_sequences:
         check_nbest(model, args.num_return_sequences, overrides)  # before any output
     if args.seed is not None:
-        set_seed(args.seed)
+        engine.seed(args.seed)
     interactive = _reads_stdin(args) and sys.stdin.isatty()
     # A person typing at a terminal wants each line back at once, not after a full batch.
     batch_size = 1 if interactive else args.batch_size
@@ -397,7 +397,8 @@ def _translate(args: SimpleNamespace) -> int:
         if args.progress and (total is not None or not interactive):
             from tqdm.auto import tqdm
 
-            progress = files.enter_context(tqdm(total=total, unit="sent", desc="translating", file=sys.stderr))
+            desc = f"translating with {engine.label}"
+            progress = files.enter_context(tqdm(total=total, unit="sent", desc=desc, file=sys.stderr))
         number = 0
         for batch in batches(lines, batch_size):
             try:

@@ -1,0 +1,194 @@
+"""Every decoding engine on one model, as `attn translate --engine NAME` runs it: sentences/s and agreement.
+
+    python -m bench decode --model outputs/dates --sentences 64           # the README's model, its test split
+    python -m bench decode --preset base --sentences 32 --max_new_tokens 30   # random weights, forced lengths
+    python -m bench decode --quick                                        # tiny random model, one round (CI)
+
+Engines (`--engines`, `modeling_attn.api.engines`, opened with `load_translator` as the commands open them): torch
+(the model itself, `translate_batch`), ctranslate2 and onnxruntime (their exports, made once into attn's cache before
+timing), auto (what `attn translate` runs without `--engine`), each in float32 and with `--quantize int8` where the
+engine has it (torch: dynamic int8 Linear layers; ctranslate2: its own int8; onnxruntime: none), plus "generate()":
+the model's `generate()` as `translate_batch` called it before the torch engine's own loop (`--baseline`).
+Settings: greedy and beam 4, sentences one at a time (batch 1) and `--batch_size` at a time. Each setting times all
+engines in interleaved rounds (`harness.interleaved_clocks`) after one untimed call; sentences/s = sentences over
+the median CPU time of this process (`--threads` threads for every engine; one by default, as CTranslate2's figures
+are usually given), and "same" = the sentences whose translation equals the torch engine's float32 one.
+
+`--model FOLDER` takes a trained folder and the first `--sentences` sources of the embedded dates task's test split
+(the README's model); `--preset NAME` builds that preset with random weights and a word-level tokenizer of its
+vocabulary size, on sentences of Multi30k-like lengths, and decodes exactly `--max_new_tokens` tokens (a random
+model almost never ends a sentence: 1 chance in the vocabulary size per step).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from . import harness
+
+ENGINES = ["generate()", "torch", "torch int8", "ctranslate2", "ctranslate2 int8", "onnxruntime", "auto", "auto int8"]
+SETTINGS = {"greedy": {"num_beams": 1}, "beam4": {"num_beams": 4}}
+
+
+def parse_args(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench decode", description=__doc__.split("\n")[0])
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--model", help="a trained model folder (its sentences: the dates task's test split)")
+    source.add_argument("--preset", help="a preset with random weights (configuration/)")
+    parser.add_argument("--sentences", type=int, default=64)
+    parser.add_argument("--single", type=int, default=None, help="sentences of the batch-1 runs (default: all)")
+    parser.add_argument("--batch_size", type=int, default=32)
+    parser.add_argument("--max_new_tokens", type=int, default=30, help="with --preset: tokens decoded per sentence")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
+    parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
+    parser.add_argument("--batches", nargs="+", type=int, default=None, help="default: 1 and --batch_size")
+    parser.add_argument("--quick", action="store_true", help="the tiny preset, 8 sentences, one round")
+    parser.add_argument("--output", type=Path, help="stem of the report (default bench/results/decode-NAME)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.preset, args.sentences, args.reps, args.batch_size, args.max_new_tokens = "tiny", 8, 1, 4, 6
+    if args.model is None and args.preset is None:
+        parser.error("give --model FOLDER (a trained model) or --preset NAME (random weights)")
+    args.batches = args.batches or [1, args.batch_size]
+    name = Path(args.model).name if args.model else args.preset
+    args.output = args.output or harness.RESULTS / f"decode-{name}{'-quick' if args.quick else ''}"
+    return args
+
+
+def dates_sentences(count: int) -> list[str]:
+    """The first `count` sources of the embedded dates task's test split (what `attn evaluate` scores)."""
+    from modeling_attn.training.data import load_parallel_data
+
+    return list(load_parallel_data(None).splits["test"]["source"][:count])
+
+
+def random_preset_folder(preset: str, sentences: int, max_new_tokens: int) -> tuple[Path, list[str]]:
+    """`preset` with random weights saved with a word-level tokenizer of its vocabulary, its generation config set
+    to decode `max_new_tokens` tokens, and `sentences` sentences of Multi30k-like lengths."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    from modeling_attn import AttnTransformerForConditionalGeneration
+    from modeling_attn.api.presets import load_preset
+
+    config = load_preset(preset, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    words = [f"w{i}" for i in range(config.vocab_size - 3)]
+    vocab = {"<pad>": 0, "<s>": 1, "</s>": 2, **{word: 3 + i for i, word in enumerate(words)}}
+    tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="<pad>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, pad_token="<pad>", bos_token="<s>", eos_token="</s>")
+    torch.manual_seed(0)
+    model = AttnTransformerForConditionalGeneration(config).eval()
+    model.generation_config.update(max_new_tokens=max_new_tokens, num_beams=1, eos_token_id=2, pad_token_id=0)
+    folder = harness.scratch_folder(f"decode-{preset}-")
+    model.save_pretrained(folder)
+    fast.save_pretrained(folder)
+    generator = torch.Generator().manual_seed(1)
+    lengths = torch.randint(8, 24, (sentences,), generator=generator).tolist()  # Multi30k's source words: 8-23
+    texts = [" ".join(words[i] for i in torch.randint(0, len(words), (n,), generator=generator)) for n in lengths]
+    return folder, texts
+
+
+def open_engines(folder: Path, labels: list[str], threads: int) -> dict[str, Callable[[list[str], dict], list[str]]]:
+    """label -> translate(sentences, options) for each engine asked for (exports made now, before timing)."""
+    from modeling_attn.api import translation
+    from modeling_attn.api.engines import load_translator
+
+    opened = {}
+    for label in labels:
+        if label == "generate()":
+            model, tokenizer = translation.load_model(str(folder), "cpu")
+
+            def generate(batch, options, model=model, tokenizer=tokenizer):
+                # create=True: the same patch on a tree whose translate_batch has no loop of its own
+                with harness.mock.patch.object(translation, "fast_generate", lambda *a, **k: None, create=True):
+                    return translation.translate_batch(model, tokenizer, batch, **options)[0]
+
+            opened[label] = generate
+            continue
+        name, _, quantize = label.partition(" ")
+        engine = load_translator(str(folder), engine=name, device="cpu", quantize=quantize or None, threads=threads)
+        opened[label] = lambda batch, options, engine=engine: engine.translate_batch(batch, **options)
+    return opened
+
+
+def run_setting(engines: dict, sentences: list[str], batch_size: int, options: dict, reps: int) -> dict:
+    chunks = [sentences[start : start + batch_size] for start in range(0, len(sentences), batch_size)]
+    outputs = {label: [text for chunk in chunks for text in run(chunk, options)] for label, run in engines.items()}
+    tasks = {label: (lambda run=run: [run(chunk, options) for chunk in chunks]) for label, run in engines.items()}
+    seconds = harness.interleaved_clocks(tasks, reps)
+    reference = outputs.get("torch") or next(iter(outputs.values()))
+    results = {}
+    for label in engines:
+        cpu = statistics.median(seconds[label]["cpu"])
+        results[label] = {
+            "sentences_per_s": len(sentences) / cpu,
+            "cpu_s": seconds[label]["cpu"],
+            "wall_s": seconds[label]["wall"],
+            "same_as_torch": sum(a == b for a, b in zip(outputs[label], reference, strict=True)),
+        }
+    return results
+
+
+def markdown(report: dict) -> str:
+    columns = list(report["results"])
+    lines = [
+        f"{report['sentences']} sentences ({report['single']} at batch 1), {report['threads']} thread(s), "
+        "sentences/s by CPU time (median of the rounds); x = against ctranslate2 float32 in the same column; "
+        "same = translations equal to the torch engine's.",
+        "",
+        "| engine | " + " | ".join(columns) + " |",
+        "| --- | " + " | ".join("---:" for _ in columns) + " |",
+    ]
+    for label in report["engines"]:
+        cells = []
+        for column in columns:
+            entry = report["results"][column].get(label)
+            if entry is None:
+                cells.append("")
+                continue
+            peer = report["results"][column].get("ctranslate2")
+            ratio = f" ({entry['sentences_per_s'] / peer['sentences_per_s']:.2f}x)" if peer else ""
+            total = report["single"] if column.startswith("batch 1 ") else report["sentences"]
+            cells.append(f"{entry['sentences_per_s']:.1f}{ratio}, same {entry['same_as_torch']}/{total}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> dict:
+    argv = list(argv or [])
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    if args.model:
+        folder, sentences = Path(args.model), dates_sentences(args.sentences)
+    else:
+        folder, sentences = random_preset_folder(args.preset, args.sentences, args.max_new_tokens)
+    single = sentences[: args.single or len(sentences)]
+    engines = open_engines(folder, args.engines, args.threads)
+    report = harness.envelope(
+        __name__,
+        argv,
+        ("ctranslate2", "onnxruntime"),
+        model=str(args.model or f"{args.preset} (random weights)"),
+        sentences=len(sentences),
+        single=len(single),
+        threads=args.threads,
+        engines=list(engines),
+        results={},
+    )
+    for setting in args.settings:
+        for batch_size in args.batches:
+            column = f"batch {batch_size} {setting}"
+            harness.log(f"{column} ...")
+            texts = single if batch_size == 1 else sentences
+            report["results"][column] = run_setting(engines, texts, batch_size, SETTINGS[setting], args.reps)
+            harness.write_results(args.output, report, markdown(report), quiet=True)
+    harness.write_results(args.output, report, markdown(report))
+    return report

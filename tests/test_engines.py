@@ -1,0 +1,307 @@
+"""The engines behind one translating API (modeling_attn.api.engines) and the export cache they keep.
+
+Reference checks: every export engine gives the torch engine's translations (generate()'s, token for token) and
+n-best scores on a trained model with a real tokenizer, batched, greedy and beam search, with generate()'s
+per-sentence length limit; `auto` picks the fastest installed engine and torch for what it cannot do; a named engine
+refuses what it cannot do in one line naming itself and the setting. The export cache is reused, re-made after a
+weights change (new translations), re-made when corrupt, left whole by two processes exporting at once, and never
+writes over a folder attn did not write.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+import torch
+from explain_models import LETTERS, letter_tokenizer
+from tasks import one_thread, train_transformer_reverser
+from tiny import spread_tiny_rnn
+
+from modeling_attn.api import engines, export_cache
+from modeling_attn.api.engines import EngineError, load_translator, open_engine
+from modeling_attn.api.export_cache import ExportCacheError, cache_root
+from modeling_attn.api.translation import load_model
+from modeling_attn.cli.main import main as cli
+
+pytest.importorskip("ctranslate2", reason="the ctranslate2 engine needs ctranslate2 (the interop extra)")
+
+# Letter sentences of 2-9 words: the reverser's task, with lengths that end at different steps.
+SENTENCES = [" ".join(LETTERS[(i * 7 + j * 3) % len(LETTERS)] for j in range(2 + i % 8)) for i in range(24)]
+SETTINGS = [{}, {"num_beams": 4}, {"num_beams": 4, "length_penalty": 2.0}, {"num_beams": 1}, {"max_new_tokens": 3}]
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    with one_thread():
+        yield
+
+
+def save_reverser(folder: Path, source_offset: int | None = None) -> Path:
+    """The reverser of tests/tasks.py (trained, 5 s) with the letters' tokenizer, saved as a model folder; its
+    generation config searches with 2 beams, and `source_offset` sets the per-sentence limit (source + offset)."""
+    model = train_transformer_reverser(steps=150, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    model.config.decoder_start_token_id = 1
+    model.generation_config.update(decoder_start_token_id=1, eos_token_id=2, pad_token_id=0, num_beams=2)
+    if source_offset is not None:
+        model.generation_config.max_length_over_source = source_offset
+    model.save_pretrained(folder)
+    letter_tokenizer().save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def reverser_dir(tmp_path_factory) -> Path:
+    with one_thread():
+        return save_reverser(tmp_path_factory.mktemp("reverser"))
+
+
+@pytest.fixture(scope="module")
+def torch_engine(reverser_dir):
+    return load_translator(str(reverser_dir), engine="torch", device="cpu")
+
+
+@pytest.mark.parametrize("name", ["ctranslate2", "onnxruntime"])
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda settings: ",".join(map(str, settings.items())) or "config")
+def test_each_engine_translates_as_torch_batched(reverser_dir, torch_engine, name, settings):
+    if name == "onnxruntime":
+        pytest.importorskip("onnxruntime")
+        pytest.importorskip("onnxscript")
+    engine = load_translator(str(reverser_dir), engine=name, device="cpu")
+    assert engine.name == name
+    expected = torch_engine.translate_batch(SENTENCES, **settings)
+    assert len(set(expected)) > 10, "the reverser should translate different sentences differently"
+    assert engine.translate_batch(SENTENCES, **settings) == expected
+    assert engine.translate_batch(SENTENCES[5:6], **settings) == expected[5:6]  # batch 1
+
+
+@pytest.mark.parametrize("name", ["ctranslate2", "onnxruntime"])
+def test_nbest_lists_and_scores_equal_torch(reverser_dir, torch_engine, name):
+    if name == "onnxruntime":
+        pytest.importorskip("onnxscript")
+    engine = load_translator(str(reverser_dir), engine=name, device="cpu")
+    for settings in ({"num_beams": 4}, {"num_beams": 4, "length_penalty": 0.6}, {"num_beams": 3, "max_new_tokens": 4}):
+        expected = torch_engine.translate_nbest(SENTENCES[:8], 3, **settings)
+        found = engine.translate_nbest(SENTENCES[:8], 3, **settings)
+        assert [[h.text for h in block] for block in found] == [[h.text for h in block] for block in expected]
+        for block, reference in zip(found, expected, strict=True):
+            assert [h.score for h in block] == pytest.approx([h.score for h in reference], abs=1e-4)
+
+
+def test_ctranslate2_keeps_generate_s_per_sentence_limit_in_a_batch(tmp_path):
+    """source length + 2 tokens: each sentence of a batch stops at its own limit, as generate() stops it."""
+    folder = save_reverser(tmp_path / "model", source_offset=2)
+    torch_engine = load_translator(str(folder), engine="torch", device="cpu")
+    fast = load_translator(str(folder), engine="ctranslate2", device="cpu")
+    for settings in ({"num_beams": 1}, {"num_beams": 4}):
+        expected = torch_engine.translate_batch(SENTENCES, **settings)
+        assert fast.translate_batch(SENTENCES, **settings) == expected
+        lengths = [len(text.split()) for text in expected]
+        sources = [len(sentence.split()) for sentence in SENTENCES]
+        assert any(length < source for length, source in zip(lengths, sources, strict=True)), "no limit was reached"
+
+
+def test_empty_sentences_and_too_long_ones_as_on_torch(reverser_dir, torch_engine):
+    fast = load_translator(str(reverser_dir), engine="ctranslate2", device="cpu")
+    batch = ["a b c", "", "  ", "d e f g"]
+    assert fast.translate_batch(batch) == torch_engine.translate_batch(batch)
+    assert fast.translate_batch(["", ""]) == ["", ""]
+    too_long = " ".join(["a"] * 40)  # the reverser's position table has 32 positions
+    with pytest.raises(Exception) as on_torch:
+        torch_engine.translate_batch(["a b", too_long])
+    with pytest.raises(type(on_torch.value)) as on_fast:
+        fast.translate_batch(["a b", too_long])
+    assert str(on_fast.value) == str(on_torch.value)
+
+
+def test_ctranslate2_int8_is_ctranslate2_s_own_int8(reverser_dir, tmp_path):
+    """--quantize int8 on ctranslate2 is CTranslate2's int8 (compute_type int8 on the float32 export): the same
+    translations as CTranslate2 loaded that way by hand. (How close int8 comes to float32 depends on the CPU's int8
+    kernels: see tests/test_export_ctranslate2.py's int8 test.)"""
+    from modeling_attn.api.export_ctranslate2 import CTranslate2Translator
+
+    fast = load_translator(str(reverser_dir), engine="ctranslate2", device="cpu", quantize="int8")
+    assert fast.describe()["compute_type"] == "int8"
+    by_hand = CTranslate2Translator(fast.export, compute_type="int8", intra_threads=1)
+    tokenizer = letter_tokenizer()
+    expected = tokenizer.batch_decode(
+        by_hand.translate_ids(tokenizer(SENTENCES)["input_ids"], beam_size=2), skip_special_tokens=True
+    )
+    assert fast.translate_batch(SENTENCES) == expected
+
+
+def test_ctranslate2_sampling_repeats_with_a_seed(reverser_dir):
+    fast = load_translator(str(reverser_dir), engine="ctranslate2", device="cpu")
+    sampling = {"do_sample": True, "num_beams": 1, "temperature": 5.0}
+    runs = []
+    for _ in range(2):
+        fast.seed(7)
+        runs.append(fast.translate_nbest(SENTENCES[:6], 3, **sampling))
+    assert runs[0] == runs[1]
+    texts = {h.text for block in runs[0] for h in block}
+    assert len(texts) > 6, "samples at temperature 5 should differ"
+    onnx = load_translator(str(reverser_dir), engine="onnxruntime", device="cpu")
+    with pytest.raises(EngineError, match=r"--engine onnxruntime: onnxruntime has no sampling \(--do_sample\)"):
+        onnx.translate_batch(SENTENCES[:2], **sampling)
+
+
+def test_auto_picks_ctranslate2_and_torch_for_what_it_lacks(reverser_dir, torch_engine):
+    said = []
+    model, tokenizer = load_model(str(reverser_dir), "cpu", eager=True)
+    auto = open_engine(model, tokenizer, str(reverser_dir), "auto", say=said.append)
+    assert auto.describe()["engine"] == "ctranslate2" and auto.describe()["chosen_by"] == "auto"
+    assert any("engine: ctranslate2" in line for line in said)
+    assert auto.translate_batch(SENTENCES) == torch_engine.translate_batch(SENTENCES)
+    aligned = auto.translate_aligned(SENTENCES[:3])  # word alignments: the torch engine's
+    assert [item.text for item in aligned] == torch_engine.translate_batch(SENTENCES[:3])
+    on_torch = open_engine(model, tokenizer, str(reverser_dir), "auto", torch_only="--attention-png")
+    assert on_torch.name == "torch"
+
+
+def test_auto_runs_an_rnn_an_ensemble_and_a_missing_engine_on_torch(reverser_dir, tmp_path, monkeypatch):
+    rnn = spread_tiny_rnn(vocab_size=16, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    assert open_engine(rnn, letter_tokenizer(), "x", "auto").name == "torch"
+    model, tokenizer = load_model(str(reverser_dir), "cpu")
+    assert open_engine(model, tokenizer, None, "auto").name == "torch"  # an ensemble has no single folder
+    monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: None)
+    assert open_engine(model, tokenizer, str(reverser_dir), "auto").name == "torch"
+
+
+def test_a_named_engine_refuses_what_it_cannot_do_by_name(reverser_dir, monkeypatch):
+    model, tokenizer = load_model(str(reverser_dir), "cpu")
+    rnn = spread_tiny_rnn(vocab_size=16, pad_token_id=0, bos_token_id=1, eos_token_id=2, decoder_start_token_id=1)
+    cases = [
+        (dict(model=rnn, engine="ctranslate2"), "--engine ctranslate2: ctranslate2 has no attn_rnn models"),
+        (dict(engine="ctranslate2", quantize="int8_rowwise"), "ctranslate2 has no --quantize int8_rowwise"),
+        (dict(engine="onnxruntime", quantize="int8"), "onnxruntime has no --quantize int8 here"),
+        (dict(engine="ctranslate2", torch_only="--align"), "ctranslate2 has no --align; use --engine torch"),
+        (dict(engine="ctranslate2", int8_engine="onednn", quantize="int8"), "ctranslate2 has no --int8_engine"),
+        (dict(engine="fast"), "--engine fast: not an engine"),
+    ]
+    for arguments, message in cases:
+        arguments = {"model": model, "tokenizer": tokenizer, "model_name_or_path": str(reverser_dir), **arguments}
+        with pytest.raises(EngineError, match=message.replace("(", r"\(").replace(")", r"\)")):
+            open_engine(**arguments)
+    fast = open_engine(model, tokenizer, str(reverser_dir), "ctranslate2")
+    with pytest.raises(EngineError, match="ctranslate2 has no word alignments"):
+        fast.translate_aligned(["a b"])
+    monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(EngineError, match=r"ctranslate2 is not installed \(pip install \"modeling-attn\[interop\]\""):
+        open_engine(model, tokenizer, str(reverser_dir), "ctranslate2")
+
+
+# -- the export cache -------------------------------------------------------------------------------------------
+
+
+def entries(engine: str = "ctranslate2") -> list[Path]:
+    return sorted(cache_root().glob(f"{engine}-*"))
+
+
+def test_the_export_is_made_once_and_remade_when_the_weights_change(tmp_path):
+    folder = save_reverser(tmp_path / "model", source_offset=7)  # a config of its own: not in the cache yet
+    said = []
+    model, tokenizer = load_model(str(folder), "cpu")
+    first = open_engine(model, tokenizer, str(folder), "ctranslate2", say=said.append)
+    assert sum("exporting" in line for line in said) == 1
+    before = first.translate_batch(SENTENCES)
+    again = open_engine(model, tokenizer, str(folder), "ctranslate2", say=said.append)
+    assert sum("exporting" in line for line in said) == 1 and again.export == first.export  # reused
+    with torch.no_grad():  # new weights in the same folder
+        model.model.decoder.layers[0].fc1.weight.mul_(-1.5)
+    model.save_pretrained(folder)
+    changed = open_engine(model, tokenizer, str(folder), "ctranslate2", say=said.append)
+    assert sum("exporting" in line for line in said) == 2 and changed.export != first.export
+    expected = load_translator(str(folder), engine="torch", device="cpu").translate_batch(SENTENCES)
+    assert changed.translate_batch(SENTENCES) == expected != before
+
+
+def test_a_corrupt_export_is_remade_not_loaded(reverser_dir):
+    model, tokenizer = load_model(str(reverser_dir), "cpu")
+    fast = open_engine(model, tokenizer, str(reverser_dir), "ctranslate2")
+    weights = fast.export / "model.bin"
+    del fast
+    with open(weights, "r+b") as handle:  # half-written: cut short
+        handle.truncate(weights.stat().st_size // 2)
+    said = []
+    remade = open_engine(model, tokenizer, str(reverser_dir), "ctranslate2", say=said.append)
+    assert any("model.bin has" in line and "exporting again" in line for line in said)
+    assert export_cache.check_entry(remade.export.parent) is None
+    manifest = json.loads((remade.export.parent / export_cache.MANIFEST_FILE).read_text())
+    assert manifest["engine"] == "ctranslate2" and manifest["model"] == str(reverser_dir)
+
+
+def test_a_folder_attn_did_not_write_is_never_touched(reverser_dir):
+    model, tokenizer = load_model(str(reverser_dir), "cpu")
+    entry = open_engine(model, tokenizer, str(reverser_dir), "ctranslate2").export.parent
+    for path in sorted(entry.rglob("*"), reverse=True):
+        path.unlink() if path.is_file() else path.rmdir()
+    (entry / "notes.txt").write_text("mine\n")  # the user's folder, by the entry's name
+    with pytest.raises(ExportCacheError, match="attn did not write") as refused:
+        open_engine(model, tokenizer, str(reverser_dir), "ctranslate2")
+    assert str(entry) in str(refused.value)
+    assert sorted(p.name for p in entry.iterdir()) == ["notes.txt"]
+    said = []
+    auto = open_engine(model, tokenizer, str(reverser_dir), "auto", say=said.append)  # auto goes on, on torch
+    assert auto.name == "torch" and any("attn did not write" in line for line in said)
+    (entry / "notes.txt").unlink()
+    entry.rmdir()
+
+
+def _open_in_a_process(folder: str, cache: str, start, results) -> None:
+    os.environ[export_cache.CACHE_ENV] = cache
+    start.wait()
+    engine = load_translator(folder, engine="ctranslate2", device="cpu", threads=1)
+    results.put((str(engine.export), engine.translate_batch(SENTENCES[:4])))
+
+
+def test_two_processes_exporting_at_once_leave_one_whole_export(tmp_path):
+    folder = save_reverser(tmp_path / "model")
+    cache = tmp_path / "cache"
+    context = multiprocessing.get_context("spawn")
+    start, results = context.Event(), context.Queue()
+    processes = [
+        context.Process(target=_open_in_a_process, args=(str(folder), str(cache), start, results)) for _ in "ab"
+    ]
+    for process in processes:
+        process.start()
+    start.set()
+    found = [results.get(timeout=300) for _ in processes]
+    for process in processes:
+        process.join(timeout=60)
+        assert process.exitcode == 0
+    assert found[0] == found[1]
+    made = sorted(path.name for path in (cache / "exports").iterdir() if path.name != export_cache.HASHES_FILE)
+    assert len(made) == 1 and made[0].startswith("ctranslate2-"), made  # no staging folder left
+    assert export_cache.check_entry(cache / "exports" / made[0]) is None
+
+
+# -- the commands -----------------------------------------------------------------------------------------------
+
+
+def test_translate_and_evaluate_say_which_engine(reverser_dir, torch_engine, tmp_path, capsys):
+    sources, references = tmp_path / "src.txt", tmp_path / "ref.txt"
+    sources.write_text("\n".join(SENTENCES[:6]) + "\n")
+    references.write_text("\n".join(torch_engine.translate_batch(SENTENCES[:6])) + "\n")
+    assert cli(["translate", "--model", str(reverser_dir), "--input", str(sources)]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines() == torch_engine.translate_batch(SENTENCES[:6])
+    assert "translating with ctranslate2 (auto)" in err  # the progress bar
+    flags = ["--sources_file", str(sources), "--references_file", str(references), "--no_progress"]
+    assert cli(["evaluate", "--model", str(reverser_dir), *flags]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["engine"]["engine"] == "ctranslate2" and result["exact_match"] == 100.0
+    assert cli(["evaluate", "--model", str(reverser_dir), "--engine", "torch", *flags]) == 0
+    assert json.loads(capsys.readouterr().out)["engine"] == {"engine": "torch"}
+
+
+def test_a_refusal_is_one_line_with_exit_status_2(reverser_dir, capsys):
+    argv = ["translate", "--model", str(reverser_dir), "--engine", "onnxruntime", "--do_sample", "a b"]
+    assert cli(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == (
+        "attn translate: error: --engine onnxruntime: onnxruntime has no sampling (--do_sample); use --engine torch "
+        "(or auto)"
+    )
