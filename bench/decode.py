@@ -8,7 +8,10 @@ Engines (`--engines`, `modeling_attn.api.engines`, opened with `load_translator`
 (the model itself, `translate_batch`), ctranslate2 and onnxruntime (their exports, made once into attn's cache before
 timing), auto (what `attn translate` runs without `--engine`), each in float32 and with `--quantize int8` where the
 engine has it (torch: dynamic int8 Linear layers; ctranslate2: its own int8; onnxruntime: none), plus "generate()":
-the model's `generate()` as `translate_batch` called it before the torch engine's own loop (`--baseline`).
+the model's `generate()` as `translate_batch` called it before the torch engine's own loop; and the peer, "CTranslate2
+direct": the same export in a `ctranslate2.Translator` called as its documentation shows (the model's tokenizer,
+`translate_batch` on token strings with the model's beam size, length penalty and a length limit of the batch's
+longest source + 50, decoding), float32 and int8 (compute_type), the reference of every ratio.
 Settings: greedy and beam 4, sentences one at a time (batch 1) and `--batch_size` at a time. Each setting times all
 engines in interleaved rounds (`harness.interleaved_clocks`) after one untimed call; sentences/s = sentences over
 the median CPU time of this process (`--threads` threads for every engine; one by default, as CTranslate2's figures
@@ -31,7 +34,19 @@ import torch
 
 from . import harness
 
-ENGINES = ["generate()", "torch", "torch int8", "ctranslate2", "ctranslate2 int8", "onnxruntime", "auto", "auto int8"]
+ENGINES = [
+    "CTranslate2 direct",
+    "CTranslate2 direct int8",
+    "generate()",
+    "torch",
+    "torch int8",
+    "ctranslate2",
+    "ctranslate2 int8",
+    "onnxruntime",
+    "auto",
+    "auto int8",
+]
+PEER = "CTranslate2 direct"  # the ratios' reference: CTranslate2 as a user calls it on the same export
 SETTINGS = {"greedy": {"num_beams": 1}, "beam4": {"num_beams": 4}}
 
 
@@ -103,6 +118,9 @@ def open_engines(folder: Path, labels: list[str], threads: int) -> dict[str, Cal
 
     opened = {}
     for label in labels:
+        if label.startswith(PEER):
+            opened[label] = direct_ctranslate2(folder, "int8" if label.endswith("int8") else "default", threads)
+            continue
         if label == "generate()":
             model, tokenizer = translation.load_model(str(folder), "cpu")
 
@@ -117,6 +135,34 @@ def open_engines(folder: Path, labels: list[str], threads: int) -> dict[str, Cal
         engine = load_translator(str(folder), engine=name, device="cpu", quantize=quantize or None, threads=threads)
         opened[label] = lambda batch, options, engine=engine: engine.translate_batch(batch, **options)
     return opened
+
+
+def direct_ctranslate2(folder: Path, compute_type: str, threads: int) -> Callable[[list[str], dict], list[str]]:
+    """CTranslate2 on the engine's export, called directly: tokenize, translate_batch, decode."""
+    import ctranslate2
+    from transformers import AutoTokenizer, GenerationConfig
+
+    from modeling_attn.api.engines import load_translator
+
+    export = load_translator(str(folder), engine="ctranslate2", device="cpu").export  # made (or found) once
+    translator = ctranslate2.Translator(str(export), compute_type=compute_type, intra_threads=threads)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    config = GenerationConfig.from_pretrained(folder)
+
+    def translate(batch: list[str], options: dict) -> list[str]:
+        tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(batch)["input_ids"]]
+        limit = max(len(row) for row in tokens) + (getattr(config, "max_length_over_source", None) or 50) - 1
+        results = translator.translate_batch(
+            tokens,
+            beam_size=options.get("num_beams", config.num_beams),
+            length_penalty=config.length_penalty,
+            max_decoding_length=limit,
+            max_input_length=0,
+        )
+        ids = [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]
+        return tokenizer.batch_decode(ids, skip_special_tokens=True)
+
+    return translate
 
 
 def run_setting(engines: dict, sentences: list[str], batch_size: int, options: dict, reps: int) -> dict:
@@ -141,8 +187,8 @@ def markdown(report: dict) -> str:
     columns = list(report["results"])
     lines = [
         f"{report['sentences']} sentences ({report['single']} at batch 1), {report['threads']} thread(s), "
-        "sentences/s by CPU time (median of the rounds); x = against ctranslate2 float32 in the same column; "
-        "same = translations equal to the torch engine's.",
+        "sentences/s by CPU time (median of the rounds); x = against CTranslate2 direct in the same column (an int8 "
+        "row: against CTranslate2 direct int8); same = translations equal to the torch engine's.",
         "",
         "| engine | " + " | ".join(columns) + " |",
         "| --- | " + " | ".join("---:" for _ in columns) + " |",
@@ -154,7 +200,7 @@ def markdown(report: dict) -> str:
             if entry is None:
                 cells.append("")
                 continue
-            peer = report["results"][column].get("ctranslate2")
+            peer = report["results"][column].get(PEER + (" int8" if label.endswith("int8") else ""))
             ratio = f" ({entry['sentences_per_s'] / peer['sentences_per_s']:.2f}x)" if peer else ""
             total = report["single"] if column.startswith("batch 1 ") else report["sentences"]
             cells.append(f"{entry['sentences_per_s']:.1f}{ratio}, same {entry['same_as_torch']}/{total}")

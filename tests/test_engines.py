@@ -20,6 +20,7 @@ import torch
 from explain_models import LETTERS, letter_tokenizer
 from tasks import one_thread, train_transformer_reverser
 from tiny import spread_tiny_rnn
+from transformers import GenerationConfig
 
 from modeling_attn.api import engines, export_cache
 from modeling_attn.api.engines import EngineError, load_translator, open_engine
@@ -45,9 +46,10 @@ def save_reverser(folder: Path, source_offset: int | None = None) -> Path:
     generation config searches with 2 beams, and `source_offset` sets the per-sentence limit (source + offset)."""
     model = train_transformer_reverser(steps=150, pad_token_id=0, bos_token_id=1, eos_token_id=2)
     model.config.decoder_start_token_id = 1
-    model.generation_config.update(decoder_start_token_id=1, eos_token_id=2, pad_token_id=0, num_beams=2)
+    settings = dict(decoder_start_token_id=1, eos_token_id=2, pad_token_id=0, num_beams=2, max_length=20)
     if source_offset is not None:
-        model.generation_config.max_length_over_source = source_offset
+        settings["max_length_over_source"] = source_offset
+    model.generation_config = GenerationConfig(**settings)  # saved as given (one made from the config is not)
     model.save_pretrained(folder)
     letter_tokenizer().save_pretrained(folder)
     return folder

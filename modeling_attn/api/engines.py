@@ -268,6 +268,10 @@ class CTranslate2Engine(_ExportEngine):
         """CTranslate2's translate_batch arguments for these sources and generate() options."""
         config = self.model.generation_config
         given = {} if options.get("max_new_tokens") is None else {"max_decoding_length": options["max_new_tokens"]}
+        if not given and self._own_limits([[]], options) is None and config.max_new_tokens is None:
+            # generate()'s max_length (the start token included), transformers' default where the config has none
+            max_length = config.max_length if config.max_length is not None else GenerationConfig().max_length
+            given["max_decoding_length"] = max_length - 1
         ct2 = self.translator.options(lengths, **given)
         if self._own_limits([[]], options) is not None:
             # generate()'s per-sentence limit is capped by the decoder's position table (forced end token included)
