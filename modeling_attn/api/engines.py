@@ -51,7 +51,7 @@ logger = logging.getLogger(__name__)
 ENGINES = ("auto", "torch", "ctranslate2", "onnxruntime")
 # auto's order of preference among the engines that can serve a request (torch serves every request).
 FAST_ENGINES = ("ctranslate2",)
-PACKAGES = {"ctranslate2": ("ctranslate2", "interop"), "onnxruntime": ("onnxruntime", "onnx")}
+PACKAGES = {"ctranslate2": ("ctranslate2", "fast"), "onnxruntime": ("onnxruntime", "onnx")}
 # generate() settings each export engine applies as generate() does; any other setting that differs from its inert
 # value (onnx_generation.UNSUPPORTED) is refused by name.
 SAMPLING_OPTIONS = ("do_sample", "top_k", "top_p", "temperature")
@@ -254,6 +254,7 @@ class CTranslate2Engine(_ExportEngine):
             intra_threads=threads or torch.get_num_threads(),
         )
         self.translator = self._open()
+        self.ends = set(self.translator.options().get("end_token", []))
 
     def seed(self, seed: int) -> None:
         """CTranslate2 seeds a worker thread's random generator when the thread first samples, from the seed set
@@ -268,15 +269,13 @@ class CTranslate2Engine(_ExportEngine):
         """CTranslate2's translate_batch arguments for these sources and generate() options."""
         config = self.model.generation_config
         given = {} if options.get("max_new_tokens") is None else {"max_decoding_length": options["max_new_tokens"]}
-        if not given and self._own_limits([[]], options) is None and config.max_new_tokens is None:
+        if not given and self._own_limits([], options) is None and config.max_new_tokens is None:
             # generate()'s max_length (the start token included), transformers' default where the config has none
             max_length = config.max_length if config.max_length is not None else GenerationConfig().max_length
             given["max_decoding_length"] = max_length - 1
         ct2 = self.translator.options(lengths, **given)
-        if self._own_limits([[]], options) is not None:
-            # generate()'s per-sentence limit is capped by the decoder's position table (forced end token included)
-            table = self.model.config.max_position_embeddings
-            ct2["max_decoding_length"] = min(ct2["max_decoding_length"], table - 1)
+        if (own := self._own_limits([[0] * length for length in lengths], options)) is not None:
+            ct2["max_decoding_length"] = max(own)  # the batch's longest; `_decode` keeps each sentence to its own
         if options.get("num_beams") is not None:
             ct2["beam_size"] = options["num_beams"]
         ct2["length_penalty"] = self._length_penalty(options)
@@ -296,38 +295,47 @@ class CTranslate2Engine(_ExportEngine):
         translator = self.translator
         tokens = [[translator.source_tokens[token_id] for token_id in row] for row in ids]
         found = self._translate(tokens, n, options)
-        limit = self._own_limits(ids, options)
-        if limit is not None:
+        limits = self._own_limits(ids, options)
+        if limits is not None:
             # generate() stops each sentence at its own limit (source length + 50); CTranslate2 has one limit per
             # call, the batch's longest: a sentence that ran past its own is translated again alone.
-            for row, own in enumerate(limit):
-                if any(len(hypothesis) >= own for hypothesis in found[row]):
+            for row, own in enumerate(limits):
+                if any(len(hypothesis) + ended > own for hypothesis, ended in found[row]):
                     found[row] = self._translate([tokens[row]], n, options)[0]
-        ends = set(translator.options().get("end_token", []))
         results = []
-        for block in found:
-            # (target ids without the end token, whether it ended with one: a translation cut at the length limit
-            # has none, and its score counts no end token)
-            cut = [hypothesis[:-1] if hypothesis and hypothesis[-1] in ends else hypothesis for hypothesis in block]
+        for row, block in enumerate(found):
+            # generate() forces the end token at a sentence's own limit: such a translation has one (and its score
+            # counts it); one cut at a max_new_tokens limit has none
+            at_limit = limits[row] if limits is not None else None
             results.append(
                 [
-                    ([translator.target_ids[token] for token in tokens_], len(tokens_) < len(hypothesis))
-                    for tokens_, hypothesis in zip(cut, block, strict=True)
+                    ([translator.target_ids[token] for token in hypothesis], ended or len(hypothesis) == at_limit)
+                    for hypothesis, ended in block
                 ]
             )
         if scored:
             return self._score(tokens, results, options)
         return [[(target, None) for target, _ in block] for block in results]
 
-    def _translate(self, tokens: list[list[str]], n: int, options: dict[str, Any]) -> list[list[list[str]]]:
-        """Each source's `n` hypotheses, as tokens, the end token included where the translation has one."""
+    def _translate(
+        self, tokens: list[list[str]], n: int, options: dict[str, Any]
+    ) -> list[list[tuple[list[str], bool]]]:
+        """Each source's `n` hypotheses: its tokens (without the end token) and whether it ended with one."""
         ct2 = self._options([len(row) for row in tokens], n, options)
         results = self.translator.translator.translate_batch(tokens, return_end_token=True, **ct2)
-        return [result.hypotheses for result in results]
+        return [
+            [
+                (hypothesis[:-1], True) if hypothesis[-1:] and hypothesis[-1] in self.ends else (hypothesis, False)
+                for hypothesis in result.hypotheses
+            ]
+            for result in results
+        ]
 
     def _own_limits(self, ids: list[list[int]], options: dict[str, Any]) -> list[int] | None:
-        """Each sentence's longest translation (tokens, end token included) under generate()'s per-sentence limit,
-        or None when the limit is one number for the batch."""
+        """Each sentence's limit under generate()'s per-sentence one (source length + offset, capped by the decoder's
+        position table) as CTranslate2 counts it (tokens, the end token included: a translation that reaches it
+        without one is where generate() forces the end token), or None when the limit is one number for the
+        batch."""
         config = self.model.generation_config
         offset = getattr(config, SOURCE_LIMIT_FIELD, None)
         if not offset or options.get("max_new_tokens") is not None or config.max_new_tokens is not None:
