@@ -10,8 +10,9 @@ timing), auto (what `attn translate` runs without `--engine`), each in float32 a
 engine has it (torch: dynamic int8 Linear layers; ctranslate2: its own int8; onnxruntime: none), plus "generate()":
 the model's `generate()` as `translate_batch` called it before the torch engine's own loop; and the peer, "CTranslate2
 direct": the same export in a `ctranslate2.Translator` called as its documentation shows (the model's tokenizer,
-`translate_batch` on token strings with the model's beam size, length penalty and a length limit of the batch's
-longest source + 50, decoding), float32 and int8 (compute_type), the reference of every ratio.
+`translate_batch` on token strings with the model's beam size, length penalty and length limit: its max_new_tokens,
+else the batch's longest source + max_length_over_source; decoding), float32 and int8 (compute_type), the reference
+of every ratio.
 Settings: greedy and beam 4, sentences one at a time (batch 1) and `--batch_size` at a time. Each setting times all
 engines in interleaved rounds (`harness.interleaved_clocks`) after one untimed call; sentences/s = sentences over
 the median CPU time of this process (`--threads` threads for every engine; one by default, as CTranslate2's figures
@@ -151,12 +152,13 @@ def direct_ctranslate2(folder: Path, compute_type: str, threads: int) -> Callabl
 
     def translate(batch: list[str], options: dict) -> list[str]:
         tokens = [tokenizer.convert_ids_to_tokens(ids) for ids in tokenizer(batch)["input_ids"]]
-        limit = max(len(row) for row in tokens) + (getattr(config, "max_length_over_source", None) or 50) - 1
+        limit = config.max_new_tokens or max(len(row) for row in tokens) + config.max_length_over_source - 1
         results = translator.translate_batch(
             tokens,
             beam_size=options.get("num_beams", config.num_beams),
-            length_penalty=config.length_penalty,
+            length_penalty=1.0 if config.length_penalty is None else config.length_penalty,
             max_decoding_length=limit,
+            min_decoding_length=0,  # generate() may end at once (CTranslate2's default forbids it)
             max_input_length=0,
         )
         ids = [tokenizer.convert_tokens_to_ids(result.hypotheses[0]) for result in results]

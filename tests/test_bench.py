@@ -386,6 +386,25 @@ def test_engines_quick_run_of_the_pytorch_runtimes(tmp_path):
     assert "| PyTorch compiled, static cache |" in table
 
 
+def test_decode_quick_run(tmp_path):
+    """decode --quick: the engines a user picks with --engine, and CTranslate2 called directly, on the tiny preset
+    (random weights, lengths forced by max_new_tokens): greedy translations equal the torch engine's on every
+    engine; the table gives each engine's rate against CTranslate2 direct."""
+    pytest.importorskip("ctranslate2")
+    module = bench_module("decode")
+    engines = ["CTranslate2 direct", "generate()", "torch", "ctranslate2", "auto"]
+    report = module.main(["--quick", "--engines", *engines, "--output", str(tmp_path / "d")])
+    assert list(report["results"]) == ["batch 1 greedy", "batch 4 greedy", "batch 1 beam4", "batch 4 beam4"]
+    for column, entries in report["results"].items():
+        assert list(entries) == engines
+        assert all(entry["sentences_per_s"] > 0 for entry in entries.values())
+        if "greedy" in column:
+            assert all(entry["same_as_torch"] == report["sentences"] for entry in entries.values()), column
+    table = (tmp_path / "d.md").read_text()
+    assert table.startswith("Command: `python -m bench decode --quick --engines") and "| auto | " in table
+    assert "(1.00x)" in table  # CTranslate2 direct against itself
+
+
 @pytest.mark.slow
 def test_engines_quick_run(tmp_path):
     """engines --quick: the five runtimes on the tiny preset; onnxruntime and the compiled model give PyTorch's ids
