@@ -168,7 +168,7 @@ def test_translate_and_evaluate_take_several_models(folders, tmp_path, capsys, m
         )
         == alone
     )
-    int8 = ["--quantize", "int8", *flags, *SENTENCES]
+    int8 = ["--quantize", "int8", "--engine", "torch", *flags, *SENTENCES]  # torch's int8: an ensemble's engine
     assert run_translate(["--model", transformer_dir, "--model", transformer_dir, *int8], capsys, monkeypatch) == (
         run_translate(["--model", transformer_dir, *int8], capsys, monkeypatch)
     )

@@ -36,6 +36,9 @@ from modeling_attn.cli.translate import main as translate_main
 
 SEVEN_BIT_ENGINES = sorted({"x86", "onednn"} & set(torch.backends.quantized.supported_engines))
 
+# torch's int8 (these tests are about it); `--engine auto` would quantize with CTranslate2's (tests/test_engines.py)
+ON_TORCH = ("--engine", "torch")
+
 
 def linears(model: nn.Module) -> dict[str, nn.Module]:
     return {name: module for name, module in model.named_modules() if isinstance(module, nn.Linear)}
@@ -294,7 +297,10 @@ def test_the_commands_quantize_with_quantize_int8(model_dir, tmp_path, capsys):
     references.write_text("".join(f"{line}\n" for line in reversed(lines)))
     capsys.readouterr()
     assert (
-        translate_main(["--model", str(model_dir), "--input", str(source), "--quantize", "int8", "--no_progress"]) == 0
+        translate_main(
+            ["--model", str(model_dir), "--input", str(source), "--quantize", "int8", "--no_progress", *ON_TORCH]
+        )
+        == 0
     )
     assert capsys.readouterr().out.splitlines() == expected
     assert (
@@ -309,6 +315,7 @@ def test_the_commands_quantize_with_quantize_int8(model_dir, tmp_path, capsys):
                 "--quantize",
                 "int8",
                 "--no_progress",
+                *ON_TORCH,
                 "--hypotheses",
                 str(tmp_path / "hypotheses.txt"),
             ]

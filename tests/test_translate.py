@@ -526,7 +526,8 @@ def test_progress_bar_on_stdin_that_is_not_a_terminal(transformer_dir, capsys, m
     monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
     assert translate_main(["--model", str(transformer_dir)]) == 0
     captured = capsys.readouterr()
-    assert f"translating:{len(SENTENCES)}sent[" in captured.err.replace(" ", "")  # a count: the size is not known
+    # a count: the size is not known; the engine that translates
+    assert f"translatingwithctranslate2(auto):{len(SENTENCES)}sent[" in captured.err.replace(" ", "")
     assert len(captured.out.splitlines()) == len(SENTENCES)
     monkeypatch.setattr(sys, "stdin", io.StringIO(lines))
     assert translate_main(["--model", str(transformer_dir), "--no_progress"]) == 0

@@ -269,10 +269,6 @@ class CTranslate2Engine(_ExportEngine):
         """CTranslate2's translate_batch arguments for these sources and generate() options."""
         config = self.model.generation_config
         given = {} if options.get("max_new_tokens") is None else {"max_decoding_length": options["max_new_tokens"]}
-        if not given and self._own_limits([], options) is None and config.max_new_tokens is None:
-            # generate()'s max_length (the start token included), transformers' default where the config has none
-            max_length = config.max_length if config.max_length is not None else GenerationConfig().max_length
-            given["max_decoding_length"] = max_length - 1
         ct2 = self.translator.options(lengths, **given)
         if (own := self._own_limits([[0] * length for length in lengths], options)) is not None:
             ct2["max_decoding_length"] = max(own)  # the batch's longest; `_decode` keeps each sentence to its own

@@ -278,7 +278,9 @@ class CTranslate2Translator:
         elif offset and source_lengths:  # source length + offset tokens, the forced end token included
             max_length = max(source_lengths) + offset - 1
         else:
-            max_length = (config.max_length - 1 if config.max_length is not None else 256) - forced_end
+            # generate()'s max_length counts the start token; transformers' default where the config has none
+            default = GenerationConfig._get_default_generation_params()["max_length"]
+            max_length = (config.max_length if config.max_length is not None else default) - 1 - forced_end
         options = dict(
             beam_size=config.num_beams or 1,
             length_penalty=config.length_penalty if config.length_penalty is not None else 1.0,

@@ -134,6 +134,10 @@ def serve(argv: list[str] | None) -> int:
     with listening_socket(args.host, args.port) as listening:
         engine = load_engine(args)
         quantization = describe_quantization(args.quantize, args.int8_engine)
+        if (
+            quantization and engine.describe().get("compute_type") == "int8"
+        ):  # CTranslate2's int8, torch's for the rest
+            quantization = f"int8 (CTranslate2's own; {quantization} for what runs on torch)"
         # the float model's size (an export engine's model is never quantized; torch's is described as loaded)
         info = {**describe_model(engine.model, args.model[0], quantization), "engine": engine.describe()}
         limits = ServeLimits(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_body_bytes)
