@@ -32,6 +32,7 @@ from typing import IO
 from .errors import UserError
 
 MANIFEST = ".attn-written.json"
+PARTIAL_SUFFIX = ".partial"  # `output_file`'s staging file beside its target: `.NAME.RANDOM.partial`
 LOCK = ".attn.lock"
 PathLike = str | os.PathLike
 
@@ -350,7 +351,7 @@ def output_file(
         encoding=None if binary else "utf-8",
         dir=target.parent,
         prefix=f".{target.name}.",
-        suffix=".partial",
+        suffix=PARTIAL_SUFFIX,
         delete=False,
     )
     try:
@@ -371,6 +372,14 @@ def output_file(
         Path(handle.name).unlink(missing_ok=True)
 
 
+def output_of(path: PathLike) -> Path:
+    """The output a path this module writes belongs to: for a staging file of `output_file` or a staging folder of
+    `output_folder` (hidden, beside the target), the folder they were written into; else the path itself."""
+    path = Path(path)
+    staged = path.name.startswith(".") and (path.name.endswith(PARTIAL_SUFFIX) or ".staging-" in path.name)
+    return path.parent if staged else path
+
+
 def _umask() -> int:
     umask = os.umask(0)
     os.umask(umask)
@@ -385,6 +394,7 @@ def command_line() -> str:
 __all__ = [
     "LOCK",
     "MANIFEST",
+    "PARTIAL_SUFFIX",
     "OutputError",
     "check_apart",
     "check_not_in_use",
@@ -395,6 +405,7 @@ __all__ = [
     "foreign_files",
     "is_disk_full",
     "output_file",
+    "output_of",
     "output_folder",
     "record_written",
     "written_by_us",

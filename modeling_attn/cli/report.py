@@ -17,7 +17,6 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
-from pathlib import Path
 
 from huggingface_hub import constants, get_session
 from huggingface_hub.errors import (
@@ -34,6 +33,7 @@ from huggingface_hub.errors import (
 from safetensors import SafetensorError
 
 from ..api.errors import CommandLineError, UserError
+from ..api.outputs import output_of
 
 DEBUG_VARIABLE = "ATTN_DEBUG"
 
@@ -45,9 +45,7 @@ def _first_line(error: BaseException) -> str:
 
 def _read_only(error: OSError) -> str:
     """A write refused by a read-only file system, naming the output (not the staging file written beside it)."""
-    path = Path(error.filename)
-    if path.name.startswith(".") and path.name.endswith(".partial"):  # api/outputs.py's staging file: its folder
-        path = path.parent
+    path = output_of(error.filename)  # a staging file or folder of api/outputs.py: the folder it was written into
     return f"{path}: read-only file system; give an output in a writable folder"
 
 
