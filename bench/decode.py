@@ -1,27 +1,17 @@
 """Every decoding engine on one model, as `attn translate --engine NAME` runs it: sentences/s and agreement.
 
-    python -m bench decode --model outputs/dates --sentences 64           # the README's model, its test split
+    python -m bench decode --model outputs/dates --sentences 64               # the README's model, its test split
     python -m bench decode --preset base --sentences 32 --max_new_tokens 30   # random weights, forced lengths
-    python -m bench decode --quick                                        # tiny random model, one round (CI)
+    python -m bench decode --quick                                            # tiny random model, one round
 
-Engines (`--engines`, `modeling_attn.api.engines`, opened with `load_translator` as the commands open them): torch
-(the model itself, `translate_batch`), ctranslate2 and onnxruntime (their exports, made once into attn's cache before
-timing), auto (what `attn translate` runs without `--engine`), each in float32 and with `--quantize int8` where the
-engine has it (torch: dynamic int8 Linear layers; ctranslate2: its own int8; onnxruntime: none), plus "generate()":
-the model's `generate()` as `translate_batch` called it before the torch engine's own loop; and the peer, "CTranslate2
-direct": the same export in a `ctranslate2.Translator` called as its documentation shows (the model's tokenizer,
-`translate_batch` on token strings with the model's beam size, length penalty and length limit: its max_new_tokens,
-else the batch's longest source + max_length_over_source; decoding), float32 and int8 (compute_type), the reference
-of every ratio.
-Settings: greedy and beam 4, sentences one at a time (batch 1) and `--batch_size` at a time. Each setting times all
-engines in interleaved rounds (`harness.interleaved_clocks`) after one untimed call; sentences/s = sentences over
-the median CPU time of this process (`--threads` threads for every engine; one by default, as CTranslate2's figures
-are usually given), and "same" = the sentences whose translation equals the torch engine's float32 one.
-
-`--model FOLDER` takes a trained folder and the first `--sentences` sources of the embedded dates task's test split
-(the README's model); `--preset NAME` builds that preset with random weights and a word-level tokenizer of its
-vocabulary size, on sentences of Multi30k-like lengths, and decodes exactly `--max_new_tokens` tokens (a random
-model almost never ends a sentence: 1 chance in the vocabulary size per step).
+Engines (`--engines`): torch, ctranslate2, onnxruntime and auto opened with `load_translator`, float32 and with
+`--quantize int8` where the engine has it; "generate()", the model's `generate()` as `translate_batch` ran it before
+the torch engine's own loop; and the peer, "CTranslate2 direct" (float32, int8): the same export in a
+`ctranslate2.Translator` called as its documentation shows, the reference of every ratio. Greedy and beam 4, batch 1
+and `--batch_size`, all engines in interleaved rounds; sentences/s = sentences over the median CPU time of this
+process (`--threads`, one by default); "same" = translations equal to the torch engine's. `--model` takes a trained
+folder and the dates task's test sources; `--preset` random weights, a word-level tokenizer, Multi30k-like lengths and
+exactly `--max_new_tokens` tokens (a random model almost never ends a sentence).
 """
 
 from __future__ import annotations

@@ -1,25 +1,15 @@
 """Engines behind one translating API: `open_engine(model, tokenizer, engine="auto", ...)` and `load_translator(path)`.
 
 An engine translates sentences with a model: `translate_batch(sentences, **options)`, `translate_nbest(sentences,
-n, **options)` (scored hypotheses, best first), `translate_aligned_nbest(...)` (with word alignments). `options` are
-generate()'s keyword arguments as the commands give them (`translation.generation_overrides`: num_beams,
-length_penalty, max_new_tokens, do_sample, top_k, top_p, temperature); the model's generation config supplies the
-rest, on every engine alike.
-
-- `torch`: the model itself (`translation.translate_batch`, `translate_nbest`, `alignment.translate_aligned_nbest`):
-  every model type, ensembles, attention weights, any device, `--quantize int8` / `int8_rowwise`.
-- `ctranslate2`: CTranslate2's C++ decoder on an export of the model (`export_ctranslate2`), made once per weights
-  and kept (`export_cache`): attn_transformer models, greedy and beam search, n-best lists, sampling (its own random
-  stream: the same seed gives other samples than torch), `--quantize int8` as CTranslate2's int8 (compute_type).
-- `onnxruntime`: the ONNX export's two graphs (`onnx_generation.OnnxTranslator`): attn_transformer models on the
-  CPU, greedy and beam search, n-best lists (scored by the torch model, as the torch engine scores them).
-- `auto` (the default): the fastest installed engine that can do what was asked (ctranslate2 on a CPU, measured in
-  bench/results/decode-*.md), else torch; a call the fast engine cannot serve (word alignments, an option it lacks)
-  runs on torch (`AutoEngine`), and so does sampling, so that a seed gives the same samples whatever is installed.
-  An engine that was named refuses what it cannot do, naming itself and the setting (`EngineError`).
-
-Each engine holds the torch model it was opened with (`engine.model`: the config, the generation config, what
-`attn serve`'s `GET /model` describes); `engine.describe()` says which engine runs and why.
+n, **options)` (scored hypotheses, best first), `translate_aligned(...)` (with word alignments); `options` are
+generate()'s keyword arguments as the commands give them (`translation.generation_overrides`), the model's
+generation config supplies the rest, on every engine alike. `torch` is the model itself (every model type,
+ensembles, attention weights, any device); `ctranslate2` and `onnxruntime` decode an export of an attn_transformer
+made once per weights and kept (`export_cache`); `auto` (the default) takes the fastest installed engine that can run
+the model and gives the torch engine's translations (`AutoEngine`: what the fast engine lacks, and sampling, run on
+torch). A named engine refuses what it cannot do in one line naming itself and the setting (`EngineError`).
+docs/export.md, "Engines", says what each engine has and why; each engine holds the torch model it was opened with
+(`engine.model`), and `engine.describe()` says which engine runs.
 """
 
 from __future__ import annotations

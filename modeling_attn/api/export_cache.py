@@ -1,24 +1,13 @@
 """The exports `attn` makes for its engines (`engines.py`) and keeps: one folder per weights, engine and exporter.
 
 Where: `cache_root()`, the user's cache folder (`$ATTN_CACHE`, else `$XDG_CACHE_HOME/modeling-attn`, else
-`~/.cache/modeling-attn`), under `exports/`. Not a subfolder of the model folder, because a model folder is often not
-ours to write: a Hub download (the Hub cache's snapshots are links into shared blobs), a colleague's run on a shared
-disk, a read-only mount; an export inside it would also travel with `attn push` and `upload_folder`, and a model
-folder holding files attn did not write is refused by the commands that write into it. A key made from the model's
-own files finds the export wherever the folder is and whatever it is called.
-
-The key (`export_key`): SHA-256 over the model folder's weights, config, generation config and tokenizer files (names
-and contents), the engine, and the exporter's versions (this package's, the engine's); a change to any of them is a
-new entry (the weights changed: a new export), and an old entry is never loaded for new weights. Hashing is memoised
-per file by (size, mtime, inode) in the cache's `hashes.json`, so a folder seen before costs one `stat` per file.
-
-An entry is made whole or not at all (`cached_export`): the export is written into a staging folder beside the
-entries, its files' sizes and SHA-256 are written into `attn-export.json`, and the folder is renamed into place. Two
-processes making the same entry at once each stage their own; the first rename wins and the other's staging folder
-is removed, so one whole export is left. Before an entry is used its files are checked against its manifest; a
-corrupt or half-written one (a file changed, truncated or missing; no manifest) is re-made. A folder in the cache that
-has no `.attn-export` marker (which attn writes into a staging folder before anything else) is not attn's: it is
-never deleted or written into; `ExportCacheError` names it.
+`~/.cache/modeling-attn`), under `exports/`; not in the model folder, which is often not ours to write (docs/export.md,
+"Engines", says why). The key (`export_key`): SHA-256 over the model's weights, configs and tokenizer files, the engine
+and the exporters' versions; new weights are a new entry. Hashes are memoised per file by (size, mtime, inode).
+An entry is made whole or not at all (`cached_export`): staged in a folder of its own (its `.attn-export` marker
+written first), its files' sizes and SHA-256 written into `attn-export.json`, then renamed into place; of two
+processes making it at once the first rename wins. An entry is checked against its manifest before use and made
+again when corrupt; a folder without the marker is not attn's: never deleted or written into (`ExportCacheError`).
 """
 
 from __future__ import annotations

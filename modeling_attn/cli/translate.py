@@ -362,6 +362,39 @@ def _check_combinations(args: SimpleNamespace) -> None:
         )
 
 
+def _torch_only(args: SimpleNamespace) -> str | None:
+    """The first flag given that only the torch engine serves (attention pictures, word alignments), or None."""
+    given = [f"--{flag.replace('_', '-')}" for flag in PICTURE_FLAGS if getattr(args, flag)]
+    return next(iter([*given, *(["--align"] if args.align else [])]), None)
+
+
+def _translate_batch(
+    engine: Any, batch: list[str], number: int, request: tuple[SimpleNamespace, Pictures, dict[str, Any]]
+) -> tuple[str, list[TranslationAttention | None] | None]:
+    """The output of one batch whose first sentence is sentence `number` (translations, n-best blocks or aligned
+    lines), and the attention of each sentence when pictures want it."""
+    args, pictures, overrides = request
+    if args.num_return_sequences:
+        nbest = engine.translate_nbest(batch, args.num_return_sequences, **overrides)
+        text = "".join(
+            f"{number + offset} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n"
+            for offset, block in enumerate(nbest)
+            for hypothesis in block
+        )
+        return text, None
+    if args.align:
+        aligned = engine.translate_aligned(batch, words=args.align_words, **overrides)
+        return "".join(aligned_line(item, args.align_format) for item in aligned), [item.attention for item in aligned]
+    if pictures.templates:  # the torch engine (`_torch_only`), asked for attention weights
+        wanted = pictures.wanted()
+        translations, attentions = translate_batch(
+            engine.model, engine.tokenizer, batch, output_attentions=wanted, **overrides
+        )
+    else:
+        translations, attentions = engine.translate_batch(batch, **overrides), None
+    return "".join(f"{translation}\n" for translation in translations), attentions
+
+
 def _translate(args: SimpleNamespace) -> int:
     _check_combinations(args)
     pictures = Pictures(args)
@@ -373,10 +406,8 @@ def _translate(args: SimpleNamespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    wanted = [f"--{flag.replace('_', '-')}" for flag in PICTURE_FLAGS if getattr(args, flag)]
-    torch_only = ([*wanted, "--align"] if args.align else wanted)[0] if wanted or args.align else None
-    engine = load_engine(args, eager=bool(pictures.templates or args.align), torch_only=torch_only)
-    model, tokenizer = engine.model, engine.tokenizer
+    engine = load_engine(args, eager=bool(pictures.templates or args.align), torch_only=_torch_only(args))
+    model = engine.model
     if args.self_attention_png and not MODEL_TYPES[model.config.model_type].self_attention:
         raise TranslateError(
             f"--self-attention-png: {args.model[0]} is an RNN model, with no self-attention to picture"
@@ -402,26 +433,7 @@ def _translate(args: SimpleNamespace) -> int:
         number = 0
         for batch in batches(lines, batch_size):
             try:
-                if args.num_return_sequences:
-                    nbest = engine.translate_nbest(batch, args.num_return_sequences, **overrides)
-                    text = "".join(
-                        f"{number + offset} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n"
-                        for offset, block in enumerate(nbest)
-                        for hypothesis in block
-                    )
-                    attentions = None
-                elif args.align:
-                    aligned = engine.translate_aligned(batch, words=args.align_words, **overrides)
-                    text = "".join(aligned_line(item, args.align_format) for item in aligned)
-                    attentions = [item.attention for item in aligned]
-                else:
-                    if pictures.templates:
-                        translations, attentions = translate_batch(
-                            model, tokenizer, batch, output_attentions=pictures.wanted(), **overrides
-                        )
-                    else:
-                        translations, attentions = engine.translate_batch(batch, **overrides), None
-                    text = "".join(f"{translation}\n" for translation in translations)
+                text, attentions = _translate_batch(engine, batch, number, (args, pictures, overrides))
             except SentenceTooLong as error:
                 line = number + error.row + 1
                 where = (
