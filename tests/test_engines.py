@@ -313,3 +313,30 @@ def test_a_refusal_is_one_line_with_exit_status_2(reverser_dir, capsys):
         "attn translate: error: --engine onnxruntime: onnxruntime has no sampling (--do_sample); use --engine torch "
         "(or auto)"
     )
+
+
+def test_serve_answers_on_its_engine_and_refuses_what_a_named_one_lacks(reverser_dir, torch_engine):
+    """`create_app` on an engine (what `attn serve --engine` runs): auto answers with the torch engine's hypotheses
+    and scores, aligns on torch, and GET /model names the engine; a named ctranslate2 refuses alignments by field."""
+    pytest.importorskip("fastapi")
+    from fastapi.testclient import TestClient
+
+    from modeling_attn.api.server import create_app
+
+    model, tokenizer = load_model(str(reverser_dir), "cpu")
+    expected = torch_engine.translate_nbest(SENTENCES[:5], 1)
+    with TestClient(create_app(open_engine(model, tokenizer, str(reverser_dir), "auto"))) as client:
+        answer = client.post("/translate", json={"text": SENTENCES[:5]}).json()["translations"]
+        assert [entry["text"] for entry in answer] == [block[0].text for block in expected]
+        assert [entry["score"] for entry in answer] == pytest.approx([block[0].score for block in expected], abs=1e-4)
+        engine = client.get("/model").json()["engine"]
+        assert engine["engine"] == "ctranslate2" and engine["chosen_by"] == "auto"
+        aligned = client.post("/translate", json={"text": SENTENCES[:2], "alignment": "hard"})
+        assert aligned.status_code == 200 and "alignment" in aligned.json()["translations"][0]
+    with TestClient(create_app(open_engine(model, tokenizer, str(reverser_dir), "ctranslate2"))) as client:
+        refused = client.post("/translate", json={"text": SENTENCES[:2], "alignment": "hard"})
+        assert refused.status_code == 422
+        assert refused.json()["error"] == (
+            "alignment: the server's engine ctranslate2 has no word alignments (--align); start attn serve with "
+            "--engine torch"
+        )
