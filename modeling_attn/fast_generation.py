@@ -1,0 +1,447 @@
+"""A lean decoding loop for `attn_transformer`: the token ids of `model.generate()`, greedy and beam search, without
+generate()'s machinery around the model.
+
+`fast_generate(model, input_ids, attention_mask, **generate_kwargs)` returns what `model.generate(input_ids=...,
+attention_mask=..., **generate_kwargs)` returns (decoder start token first, rows padded as generate() pads them), or
+None for a call it does not replicate exactly (the caller then runs generate()). What it accepts is `ACCEPTED`, in
+one place, with the reason for each setting; every other generation setting must keep transformers' default.
+
+Where generate() spends a batch-1 step (bench/fast_generation.py has the profile): building and checking masks,
+cache objects and model outputs, calling each module through `nn.Module.__call__`, its logits processors and
+stopping criteria, and Python around each. Here a decoder step is the model's own weights through the same torch
+functions in the same order (`DecoderStep`), so that the logits are those of generate() bit for bit:
+- the encoder runs once (the model's own encoder), each decoder layer's cross-attention keys/values are projected
+  once per search, as generate()'s cache does;
+- self-attention keys/values live in buffers allocated once, (2 * layers, rows, H, max_length, D), written in place
+  at each step; a beam search reorders all layers' rows with one indexing per step;
+- the search is `beam_search.py`'s (`OpenSentences`, `SearchResults`: transformers' beam search restated operation
+  for operation, finished sentences dropped from the batch), so the decoder runs on the rows generate() runs on;
+- the paper's per-sentence length limit (`generation.SourceLengthLimit`) is applied only at the steps where a
+  sentence reaches it.
+Nothing is fused: a fused q/k/v projection would round differently from the model's three (docs say why ids must
+be generate()'s).
+
+Shapes: B sentences, K beams, R decoder rows (B or N open sentences x K), S source length, E d_model, H heads,
+D head dim, V target vocabulary, L max_length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import GenerationConfig
+
+from .beam_search import OpenSentences, SearchResults, beam_settings
+from .generation import SOURCE_LIMIT_FIELD, check_generate_arguments, source_lengths
+from .modeling_transformer import AttnTransformerForConditionalGeneration
+
+# The generation settings this loop replicates; each must be what generate() merges from the model's
+# generation_config and the call's kwargs. Any other setting away from transformers' default -> None (generate()).
+ACCEPTED = {
+    "num_beams": "1 is greedy search, more is beam search (beam_search.py's search)",
+    "num_return_sequences": "beam search's n-best list (1 for greedy, as generate() requires)",
+    "length_penalty": "beam search's length normalisation of finished hypotheses",
+    "early_stopping": "beam search's stopping rule: True, False or 'never'",
+    "max_length": "the output limit (decoder start token included)",
+    "max_new_tokens": "the output limit without the decoder start token",
+    SOURCE_LIMIT_FIELD: "the paper's per-sentence limit, source length + offset (generation.py)",
+    "eos_token_id": "ends a translation (one id or several)",
+    "pad_token_id": "fills the rows of finished translations",
+    "bos_token_id": "the decoder start token when decoder_start_token_id is None",
+    "decoder_start_token_id": "the first decoder input",
+    "use_cache": "True only: the loop keeps its own cache, which gives the cached decoder's logits",
+}
+# Bookkeeping fields of a GenerationConfig, not settings.
+METADATA = {"_from_model_config", "transformers_version"}
+# The attention backend whose kernel a step calls (eager attention computes differently: refused).
+ATTENTION = "sdpa"
+
+
+def fast_generate(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, **generate_kwargs
+) -> torch.LongTensor | None:
+    """`model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)`'s token ids, or None
+    when this loop does not handle the model or the settings (see the module docstring)."""
+    if not supported_model(model) or not _supported_inputs(model, input_ids, attention_mask):
+        return None
+    plan = DecodingPlan.of(model, input_ids, attention_mask, generate_kwargs)
+    if plan is None:
+        return None
+    with torch.inference_mode():
+        encoded = model.model.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if plan.num_beams == 1:
+            sequences = greedy_search(model, plan, encoded, attention_mask)
+        else:
+            sequences = beam_search(model, plan, encoded, attention_mask)
+    return None if sequences is None else sequences.clone()  # a normal tensor, as generate() returns
+
+
+def supported_model(model: nn.Module) -> bool:
+    """An `AttnTransformerForConditionalGeneration` itself (not a subclass, an ensemble or the RNN), in eval mode,
+    on the SDPA backend, with plain Linear layers (not quantized) and no hooks (this loop would bypass them)."""
+    if type(model) is not AttnTransformerForConditionalGeneration or model.training:
+        return False
+    if model.config._attn_implementation != ATTENTION:
+        return False
+    for module in model.modules():
+        if module._forward_hooks or module._forward_pre_hooks or hasattr(module, "_hf_hook"):
+            return False
+        if isinstance(module, nn.Linear) and type(module) is not nn.Linear:
+            return False
+    return not (nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks)
+
+
+def _supported_inputs(model: nn.Module, input_ids, attention_mask) -> bool:
+    """Token ids and a 0/1 padding mask of the same (B, S) shape on the model's device (generate() infers a missing
+    mask from the pad token: not replicated)."""
+    if not isinstance(input_ids, torch.Tensor) or not isinstance(attention_mask, torch.Tensor):
+        return False
+    if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape or input_ids.shape[0] == 0:
+        return False
+    return input_ids.device == model.device == attention_mask.device
+
+
+class DecodingPlan:
+    """What stays fixed during one call: the merged settings, as generate() computes them."""
+
+    def __init__(self, config: GenerationConfig, max_length: int, limits: list[int] | None):
+        self.num_beams = config.num_beams
+        self.num_return_sequences = config.num_return_sequences
+        self.config = config  # with its special-token tensors (transformers' `_prepare_special_tokens`)
+        self.max_length = max_length
+        self.limits = limits  # per sentence: the most tokens a translation may have (the end token included)
+        self.eos = config._eos_token_tensor
+        self.pad = config._pad_token_tensor
+        self.start = int(config._decoder_start_token_tensor)
+
+    @classmethod
+    def of(cls, model, input_ids, attention_mask, kwargs: dict) -> DecodingPlan | None:
+        kwargs = dict(kwargs)
+        base = kwargs.pop("generation_config", None)
+        user_config = base if base is not None else model.generation_config
+        try:
+            check_generate_arguments(None, user_config, kwargs)
+        except ValueError:
+            return None  # generate() raises it
+        # SourceRelativeLengthMixin.generate: the per-sentence limit unless an explicit limit is asked for
+        offset = kwargs.pop(SOURCE_LIMIT_FIELD, getattr(user_config, SOURCE_LIMIT_FIELD, None))
+        explicit = "max_length" in kwargs or "max_new_tokens" in kwargs or user_config.max_new_tokens is not None
+        has_default_max_length = (
+            kwargs.get("max_length") is None
+            and (base is None or base.max_length is None)
+            and model.generation_config.max_length is None
+        )
+        try:
+            config, model_kwargs = model._prepare_generation_config(base, **kwargs)
+        except (AttributeError, TypeError, ValueError):
+            return None
+        if model_kwargs or not _default_elsewhere(config):
+            return None
+        if config.do_sample is not False or config.use_cache is not True:
+            return None
+        if config.num_beams == 1 and config.num_return_sequences != 1:
+            return None
+        if config.num_return_sequences > config.num_beams:
+            return None
+        if not isinstance(config.early_stopping, bool) and config.early_stopping != "never":
+            return None
+        model._prepare_special_tokens(config, True, device=input_ids.device)
+        if config._eos_token_tensor is None:
+            return None
+        limits = None
+        positions = model.config.max_position_embeddings
+        if offset is not None and not explicit:
+            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
+                return None
+            lengths = source_lengths(input_ids, attention_mask) + offset
+            limits = lengths.clamp(max=positions).tolist()
+            max_length = max(limits) + 1
+        elif config.max_new_tokens is not None:
+            max_length = config.max_new_tokens + 1  # + the decoder start token
+        elif has_default_max_length:
+            max_length = min(config.max_length + 1, positions)
+        else:
+            max_length = config.max_length
+        if max_length <= 1:
+            return None  # generate() raises
+        config.max_length = max_length  # as generate() sets it (`beam_search.BeamSettings` reads it)
+        return cls(config, max_length, limits)
+
+
+_DEFAULTS: dict | None = None
+
+
+def _default_elsewhere(config: GenerationConfig) -> bool:
+    """Whether every setting outside `ACCEPTED` has transformers' default value (what a bare GenerationConfig
+    merges to in generate())."""
+    global _DEFAULTS
+    if _DEFAULTS is None:
+        reference = GenerationConfig()
+        if hasattr(reference, "_get_default_generation_params"):
+            reference.update(**reference._get_default_generation_params(), defaults_only=True)
+        _DEFAULTS = reference.to_dict()
+    for name, value in config.to_dict().items():
+        if name in ACCEPTED or name in METADATA:
+            continue
+        default = _DEFAULTS.get(name)
+        if default != value and not (_off(default) and _off(value)):
+            return False
+    return True
+
+
+def _off(value) -> bool:
+    """None, False and 0 all leave a feature off (a saved config writes False where a bare one holds None)."""
+    return value is None or (isinstance(value, bool | int | float) and value == 0)
+
+
+class LayerWeights(NamedTuple):
+    """One decoder layer's parameters, as (weight, bias) pairs for F.linear and LayerNorm arguments for
+    F.layer_norm."""
+
+    q_proj: tuple
+    k_proj: tuple
+    v_proj: tuple
+    out_proj: tuple
+    self_attn_layer_norm: tuple
+    cross_q_proj: tuple
+    cross_out_proj: tuple
+    encoder_attn_layer_norm: tuple
+    fc1: tuple
+    activation: Callable
+    fc2: tuple
+    final_layer_norm: tuple
+    scaling: float
+    cross_scaling: float
+
+    @classmethod
+    def of(cls, layer: nn.Module) -> LayerWeights:
+        self_attn, cross = layer.self_attn, layer.encoder_attn
+        activation = layer.activation_fn
+        return cls(
+            _linear(self_attn.q_proj),
+            _linear(self_attn.k_proj),
+            _linear(self_attn.v_proj),
+            _linear(self_attn.out_proj),
+            _norm(layer.self_attn_layer_norm),
+            _linear(cross.q_proj),
+            _linear(cross.out_proj),
+            _norm(layer.encoder_attn_layer_norm),
+            _linear(layer.fc1),
+            F.relu if type(activation) is nn.ReLU else activation,  # nn.ReLU calls F.relu
+            _linear(layer.fc2),
+            _norm(layer.final_layer_norm),
+            self_attn.scaling,
+            cross.scaling,
+        )
+
+
+class DecoderStep:
+    """One cached decoder step of the model on R rows: the model's weights through the functions its modules call,
+    in the same order, so that the logits are the model's bit for bit.
+
+    `self_kv` is (2 * layers, R, H, L, D): layer i's keys at 2i, values at 2i + 1, position t written at step t.
+    `cross_kv` per layer: (keys, values), each (R, H, S, D), projected once from the encoder output.
+    """
+
+    def __init__(self, model: AttnTransformerForConditionalGeneration):
+        config = model.config
+        decoder = model.model.decoder
+        self.norm_first = config.norm_first
+        self.width, self.heads = config.d_model, config.num_heads
+        self.head_dim = config.d_model // config.num_heads
+        self.embedding = decoder.embed_tokens.weight
+        self.padding_idx = decoder.embed_tokens.padding_idx
+        self.embed_scale = decoder.embed_scale
+        self.positions = decoder.embed_positions.table
+        self.final_norm = _norm(decoder.layer_norm) if decoder.layer_norm is not None else None
+        self.output = _linear(model.lm_head)
+        self.logits_bias = model.final_logits_bias
+        self.layers = [LayerWeights.of(layer) for layer in decoder.layers]
+        self.cross_projections = [
+            (_linear(layer.encoder_attn.k_proj), _linear(layer.encoder_attn.v_proj)) for layer in decoder.layers
+        ]
+
+    def cross_keys_values(self, encoded: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's encoder-decoder attention keys and values (R, H, S, D), from the encoder output (R, S, E)."""
+        return [
+            tuple(self._split(F.linear(encoded, *projection)) for projection in pair)
+            for pair in self.cross_projections
+        ]
+
+    def new_cache(self, rows: int, length: int, like: torch.Tensor) -> torch.Tensor:
+        shape = (2 * len(self.layers), rows, self.heads, length, self.head_dim)
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+    def _split(self, states: torch.Tensor) -> torch.Tensor:
+        """(R, T, E) -> (R, H, T, D) (attention.split_heads)."""
+        return states.view(states.shape[0], states.shape[1], self.heads, self.head_dim).transpose(1, 2)
+
+    def _attend(self, query, keys, values, mask, scaling, out_proj) -> torch.Tensor:
+        """transformers' sdpa_attention_forward on one query position, then merge_heads and the output
+        projection (attention.MultiHeadAttention.forward)."""
+        output = F.scaled_dot_product_attention(
+            query, keys, values, attn_mask=mask, dropout_p=0.0, scale=scaling, is_causal=False
+        )
+        output = output.reshape(output.shape[0], -1, 1, self.head_dim).transpose(1, 2).contiguous()  # (R, 1, H, D)
+        return F.linear(output.reshape(output.shape[0], 1, self.width), *out_proj)
+
+    def _self_attention(self, states, layer: LayerWeights, keys, values, position: int) -> torch.Tensor:
+        """Masked self-attention of the new position over positions 0..position; its keys/values written first."""
+        query = self._split(F.linear(states, *layer.q_proj))
+        keys[:, :, position : position + 1] = self._split(F.linear(states, *layer.k_proj))
+        values[:, :, position : position + 1] = self._split(F.linear(states, *layer.v_proj))
+        end = position + 1
+        return self._attend(query, keys[:, :, :end], values[:, :, :end], None, layer.scaling, layer.out_proj)
+
+    def _cross_attention(self, states, layer: LayerWeights, keys, values, mask) -> torch.Tensor:
+        query = self._split(F.linear(states, *layer.cross_q_proj))
+        return self._attend(query, keys, values, mask, layer.cross_scaling, layer.cross_out_proj)
+
+    @staticmethod
+    def _feed_forward(states, layer: LayerWeights) -> torch.Tensor:  # Eq. 2
+        return F.linear(layer.activation(F.linear(states, *layer.fc1)), *layer.fc2)
+
+    def _sublayer(self, hidden, norm: tuple, compute: Callable, *args) -> torch.Tensor:
+        if self.norm_first:  # x + Sublayer(LN(x))
+            return hidden + compute(F.layer_norm(hidden, *norm), *args)
+        return F.layer_norm(hidden + compute(hidden, *args), *norm)  # LN(x + Sublayer(x)), Sec. 3.1
+
+    def __call__(self, tokens, position: int, self_kv, cross_kv, cross_mask) -> torch.Tensor:
+        """Logits (R, 1, V) for `tokens` (R, 1) at decoder `position`."""
+        hidden = F.embedding(tokens, self.embedding, self.padding_idx)  # (R, 1, E)
+        if self.embed_scale != 1.0:
+            hidden = hidden * self.embed_scale
+        hidden = hidden + self.positions[position : position + 1].to(hidden.dtype)
+        for index, layer in enumerate(self.layers):
+            keys, values = self_kv[2 * index], self_kv[2 * index + 1]
+            hidden = self._sublayer(
+                hidden, layer.self_attn_layer_norm, self._self_attention, layer, keys, values, position
+            )
+            cross_keys, cross_values = cross_kv[index]
+            hidden = self._sublayer(
+                hidden,
+                layer.encoder_attn_layer_norm,
+                self._cross_attention,
+                layer,
+                cross_keys,
+                cross_values,
+                cross_mask,
+            )
+            hidden = self._sublayer(hidden, layer.final_layer_norm, self._feed_forward, layer)
+        if self.final_norm is not None:
+            hidden = F.layer_norm(hidden, *self.final_norm)
+        logits = F.linear(hidden, *self.output)
+        return logits + self.logits_bias if self.logits_bias is not None else logits
+
+
+def _linear(module: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return module.weight, module.bias
+
+
+def _norm(module: nn.LayerNorm) -> tuple:
+    return module.normalized_shape, module.weight, module.bias, module.eps
+
+
+def _cross_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """The encoder-decoder attention mask SDPA gets (masking_utils.create_bidirectional_mask): None without
+    padding, else (R, 1, 1, S) booleans, True = may attend."""
+    return None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
+
+
+def _force_end(scores: torch.Tensor, at_limit: torch.Tensor, eos: torch.Tensor) -> torch.Tensor:
+    """`generation.SourceLengthLimit`: rows at their limit may only end (their end-token scores kept)."""
+    forced = torch.full_like(scores, torch.finfo(scores.dtype).min)
+    forced[:, eos] = scores[:, eos]
+    return torch.where(at_limit[:, None], forced, scores)
+
+
+def greedy_search(model, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
+    """transformers' greedy search (`_sample` without sampling): argmax of the (length-limited) logits; a finished
+    row gets the pad token; the search stops when every row has ended or at `max_length`."""
+    step = DecoderStep(model)
+    batch_size, max_length = encoded.shape[0], plan.max_length
+    if max_length - 1 > step.positions.shape[0]:
+        return None  # the decoder may run out of positions: generate() says so, or finishes before
+    cross_kv, cross_mask = step.cross_keys_values(encoded), _cross_mask(attention_mask)
+    self_kv = step.new_cache(batch_size, max_length - 1, encoded)
+    sequences = torch.full((batch_size, max_length), int(plan.pad), dtype=torch.long, device=encoded.device)
+    sequences[:, 0] = plan.start
+    unfinished = torch.ones(batch_size, dtype=torch.bool, device=encoded.device)
+    limits = None if plan.limits is None else torch.tensor(plan.limits, device=encoded.device)
+    first_limit = None if plan.limits is None else min(plan.limits) - 1
+    tokens = sequences[:, :1]
+    length = 1
+    for position in range(max_length - 1):
+        scores = step(tokens, position, self_kv, cross_kv, cross_mask)[:, -1].float()
+        if first_limit is not None and position >= first_limit:
+            scores = _force_end(scores, position >= limits - 1, plan.eos)
+        next_tokens = torch.where(unfinished, scores.argmax(dim=-1), plan.pad)
+        sequences[:, position + 1] = next_tokens
+        length = position + 2
+        unfinished &= ~torch.isin(next_tokens, plan.eos)
+        if not bool(unfinished.any()):
+            break
+        tokens = sequences[:, position + 1 : position + 2]
+    return sequences[:, :length]
+
+
+def beam_search(model, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
+    """`beam_search.CompactBeamSearchMixin._beam_search` with this module's decoder step: transformers' beam search
+    on the sentences still open, the same rows in the same order at every step."""
+    step = DecoderStep(model)
+    beams, max_length = plan.num_beams, plan.max_length
+    if max_length - 1 > step.positions.shape[0]:
+        return None
+    encoded = encoded.repeat_interleave(beams, dim=0)  # generate()'s _expand_inputs_for_generation
+    attention_mask = attention_mask.repeat_interleave(beams, dim=0)
+    cross_kv, cross_mask = step.cross_keys_values(encoded), _cross_mask(attention_mask)
+    rows = encoded.shape[0]
+    self_kv = step.new_cache(rows, max_length - 1, encoded)
+    input_ids = torch.full((rows, 1), plan.start, dtype=torch.long, device=encoded.device)
+    settings, fill = beam_settings(input_ids, plan.config)
+    state = OpenSentences.start(input_ids, settings, fill)
+    results = SearchResults.start(state)
+    limits = None if plan.limits is None else torch.tensor(plan.limits, device=encoded.device)
+    first_limit = None if plan.limits is None else min(plan.limits) - 1
+    eos = plan.eos
+    tokens = input_ids
+    cur_len = 1
+    while True:
+        position = cur_len - 1
+        logits = step(tokens, position, self_kv, cross_kv, cross_mask)[:, -1, :]
+        log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
+        if first_limit is not None and position >= first_limit:
+            at_limit = (position >= limits - 1).repeat_interleave(beams)
+            log_probs = _force_end(log_probs, at_limit, eos)
+        scores, sequences, origins = state.expand(log_probs, settings, cur_len)
+        open_count = len(state.sentences)
+        stops = torch.isin(sequences[:, :, cur_len], eos)
+        if cur_len + 1 >= max_length:
+            stops = torch.ones_like(stops)
+        state.advance(scores, sequences, origins, stops, settings, cur_len)
+        parents = state.running_origins[..., cur_len - settings.prompt_length].flatten()
+        cur_len += 1
+        closed = results.closed_sentences(state, stops, settings)
+        if closed is None:
+            break
+        if closed.any():
+            kept = results.close(state, closed)
+            parents = parents.view(open_count, beams)[kept].flatten().long()
+            self_kv = self_kv[:, parents]
+            cross_kv = [(keys[parents], values[parents]) for keys, values in cross_kv]
+            attention_mask = attention_mask[parents]
+            cross_mask = _cross_mask(attention_mask)
+            if limits is not None:
+                limits = limits[kept]
+        else:
+            parents = parents.long()
+            self_kv[:, :, :, : position + 1] = self_kv[:, parents, :, : position + 1]
+        tokens = state.running[:, :, cur_len - 1].reshape(-1, 1)
+    return results.finish(state, plan.num_return_sequences, settings.prompt_length)
+
+
+__all__ = ["ACCEPTED", "fast_generate", "supported_model"]
