@@ -27,6 +27,7 @@ D head dim, V target vocabulary, L max_length.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -216,9 +217,10 @@ class LayerWeights(NamedTuple):
     final_layer_norm: tuple
     scaling: float
     cross_scaling: float
+    qkv_proj: tuple | None  # q, k and v projections as one (3E, E) matrix, where that rounds alike
 
     @classmethod
-    def of(cls, layer: nn.Module) -> LayerWeights:
+    def of(cls, layer: nn.Module, fuse: bool) -> LayerWeights:
         self_attn, cross = layer.self_attn, layer.encoder_attn
         activation = layer.activation_fn
         return cls(
@@ -236,7 +238,52 @@ class LayerWeights(NamedTuple):
             _norm(layer.final_layer_norm),
             self_attn.scaling,
             cross.scaling,
+            _fused_projection(self_attn) if fuse else None,
         )
+
+
+_FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # attention module -> (signature, (weight, bias))
+
+
+def _fused_projection(attention: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """W^Q, W^K, W^V (and their biases) stacked into one matrix, made once and re-made when a weight changes."""
+    parts = [attention.q_proj, attention.k_proj, attention.v_proj]
+    tensors = [tensor for part in parts for tensor in (part.weight, part.bias) if tensor is not None]
+    signature = tuple((tensor.data_ptr(), tensor._version) for tensor in tensors)
+    cached = _FUSED.get(attention)
+    if cached is None or cached[0] != signature:
+        with torch.no_grad():
+            weight = torch.cat([part.weight for part in parts])
+            bias = torch.cat([part.bias for part in parts]) if parts[0].bias is not None else None
+        cached = _FUSED[attention] = (signature, (weight, bias))
+    return cached[1]
+
+
+_FUSION_EXACT: dict = {}  # (width, dtype, device type) -> whether one (3E, E) matmul rounds as three (E, E) ones
+FUSION_CHECK_ROWS = (1, 2, 3, 4, 5, 8, 10, 16, 20, 32, 40, 64, 128, 160, 256)
+
+
+def fusion_is_exact(attention: nn.Module) -> bool:
+    """Whether this machine's matmul gives the same bits for the fused q/k/v projection as for the model's three,
+    for the row counts of FUSION_CHECK_ROWS (its kernels are picked by shape, so the answer holds for every layer
+    of that width, dtype and device). Checked once per process; where it is not, the step keeps three matmuls."""
+    weight = attention.q_proj.weight
+    key = (weight.shape[1], weight.dtype, weight.device.type)
+    if key not in _FUSION_EXACT:
+        fused = _fused_projection(attention)
+        generator = torch.Generator(device=weight.device).manual_seed(0)
+        exact = True
+        with torch.no_grad():
+            for rows in FUSION_CHECK_ROWS:
+                states = torch.randn(rows, 1, weight.shape[1], generator=generator, device=weight.device)
+                states = states.to(weight.dtype)
+                apart = [
+                    F.linear(states, part.weight, part.bias)
+                    for part in (attention.q_proj, attention.k_proj, attention.v_proj)
+                ]
+                exact = exact and torch.equal(torch.cat(apart, dim=-1), F.linear(states, *fused))
+        _FUSION_EXACT[key] = exact
+    return _FUSION_EXACT[key]
 
 
 class DecoderStep:
@@ -260,7 +307,8 @@ class DecoderStep:
         self.final_norm = _norm(decoder.layer_norm) if decoder.layer_norm is not None else None
         self.output = _linear(model.lm_head)
         self.logits_bias = model.final_logits_bias
-        self.layers = [LayerWeights.of(layer) for layer in decoder.layers]
+        fuse = fusion_is_exact(decoder.layers[0].self_attn)
+        self.layers = [LayerWeights.of(layer, fuse) for layer in decoder.layers]
         self.cross_projections = [
             (_linear(layer.encoder_attn.k_proj), _linear(layer.encoder_attn.v_proj)) for layer in decoder.layers
         ]
@@ -291,9 +339,13 @@ class DecoderStep:
 
     def _self_attention(self, states, layer: LayerWeights, keys, values, position: int) -> torch.Tensor:
         """Masked self-attention of the new position over positions 0..position; its keys/values written first."""
-        query = self._split(F.linear(states, *layer.q_proj))
-        keys[:, :, position : position + 1] = self._split(F.linear(states, *layer.k_proj))
-        values[:, :, position : position + 1] = self._split(F.linear(states, *layer.v_proj))
+        if layer.qkv_proj is not None:
+            query, key, value = F.linear(states, *layer.qkv_proj).split(self.width, dim=-1)
+        else:
+            query, key, value = (F.linear(states, *proj) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
+        query = self._split(query)
+        keys[:, :, position : position + 1] = self._split(key)
+        values[:, :, position : position + 1] = self._split(value)
         end = position + 1
         return self._attend(query, keys[:, :, :end], values[:, :, :end], None, layer.scaling, layer.out_proj)
 
@@ -438,8 +490,8 @@ def beam_search(model, plan: DecodingPlan, encoded: torch.Tensor, attention_mask
             if limits is not None:
                 limits = limits[kept]
         else:
-            parents = parents.long()
-            self_kv[:, :, :, : position + 1] = self_kv[:, parents, :, : position + 1]
+            parents, written = parents.long(), cur_len - 1  # positions 0 .. cur_len - 2 hold keys/values
+            self_kv[:, :, :, :written] = self_kv[:, :, :, :written].index_select(1, parents)
         tokens = state.running[:, :, cur_len - 1].reshape(-1, 1)
     return results.finish(state, plan.num_return_sequences, settings.prompt_length)
 
