@@ -217,10 +217,10 @@ class LayerWeights(NamedTuple):
     final_layer_norm: tuple
     scaling: float
     cross_scaling: float
-    qkv_proj: tuple | None  # q, k and v projections as one (3E, E) matrix, where that rounds alike
+    qkv_proj: tuple  # q, k and v projections as one (3E, E) matrix, used where that rounds alike
 
     @classmethod
-    def of(cls, layer: nn.Module, fuse: bool) -> LayerWeights:
+    def of(cls, layer: nn.Module) -> LayerWeights:
         self_attn, cross = layer.self_attn, layer.encoder_attn
         activation = layer.activation_fn
         return cls(
@@ -238,7 +238,7 @@ class LayerWeights(NamedTuple):
             _norm(layer.final_layer_norm),
             self_attn.scaling,
             cross.scaling,
-            _fused_projection(self_attn) if fuse else None,
+            _fused_projection(self_attn),
         )
 
 
@@ -259,30 +259,23 @@ def _fused_projection(attention: nn.Module) -> tuple[torch.Tensor, torch.Tensor 
     return cached[1]
 
 
-_FUSION_EXACT: dict = {}  # (width, dtype, device type) -> whether one (3E, E) matmul rounds as three (E, E) ones
-FUSION_CHECK_ROWS = (1, 2, 3, 4, 5, 8, 10, 16, 20, 32, 40, 64, 128, 160, 256)
+_FUSION_EXACT: dict = {}  # (width, dtype, device type, rows) -> whether one (3E, E) matmul rounds as three
 
 
-def fusion_is_exact(attention: nn.Module) -> bool:
-    """Whether this machine's matmul gives the same bits for the fused q/k/v projection as for the model's three,
-    for the row counts of FUSION_CHECK_ROWS (its kernels are picked by shape, so the answer holds for every layer
-    of that width, dtype and device). Checked once per process; where it is not, the step keeps three matmuls."""
+def fusion_is_exact(attention: nn.Module, rows: int) -> bool:
+    """Whether this machine's matmul gives the same bits for the fused q/k/v projection of `rows` rows as for the
+    model's three. Its kernels are picked by shape (one row can take a matrix-vector kernel whose sums depend on the
+    output width), so the answer holds for every layer of that width, dtype and device; checked once per process and
+    row count. Where it does not hold, the step keeps three matmuls."""
     weight = attention.q_proj.weight
-    key = (weight.shape[1], weight.dtype, weight.device.type)
+    key = (weight.shape[1], weight.dtype, weight.device.type, rows)
     if key not in _FUSION_EXACT:
-        fused = _fused_projection(attention)
+        parts = (attention.q_proj, attention.k_proj, attention.v_proj)
         generator = torch.Generator(device=weight.device).manual_seed(0)
-        exact = True
         with torch.no_grad():
-            for rows in FUSION_CHECK_ROWS:
-                states = torch.randn(rows, 1, weight.shape[1], generator=generator, device=weight.device)
-                states = states.to(weight.dtype)
-                apart = [
-                    F.linear(states, part.weight, part.bias)
-                    for part in (attention.q_proj, attention.k_proj, attention.v_proj)
-                ]
-                exact = exact and torch.equal(torch.cat(apart, dim=-1), F.linear(states, *fused))
-        _FUSION_EXACT[key] = exact
+            states = torch.randn(rows, 1, weight.shape[1], generator=generator, device=weight.device).to(weight.dtype)
+            apart = torch.cat([F.linear(states, part.weight, part.bias) for part in parts], dim=-1)
+            _FUSION_EXACT[key] = torch.equal(apart, F.linear(states, *_fused_projection(attention)))
     return _FUSION_EXACT[key]
 
 
@@ -307,8 +300,8 @@ class DecoderStep:
         self.final_norm = _norm(decoder.layer_norm) if decoder.layer_norm is not None else None
         self.output = _linear(model.lm_head)
         self.logits_bias = model.final_logits_bias
-        fuse = fusion_is_exact(decoder.layers[0].self_attn)
-        self.layers = [LayerWeights.of(layer, fuse) for layer in decoder.layers]
+        self.layers = [LayerWeights.of(layer) for layer in decoder.layers]
+        self.first_attention = decoder.layers[0].self_attn
         self.cross_projections = [
             (_linear(layer.encoder_attn.k_proj), _linear(layer.encoder_attn.v_proj)) for layer in decoder.layers
         ]
@@ -337,9 +330,9 @@ class DecoderStep:
         output = output.reshape(output.shape[0], -1, 1, self.head_dim).transpose(1, 2).contiguous()  # (R, 1, H, D)
         return F.linear(output.reshape(output.shape[0], 1, self.width), *out_proj)
 
-    def _self_attention(self, states, layer: LayerWeights, keys, values, position: int) -> torch.Tensor:
+    def _self_attention(self, states, layer: LayerWeights, keys, values, position: int, fuse: bool) -> torch.Tensor:
         """Masked self-attention of the new position over positions 0..position; its keys/values written first."""
-        if layer.qkv_proj is not None:
+        if fuse:
             query, key, value = F.linear(states, *layer.qkv_proj).split(self.width, dim=-1)
         else:
             query, key, value = (F.linear(states, *proj) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
@@ -368,10 +361,11 @@ class DecoderStep:
         if self.embed_scale != 1.0:
             hidden = hidden * self.embed_scale
         hidden = hidden + self.positions[position : position + 1].to(hidden.dtype)
+        fuse = fusion_is_exact(self.first_attention, tokens.shape[0])
         for index, layer in enumerate(self.layers):
             keys, values = self_kv[2 * index], self_kv[2 * index + 1]
             hidden = self._sublayer(
-                hidden, layer.self_attn_layer_norm, self._self_attention, layer, keys, values, position
+                hidden, layer.self_attn_layer_norm, self._self_attention, layer, keys, values, position, fuse
             )
             cross_keys, cross_values = cross_kv[index]
             hidden = self._sublayer(
