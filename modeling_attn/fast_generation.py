@@ -27,6 +27,7 @@ D head dim, V target vocabulary, L max_length.
 
 from __future__ import annotations
 
+import copy
 import weakref
 from collections.abc import Callable
 from typing import NamedTuple
@@ -67,33 +68,55 @@ def fast_generate(
 ) -> torch.LongTensor | None:
     """`model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)`'s token ids, or None
     when this loop does not handle the model or the settings (see the module docstring)."""
-    if not supported_model(model) or not _supported_inputs(model, input_ids, attention_mask):
+    signature = model_signature(model)
+    if signature is None or not _supported_inputs(model, input_ids, attention_mask):
         return None
     plan = DecodingPlan.of(model, input_ids, attention_mask, generate_kwargs)
     if plan is None:
         return None
     with torch.inference_mode():
+        step = _STEPS.get(model)
+        if step is None or step.signature != signature:
+            step = _STEPS[model] = DecoderStep(model, signature)
         encoded = model.model.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         if plan.num_beams == 1:
-            sequences = greedy_search(model, plan, encoded, attention_mask)
+            sequences = greedy_search(step, plan, encoded, attention_mask)
         else:
-            sequences = beam_search(model, plan, encoded, attention_mask)
+            sequences = beam_search(step, plan, encoded, attention_mask)
     return None if sequences is None else sequences.clone()  # a normal tensor, as generate() returns
 
 
 def supported_model(model: nn.Module) -> bool:
     """An `AttnTransformerForConditionalGeneration` itself (not a subclass, an ensemble or the RNN), in eval mode,
     on the SDPA backend, with plain Linear layers (not quantized) and no hooks (this loop would bypass them)."""
+    return model_signature(model) is not None
+
+
+def model_signature(model: nn.Module) -> tuple | None:
+    """None for a model `supported_model` refuses, else what identifies its modules and weights now (each
+    module, each tensor and its version counter): a `DecoderStep` made for an equal signature still holds the
+    model's weights."""
     if type(model) is not AttnTransformerForConditionalGeneration or model.training:
-        return False
+        return None
     if model.config._attn_implementation != ATTENTION:
-        return False
+        return None
+    if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
+        return None
+    signature = []
     for module in model.modules():
-        if module._forward_hooks or module._forward_pre_hooks or hasattr(module, "_hf_hook"):
-            return False
+        if module._forward_hooks or module._forward_pre_hooks or "_hf_hook" in module.__dict__:
+            return None
         if isinstance(module, nn.Linear) and type(module) is not nn.Linear:
-            return False
-    return not (nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks)
+            return None
+        signature.append(id(module))
+        for tensors in (module._parameters, module._buffers):
+            for tensor in tensors.values():
+                if tensor is not None:
+                    signature.append((id(tensor), tensor._version))
+    return tuple(signature)
+
+
+_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its DecoderStep
 
 
 def _supported_inputs(model: nn.Module, input_ids, attention_mask) -> bool:
@@ -121,43 +144,16 @@ class DecodingPlan:
 
     @classmethod
     def of(cls, model, input_ids, attention_mask, kwargs: dict) -> DecodingPlan | None:
-        kwargs = dict(kwargs)
-        base = kwargs.pop("generation_config", None)
-        user_config = base if base is not None else model.generation_config
-        try:
-            check_generate_arguments(None, user_config, kwargs)
-        except ValueError:
-            return None  # generate() raises it
-        # SourceRelativeLengthMixin.generate: the per-sentence limit unless an explicit limit is asked for
-        offset = kwargs.pop(SOURCE_LIMIT_FIELD, getattr(user_config, SOURCE_LIMIT_FIELD, None))
-        explicit = "max_length" in kwargs or "max_new_tokens" in kwargs or user_config.max_new_tokens is not None
-        has_default_max_length = (
-            kwargs.get("max_length") is None
-            and (base is None or base.max_length is None)
-            and model.generation_config.max_length is None
-        )
-        try:
-            config, model_kwargs = model._prepare_generation_config(base, **kwargs)
-        except (AttributeError, TypeError, ValueError):
+        """The plan of one call, or None for settings this loop does not replicate. The merged settings are
+        remembered per model, keyed by the call's arguments and the text of the generation configs involved (merging
+        them is generate()'s slowest set-up step); the length limits are the call's own."""
+        merged = _merged_settings(model, kwargs, input_ids.device)
+        if merged is None:
             return None
-        if model_kwargs or not _default_elsewhere(config):
-            return None
-        if config.do_sample is not False or config.use_cache is not True:
-            return None
-        if config.num_beams == 1 and config.num_return_sequences != 1:
-            return None
-        if config.num_return_sequences > config.num_beams:
-            return None
-        if not isinstance(config.early_stopping, bool) and config.early_stopping != "never":
-            return None
-        model._prepare_special_tokens(config, True, device=input_ids.device)
-        if config._eos_token_tensor is None:
-            return None
+        config, offset, explicit, has_default_max_length = merged
         limits = None
         positions = model.config.max_position_embeddings
         if offset is not None and not explicit:
-            if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
-                return None
             lengths = source_lengths(input_ids, attention_mask) + offset
             limits = lengths.clamp(max=positions).tolist()
             max_length = max(limits) + 1
@@ -169,8 +165,70 @@ class DecodingPlan:
             max_length = config.max_length
         if max_length <= 1:
             return None  # generate() raises
+        config = copy.copy(config)
         config.max_length = max_length  # as generate() sets it (`beam_search.BeamSettings` reads it)
         return cls(config, max_length, limits)
+
+
+_MERGED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {call key: merged settings or None}
+_REMEMBERED = 64  # calls with different settings remembered per model
+
+
+def _merged_settings(model, kwargs: dict, device: torch.device) -> tuple | None:
+    """`_merge_settings`, remembered (see `DecodingPlan.of`)."""
+    base = kwargs.get("generation_config")
+    key = (
+        repr(sorted(kwargs.items(), key=lambda item: item[0])),
+        repr(vars(model.generation_config)),
+        None if base is None else repr(vars(base)),
+        str(device),
+    )
+    remembered = _MERGED.setdefault(model, {})
+    if key not in remembered:
+        if len(remembered) >= _REMEMBERED:
+            remembered.clear()
+        remembered[key] = _merge_settings(model, dict(kwargs), device)
+    return remembered[key]
+
+
+def _merge_settings(model, kwargs: dict, device: torch.device) -> tuple | None:
+    """generate()'s merged GenerationConfig (with its special-token tensors) and what SourceRelativeLengthMixin
+    and generate() decide the output limit from: (config, offset, explicit, has_default_max_length); None for
+    settings outside `ACCEPTED` or ones generate() raises on."""
+    base = kwargs.pop("generation_config", None)
+    user_config = base if base is not None else model.generation_config
+    try:
+        check_generate_arguments(None, user_config, kwargs)
+    except ValueError:
+        return None  # generate() raises it
+    # SourceRelativeLengthMixin.generate: the per-sentence limit unless an explicit limit is asked for
+    offset = kwargs.pop(SOURCE_LIMIT_FIELD, getattr(user_config, SOURCE_LIMIT_FIELD, None))
+    explicit = "max_length" in kwargs or "max_new_tokens" in kwargs or user_config.max_new_tokens is not None
+    if offset is not None and not explicit and (isinstance(offset, bool) or not isinstance(offset, int) or offset < 1):
+        return None  # generate() raises
+    has_default_max_length = (
+        kwargs.get("max_length") is None
+        and (base is None or base.max_length is None)
+        and model.generation_config.max_length is None
+    )
+    try:
+        config, model_kwargs = model._prepare_generation_config(base, **kwargs)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if model_kwargs or not _default_elsewhere(config):
+        return None
+    if config.do_sample is not False or config.use_cache is not True:
+        return None
+    if config.num_beams == 1 and config.num_return_sequences != 1:
+        return None
+    if config.num_return_sequences > config.num_beams:
+        return None
+    if not isinstance(config.early_stopping, bool) and config.early_stopping != "never":
+        return None
+    model._prepare_special_tokens(config, True, device=device)
+    if config._eos_token_tensor is None:
+        return None
+    return config, offset, explicit, has_default_max_length
 
 
 _DEFAULTS: dict | None = None
@@ -287,7 +345,8 @@ class DecoderStep:
     `cross_kv` per layer: (keys, values), each (R, H, S, D), projected once from the encoder output.
     """
 
-    def __init__(self, model: AttnTransformerForConditionalGeneration):
+    def __init__(self, model: AttnTransformerForConditionalGeneration, signature: tuple | None = None):
+        self.signature = signature
         config = model.config
         decoder = model.model.decoder
         self.norm_first = config.norm_first
@@ -458,10 +517,9 @@ class LeanOpenSentences(OpenSentences):
         self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
 
 
-def greedy_search(model, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
+def greedy_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
     """transformers' greedy search (`_sample` without sampling): argmax of the (length-limited) logits; a finished
     row gets the pad token; the search stops when every row has ended or at `max_length`."""
-    step = DecoderStep(model)
     batch_size, max_length = encoded.shape[0], plan.max_length
     if max_length - 1 > step.positions.shape[0]:
         return None  # the decoder may run out of positions: generate() says so, or finishes before
@@ -488,10 +546,9 @@ def greedy_search(model, plan: DecodingPlan, encoded: torch.Tensor, attention_ma
     return sequences[:, :length]
 
 
-def beam_search(model, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
+def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
     """`beam_search.CompactBeamSearchMixin._beam_search` with this module's decoder step: transformers' beam search
     on the sentences still open, the same rows in the same order at every step."""
-    step = DecoderStep(model)
     beams, max_length = plan.num_beams, plan.max_length
     if max_length - 1 > step.positions.shape[0]:
         return None
