@@ -106,7 +106,9 @@ def model_signature(model: nn.Module) -> tuple | None:
     for module in model.modules():
         if module._forward_hooks or module._forward_pre_hooks or "_hf_hook" in module.__dict__:
             return None
-        if isinstance(module, nn.Linear) and type(module) is not nn.Linear:
+        if (isinstance(module, nn.Linear) and type(module) is not nn.Linear) or type(module).__module__.startswith(
+            "torch.ao."  # quantized (int8) layers: their own kernels, not F.linear
+        ):
             return None
         signature.append(id(module))
         for tensors in (module._parameters, module._buffers):
