@@ -343,7 +343,9 @@ class DecoderStep:
     """One cached decoder step of the model on R rows: the model's weights through the functions its modules call,
     in the same order, so that the logits are the model's bit for bit.
 
-    `self_kv` is (2 * layers, R, H, L, D): layer i's keys at 2i, values at 2i + 1, position t written at step t.
+    `self_kv` is (L, 2 * layers, R, H, D), position-major so that the positions written so far are one contiguous
+    block (a beam reorder copies only them, in one operation): layer i's keys at [:, 2i], values at [:, 2i + 1],
+    position t written at step t.
     `cross_kv` per layer: (keys, values), each (R, H, S, D), projected once from the encoder output.
     """
 
@@ -375,7 +377,7 @@ class DecoderStep:
         ]
 
     def new_cache(self, rows: int, length: int, like: torch.Tensor) -> torch.Tensor:
-        shape = (2 * len(self.layers), rows, self.heads, length, self.head_dim)
+        shape = (length, 2 * len(self.layers), rows, self.heads, self.head_dim)
         return torch.empty(shape, dtype=like.dtype, device=like.device)
 
     def _split(self, states: torch.Tensor) -> torch.Tensor:
@@ -397,11 +399,12 @@ class DecoderStep:
             query, key, value = F.linear(states, *layer.qkv_proj).split(self.width, dim=-1)
         else:
             query, key, value = (F.linear(states, *proj) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
-        query = self._split(query)
-        keys[:, :, position : position + 1] = self._split(key)
-        values[:, :, position : position + 1] = self._split(value)
+        rows = states.shape[0]
+        keys[position] = key.view(rows, self.heads, self.head_dim)
+        values[position] = value.view(rows, self.heads, self.head_dim)
         end = position + 1
-        return self._attend(query, keys[:, :, :end], values[:, :, :end], None, layer.scaling, layer.out_proj)
+        keys, values = (cache[:end].permute(1, 2, 0, 3) for cache in (keys, values))  # (R, H, T, D)
+        return self._attend(self._split(query), keys, values, None, layer.scaling, layer.out_proj)
 
     def _cross_attention(self, states, layer: LayerWeights, keys, values, mask) -> torch.Tensor:
         query = self._split(F.linear(states, *layer.cross_q_proj))
@@ -424,7 +427,7 @@ class DecoderStep:
         hidden = hidden + self.positions[position : position + 1].to(hidden.dtype)
         fuse = fusion_is_exact(self.first_attention, tokens.shape[0])
         for index, layer in enumerate(self.layers):
-            keys, values = self_kv[2 * index], self_kv[2 * index + 1]
+            keys, values = self_kv[:, 2 * index], self_kv[:, 2 * index + 1]
             hidden = self._sublayer(
                 hidden, layer.self_attn_layer_norm, self._self_attention, layer, keys, values, position, fuse
             )
@@ -589,7 +592,10 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
         if closed.any():
             kept = results.close(state, closed)
             parents = parents.view(open_count, beams)[kept].flatten().long()
-            self_kv = self_kv[:, parents]
+            written = cur_len - 1  # positions 0 .. cur_len - 2 hold keys/values
+            fresh = step.new_cache(len(parents), self_kv.shape[0], self_kv)
+            fresh[:written] = self_kv[:written].index_select(2, parents)
+            self_kv = fresh
             cross_kv = [(keys[parents], values[parents]) for keys, values in cross_kv]
             attention_mask = attention_mask[parents]
             cross_mask = _cross_mask(attention_mask)
@@ -597,7 +603,7 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
                 limits = limits[kept]
         else:
             parents, written = parents.long(), cur_len - 1  # positions 0 .. cur_len - 2 hold keys/values
-            self_kv[:, :, :, :written] = self_kv[:, :, :, :written].index_select(1, parents)
+            self_kv[:written] = self_kv[:written].index_select(2, parents)
         tokens = state.running[:, :, cur_len - 1].reshape(-1, 1)
     return results.finish(state, plan.num_return_sequences, settings.prompt_length)
 
