@@ -57,6 +57,8 @@ ACCEPTED = {
     "decoder_start_token_id": "the first decoder input",
     "use_cache": "True only: the loop keeps its own cache, which gives the cached decoder's logits",
 }
+# transformers' private generate() steps that merge the settings as generate() does (a version without them: None).
+PRIVATE_HELPERS = ("_prepare_generation_config", "_prepare_special_tokens")
 # Bookkeeping fields of a GenerationConfig, not settings.
 METADATA = {"_from_model_config", "transformers_version"}
 # The attention backend whose kernel a step calls (eager attention computes differently: refused).
@@ -197,6 +199,8 @@ def _merge_settings(model, kwargs: dict, device: torch.device) -> tuple | None:
     """generate()'s merged GenerationConfig (with its special-token tensors) and what SourceRelativeLengthMixin
     and generate() decide the output limit from: (config, offset, explicit, has_default_max_length); None for
     settings outside `ACCEPTED` or ones generate() raises on."""
+    if not all(hasattr(model, name) for name in PRIVATE_HELPERS):
+        return None
     base = kwargs.pop("generation_config", None)
     user_config = base if base is not None else model.generation_config
     try:
