@@ -16,6 +16,7 @@ BENCHES: dict[str, str] = {
     "compile_train_step": "bench.compile_train_step",
     "decode_step": "bench.decode_step",
     "beam_search": "bench.beam_search",
+    "fast_generation": "bench.fast_generation",
     "engines": "bench.engines",
     "decode": "bench.decode",
     "int8": "bench.int8",

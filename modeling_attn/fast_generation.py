@@ -1,0 +1,622 @@
+"""A lean decoding loop for `attn_transformer`: the token ids of `model.generate()`, greedy and beam search, without
+generate()'s machinery around the model.
+
+`fast_generate(model, input_ids, attention_mask, **generate_kwargs)` returns what `model.generate(input_ids=...,
+attention_mask=..., **generate_kwargs)` returns (decoder start token first, rows padded as generate() pads them), or
+None for a call it does not replicate exactly (the caller then runs generate()). What it accepts is `ACCEPTED`, in
+one place, with the reason for each setting; every other generation setting must keep transformers' default.
+
+Where generate() spends a batch-1 step (measured on the dates model: the report of issue 48, part 3): building and
+checking masks, cache objects and model outputs, calling each module through `nn.Module.__call__`, merging its
+settings, its logits processors and stopping criteria, and Python around each. Here a decoder step is the model's own
+weights through the same torch functions in the same order (`DecoderStep`), so that the logits are those of
+generate() bit for bit:
+- the encoder runs once (the model's own encoder); each decoder layer's cross-attention keys/values are projected
+  once per search, as generate()'s cache does;
+- self-attention keys/values live in buffers allocated once, (max_length, 2 * layers, rows, H, D), written in place
+  at each step; a beam search reorders the written positions of all layers with one index_select per step;
+- the search is `beam_search.py`'s (`OpenSentences`, `SearchResults`: transformers' beam search restated operation
+  for operation, finished sentences dropped from the batch), so the decoder runs on the rows generate() runs on
+  (a matmul's rounding can depend on its row count);
+- the paper's per-sentence length limit (`generation.SourceLengthLimit`) is applied only at the steps where a
+  sentence reaches it;
+- the merged settings and the step's weights are remembered per model (re-made when a weight changes).
+The q, k and v projections run as one matmul only for the row counts where this machine's kernels give the same bits
+as three (`fusion_is_exact`, checked once per process; one row takes a matrix-vector kernel that does not): the ids
+must be generate()'s.
+
+On a model the size of the paper's base the step is bound by reading the weights (every step reads all decoder
+matrices and the output layer), which this loop does as often as generate() does: there the gain is small.
+
+Shapes: B sentences, K beams, R decoder rows (B or N open sentences x K), S source length, E d_model, H heads,
+D head dim, V target vocabulary, L max_length.
+"""
+
+from __future__ import annotations
+
+import copy
+import weakref
+from collections.abc import Callable
+from typing import NamedTuple
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import GenerationConfig
+
+from .beam_search import NEG, OpenSentences, SearchResults, beam_settings
+from .generation import SOURCE_LIMIT_FIELD, check_generate_arguments, source_lengths
+from .modeling_transformer import AttnTransformerForConditionalGeneration
+
+# The generation settings this loop replicates; each must be what generate() merges from the model's
+# generation_config and the call's kwargs. Any other setting away from transformers' default -> None (generate()).
+ACCEPTED = {
+    "num_beams": "1 is greedy search, more is beam search (beam_search.py's search)",
+    "num_return_sequences": "beam search's n-best list (1 for greedy, as generate() requires)",
+    "length_penalty": "beam search's length normalisation of finished hypotheses",
+    "early_stopping": "beam search's stopping rule: True, False or 'never'",
+    "max_length": "the output limit (decoder start token included)",
+    "max_new_tokens": "the output limit without the decoder start token",
+    SOURCE_LIMIT_FIELD: "the paper's per-sentence limit, source length + offset (generation.py)",
+    "eos_token_id": "ends a translation (one id or several)",
+    "pad_token_id": "fills the rows of finished translations",
+    "bos_token_id": "the decoder start token when decoder_start_token_id is None",
+    "decoder_start_token_id": "the first decoder input",
+    "use_cache": "True only: the loop keeps its own cache, which gives the cached decoder's logits",
+}
+# transformers' private generate() steps that merge the settings as generate() does (a version without them: None).
+PRIVATE_HELPERS = ("_prepare_generation_config", "_prepare_special_tokens")
+# Bookkeeping fields of a GenerationConfig, not settings.
+METADATA = {"_from_model_config", "transformers_version"}
+# The attention backend whose kernel a step calls (eager attention computes differently: refused).
+ATTENTION = "sdpa"
+
+
+def fast_generate(
+    model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, **generate_kwargs
+) -> torch.LongTensor | None:
+    """`model.generate(input_ids=input_ids, attention_mask=attention_mask, **generate_kwargs)`'s token ids, or None
+    when this loop does not handle the model or the settings (see the module docstring)."""
+    signature = model_signature(model)
+    if signature is None or not _supported_inputs(model, input_ids, attention_mask):
+        return None
+    plan = DecodingPlan.of(model, input_ids, attention_mask, generate_kwargs)
+    if plan is None:
+        return None
+    with torch.inference_mode():
+        step = _STEPS.get(model)
+        if step is None or step.signature != signature:
+            step = _STEPS[model] = DecoderStep(model, signature)
+        encoded = model.model.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        if plan.num_beams == 1:
+            sequences = greedy_search(step, plan, encoded, attention_mask)
+        else:
+            sequences = beam_search(step, plan, encoded, attention_mask)
+    return None if sequences is None else sequences.clone()  # a normal tensor, as generate() returns
+
+
+def supported_model(model: nn.Module) -> bool:
+    """An `AttnTransformerForConditionalGeneration` itself (not a subclass, an ensemble or the RNN), in eval mode,
+    on the SDPA backend, with plain Linear layers (not quantized) and no hooks (this loop would bypass them)."""
+    return model_signature(model) is not None
+
+
+def model_signature(model: nn.Module) -> tuple | None:
+    """None for a model `supported_model` refuses, else what identifies its modules and weights now (each
+    module, each tensor and its version counter): a `DecoderStep` made for an equal signature still holds the
+    model's weights."""
+    if type(model) is not AttnTransformerForConditionalGeneration or model.training:
+        return None
+    if model.config._attn_implementation != ATTENTION:
+        return None
+    if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
+        return None
+    signature = []
+    for module in model.modules():
+        if module._forward_hooks or module._forward_pre_hooks or "_hf_hook" in module.__dict__:
+            return None
+        if (isinstance(module, nn.Linear) and type(module) is not nn.Linear) or type(module).__module__.startswith(
+            "torch.ao."  # quantized (int8) layers: their own kernels, not F.linear
+        ):
+            return None
+        signature.append(id(module))
+        for tensors in (module._parameters, module._buffers):
+            for tensor in tensors.values():
+                if tensor is not None:
+                    signature.append((id(tensor), tensor._version))
+    return tuple(signature)
+
+
+_STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its DecoderStep
+
+
+def _supported_inputs(model: nn.Module, input_ids, attention_mask) -> bool:
+    """Token ids and a 0/1 padding mask of the same (B, S) shape on the model's device (generate() infers a missing
+    mask from the pad token: not replicated)."""
+    if not isinstance(input_ids, torch.Tensor) or not isinstance(attention_mask, torch.Tensor):
+        return False
+    if input_ids.dim() != 2 or input_ids.shape != attention_mask.shape or input_ids.shape[0] == 0:
+        return False
+    return input_ids.device == model.device == attention_mask.device
+
+
+class DecodingPlan:
+    """What stays fixed during one call: the merged settings, as generate() computes them."""
+
+    def __init__(self, config: GenerationConfig, max_length: int, limits: list[int] | None):
+        self.num_beams = config.num_beams
+        self.num_return_sequences = config.num_return_sequences
+        self.config = config  # with its special-token tensors (transformers' `_prepare_special_tokens`)
+        self.max_length = max_length
+        self.limits = limits  # per sentence: the most tokens a translation may have (the end token included)
+        self.eos = config._eos_token_tensor
+        self.pad = config._pad_token_tensor
+        self.start = int(config._decoder_start_token_tensor)
+
+    @classmethod
+    def of(cls, model, input_ids, attention_mask, kwargs: dict) -> DecodingPlan | None:
+        """The plan of one call, or None for settings this loop does not replicate. The merged settings are
+        remembered per model, keyed by the call's arguments and the text of the generation configs involved (merging
+        them is generate()'s slowest set-up step); the length limits are the call's own."""
+        merged = _merged_settings(model, kwargs, input_ids.device)
+        if merged is None:
+            return None
+        config, offset, explicit, has_default_max_length = merged
+        limits = None
+        positions = model.config.max_position_embeddings
+        if offset is not None and not explicit:
+            lengths = source_lengths(input_ids, attention_mask) + offset
+            limits = lengths.clamp(max=positions).tolist()
+            max_length = max(limits) + 1
+        elif config.max_new_tokens is not None:
+            max_length = config.max_new_tokens + 1  # + the decoder start token
+        elif has_default_max_length:
+            max_length = min(config.max_length + 1, positions)
+        else:
+            max_length = config.max_length
+        if max_length <= 1:
+            return None  # generate() raises
+        config = copy.copy(config)
+        config.max_length = max_length  # as generate() sets it (`beam_search.BeamSettings` reads it)
+        return cls(config, max_length, limits)
+
+
+_MERGED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> {call key: merged settings or None}
+_REMEMBERED = 64  # calls with different settings remembered per model
+
+
+def _merged_settings(model, kwargs: dict, device: torch.device) -> tuple | None:
+    """`_merge_settings`, remembered (see `DecodingPlan.of`)."""
+    base = kwargs.get("generation_config")
+    key = (
+        repr(sorted(kwargs.items(), key=lambda item: item[0])),
+        repr(vars(model.generation_config)),
+        None if base is None else repr(vars(base)),
+        str(device),
+    )
+    remembered = _MERGED.setdefault(model, {})
+    if key not in remembered:
+        if len(remembered) >= _REMEMBERED:
+            remembered.clear()
+        remembered[key] = _merge_settings(model, dict(kwargs), device)
+    return remembered[key]
+
+
+def _merge_settings(model, kwargs: dict, device: torch.device) -> tuple | None:
+    """generate()'s merged GenerationConfig (with its special-token tensors) and what SourceRelativeLengthMixin
+    and generate() decide the output limit from: (config, offset, explicit, has_default_max_length); None for
+    settings outside `ACCEPTED` or ones generate() raises on."""
+    if not all(hasattr(model, name) for name in PRIVATE_HELPERS):
+        return None
+    base = kwargs.pop("generation_config", None)
+    user_config = base if base is not None else model.generation_config
+    try:
+        check_generate_arguments(None, user_config, kwargs)
+    except ValueError:
+        return None  # generate() raises it
+    # SourceRelativeLengthMixin.generate: the per-sentence limit unless an explicit limit is asked for
+    offset = kwargs.pop(SOURCE_LIMIT_FIELD, getattr(user_config, SOURCE_LIMIT_FIELD, None))
+    explicit = "max_length" in kwargs or "max_new_tokens" in kwargs or user_config.max_new_tokens is not None
+    if offset is not None and not explicit and (isinstance(offset, bool) or not isinstance(offset, int) or offset < 1):
+        return None  # generate() raises
+    has_default_max_length = (
+        kwargs.get("max_length") is None
+        and (base is None or base.max_length is None)
+        and model.generation_config.max_length is None
+    )
+    try:
+        config, model_kwargs = model._prepare_generation_config(base, **kwargs)
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if model_kwargs or not _default_elsewhere(config):
+        return None
+    if config.do_sample is not False or config.use_cache is not True:
+        return None
+    if config.num_beams == 1 and config.num_return_sequences != 1:
+        return None
+    if config.num_return_sequences > config.num_beams:
+        return None
+    if not isinstance(config.early_stopping, bool) and config.early_stopping != "never":
+        return None
+    model._prepare_special_tokens(config, True, device=device)
+    if config._eos_token_tensor is None:
+        return None
+    return config, offset, explicit, has_default_max_length
+
+
+_DEFAULTS: dict | None = None
+
+
+def _default_elsewhere(config: GenerationConfig) -> bool:
+    """Whether every setting outside `ACCEPTED` has transformers' default value (what a bare GenerationConfig
+    merges to in generate())."""
+    global _DEFAULTS
+    if _DEFAULTS is None:
+        reference = GenerationConfig()
+        if hasattr(reference, "_get_default_generation_params"):
+            reference.update(**reference._get_default_generation_params(), defaults_only=True)
+        _DEFAULTS = reference.to_dict()
+    for name, value in config.to_dict().items():
+        if name in ACCEPTED or name in METADATA:
+            continue
+        default = _DEFAULTS.get(name)
+        if default != value and not (_off(default) and _off(value)):
+            return False
+    return True
+
+
+def _off(value) -> bool:
+    """None, False and 0 all leave a feature off (a saved config writes False where a bare one holds None)."""
+    return value is None or (isinstance(value, bool | int | float) and value == 0)
+
+
+class LayerWeights(NamedTuple):
+    """One decoder layer's parameters, as (weight, bias) pairs for F.linear and LayerNorm arguments for
+    F.layer_norm."""
+
+    q_proj: tuple
+    k_proj: tuple
+    v_proj: tuple
+    out_proj: tuple
+    self_attn_layer_norm: tuple
+    cross_q_proj: tuple
+    cross_out_proj: tuple
+    encoder_attn_layer_norm: tuple
+    fc1: tuple
+    activation: Callable
+    fc2: tuple
+    final_layer_norm: tuple
+    scaling: float
+    cross_scaling: float
+    qkv_proj: tuple  # q, k and v projections as one (3E, E) matrix, used where that rounds alike
+
+    @classmethod
+    def of(cls, layer: nn.Module) -> LayerWeights:
+        self_attn, cross = layer.self_attn, layer.encoder_attn
+        activation = layer.activation_fn
+        return cls(
+            _linear(self_attn.q_proj),
+            _linear(self_attn.k_proj),
+            _linear(self_attn.v_proj),
+            _linear(self_attn.out_proj),
+            _norm(layer.self_attn_layer_norm),
+            _linear(cross.q_proj),
+            _linear(cross.out_proj),
+            _norm(layer.encoder_attn_layer_norm),
+            _linear(layer.fc1),
+            F.relu if type(activation) is nn.ReLU else activation,  # nn.ReLU calls F.relu
+            _linear(layer.fc2),
+            _norm(layer.final_layer_norm),
+            self_attn.scaling,
+            cross.scaling,
+            _fused_projection(self_attn),
+        )
+
+
+_FUSED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # attention module -> (signature, (weight, bias))
+
+
+def _fused_projection(attention: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """W^Q, W^K, W^V (and their biases) stacked into one matrix, made once and re-made when a weight changes."""
+    parts = [attention.q_proj, attention.k_proj, attention.v_proj]
+    tensors = [tensor for part in parts for tensor in (part.weight, part.bias) if tensor is not None]
+    signature = tuple((tensor.data_ptr(), tensor._version) for tensor in tensors)
+    cached = _FUSED.get(attention)
+    if cached is None or cached[0] != signature:
+        with torch.no_grad():
+            weight = torch.cat([part.weight for part in parts])
+            bias = torch.cat([part.bias for part in parts]) if parts[0].bias is not None else None
+        cached = _FUSED[attention] = (signature, (weight, bias))
+    return cached[1]
+
+
+_FUSION_EXACT: dict = {}  # (width, dtype, device type, rows) -> whether one (3E, E) matmul rounds as three
+
+
+def fusion_is_exact(attention: nn.Module, rows: int) -> bool:
+    """Whether this machine's matmul gives the same bits for the fused q/k/v projection of `rows` rows as for the
+    model's three. Its kernels are picked by shape (one row can take a matrix-vector kernel whose sums depend on the
+    output width), so the answer holds for every layer of that width, dtype and device; checked once per process and
+    row count. Where it does not hold, the step keeps three matmuls."""
+    weight = attention.q_proj.weight
+    key = (weight.shape[1], weight.dtype, weight.device.type, rows)
+    if key not in _FUSION_EXACT:
+        parts = (attention.q_proj, attention.k_proj, attention.v_proj)
+        generator = torch.Generator(device=weight.device).manual_seed(0)
+        with torch.no_grad():
+            states = torch.randn(rows, 1, weight.shape[1], generator=generator, device=weight.device).to(weight.dtype)
+            apart = torch.cat([F.linear(states, part.weight, part.bias) for part in parts], dim=-1)
+            _FUSION_EXACT[key] = torch.equal(apart, F.linear(states, *_fused_projection(attention)))
+    return _FUSION_EXACT[key]
+
+
+class DecoderStep:
+    """One cached decoder step of the model on R rows: the model's weights through the functions its modules call,
+    in the same order, so that the logits are the model's bit for bit.
+
+    `self_kv` is (L, 2 * layers, R, H, D), position-major so that the positions written so far are one contiguous
+    block (a beam reorder copies only them, in one operation): layer i's keys at [:, 2i], values at [:, 2i + 1],
+    position t written at step t.
+    `cross_kv` per layer: (keys, values), each (R, H, S, D), projected once from the encoder output.
+    """
+
+    def __init__(self, model: AttnTransformerForConditionalGeneration, signature: tuple | None = None):
+        self.signature = signature
+        config = model.config
+        decoder = model.model.decoder
+        self.norm_first = config.norm_first
+        self.width, self.heads = config.d_model, config.num_heads
+        self.head_dim = config.d_model // config.num_heads
+        self.embedding = decoder.embed_tokens.weight
+        self.padding_idx = decoder.embed_tokens.padding_idx
+        self.embed_scale = decoder.embed_scale
+        self.positions = decoder.embed_positions.table
+        self.final_norm = _norm(decoder.layer_norm) if decoder.layer_norm is not None else None
+        self.output = _linear(model.lm_head)
+        self.logits_bias = model.final_logits_bias
+        self.layers = [LayerWeights.of(layer) for layer in decoder.layers]
+        self.first_attention = decoder.layers[0].self_attn
+        self.cross_projections = [
+            (_linear(layer.encoder_attn.k_proj), _linear(layer.encoder_attn.v_proj)) for layer in decoder.layers
+        ]
+
+    def cross_keys_values(self, encoded: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's encoder-decoder attention keys and values (R, H, S, D), from the encoder output (R, S, E)."""
+        return [
+            tuple(self._split(F.linear(encoded, *projection)) for projection in pair)
+            for pair in self.cross_projections
+        ]
+
+    def new_cache(self, rows: int, length: int, like: torch.Tensor) -> torch.Tensor:
+        shape = (length, 2 * len(self.layers), rows, self.heads, self.head_dim)
+        return torch.empty(shape, dtype=like.dtype, device=like.device)
+
+    def _split(self, states: torch.Tensor) -> torch.Tensor:
+        """(R, T, E) -> (R, H, T, D) (attention.split_heads)."""
+        return states.view(states.shape[0], states.shape[1], self.heads, self.head_dim).transpose(1, 2)
+
+    def _attend(self, query, keys, values, mask, scaling, out_proj) -> torch.Tensor:
+        """transformers' sdpa_attention_forward on one query position, then merge_heads and the output
+        projection (attention.MultiHeadAttention.forward)."""
+        output = F.scaled_dot_product_attention(
+            query, keys, values, attn_mask=mask, dropout_p=0.0, scale=scaling, is_causal=False
+        )
+        output = output.reshape(output.shape[0], -1, 1, self.head_dim).transpose(1, 2).contiguous()  # (R, 1, H, D)
+        return F.linear(output.reshape(output.shape[0], 1, self.width), *out_proj)
+
+    def _self_attention(self, states, layer: LayerWeights, keys, values, position: int, fuse: bool) -> torch.Tensor:
+        """Masked self-attention of the new position over positions 0..position; its keys/values written first."""
+        if fuse:
+            query, key, value = F.linear(states, *layer.qkv_proj).split(self.width, dim=-1)
+        else:
+            query, key, value = (F.linear(states, *proj) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
+        rows = states.shape[0]
+        keys[position] = key.view(rows, self.heads, self.head_dim)
+        values[position] = value.view(rows, self.heads, self.head_dim)
+        end = position + 1
+        keys, values = (cache[:end].permute(1, 2, 0, 3) for cache in (keys, values))  # (R, H, T, D)
+        return self._attend(self._split(query), keys, values, None, layer.scaling, layer.out_proj)
+
+    def _cross_attention(self, states, layer: LayerWeights, keys, values, mask) -> torch.Tensor:
+        query = self._split(F.linear(states, *layer.cross_q_proj))
+        return self._attend(query, keys, values, mask, layer.cross_scaling, layer.cross_out_proj)
+
+    @staticmethod
+    def _feed_forward(states, layer: LayerWeights) -> torch.Tensor:  # Eq. 2
+        return F.linear(layer.activation(F.linear(states, *layer.fc1)), *layer.fc2)
+
+    def _sublayer(self, hidden, norm: tuple, compute: Callable, *args) -> torch.Tensor:
+        if self.norm_first:  # x + Sublayer(LN(x))
+            return hidden + compute(F.layer_norm(hidden, *norm), *args)
+        return F.layer_norm(hidden + compute(hidden, *args), *norm)  # LN(x + Sublayer(x)), Sec. 3.1
+
+    def __call__(self, tokens, position: int, self_kv, cross_kv, cross_mask) -> torch.Tensor:
+        """Logits (R, 1, V) for `tokens` (R, 1) at decoder `position`."""
+        hidden = F.embedding(tokens, self.embedding, self.padding_idx)  # (R, 1, E)
+        if self.embed_scale != 1.0:
+            hidden = hidden * self.embed_scale
+        hidden = hidden + self.positions[position : position + 1].to(hidden.dtype)
+        fuse = fusion_is_exact(self.first_attention, tokens.shape[0])
+        for index, layer in enumerate(self.layers):
+            keys, values = self_kv[:, 2 * index], self_kv[:, 2 * index + 1]
+            hidden = self._sublayer(
+                hidden, layer.self_attn_layer_norm, self._self_attention, layer, keys, values, position, fuse
+            )
+            cross_keys, cross_values = cross_kv[index]
+            hidden = self._sublayer(
+                hidden,
+                layer.encoder_attn_layer_norm,
+                self._cross_attention,
+                layer,
+                cross_keys,
+                cross_values,
+                cross_mask,
+            )
+            hidden = self._sublayer(hidden, layer.final_layer_norm, self._feed_forward, layer)
+        if self.final_norm is not None:
+            hidden = F.layer_norm(hidden, *self.final_norm)
+        logits = F.linear(hidden, *self.output)
+        return logits + self.logits_bias if self.logits_bias is not None else logits
+
+
+def _linear(module: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return module.weight, module.bias
+
+
+def _norm(module: nn.LayerNorm) -> tuple:
+    return module.normalized_shape, module.weight, module.bias, module.eps
+
+
+def _cross_mask(attention_mask: torch.Tensor) -> torch.Tensor | None:
+    """The encoder-decoder attention mask SDPA gets (masking_utils.create_bidirectional_mask): None without
+    padding, else (R, 1, 1, S) booleans, True = may attend."""
+    return None if bool(attention_mask.all()) else attention_mask.bool()[:, None, None, :]
+
+
+def _force_end(scores: torch.Tensor, at_limit: torch.Tensor, eos: torch.Tensor) -> torch.Tensor:
+    """`generation.SourceLengthLimit`: rows at their limit may only end (their end-token scores kept)."""
+    forced = torch.full_like(scores, torch.finfo(scores.dtype).min)
+    forced[:, eos] = scores[:, eos]
+    return torch.where(at_limit[:, None], forced, scores)
+
+
+def _take(tensor: torch.Tensor, beams: torch.Tensor) -> torch.Tensor:
+    """tensor[n, beams[n, j], ...] (`beam_search._gather`): the same values, by `gather` on an expanded index, which
+    costs a fraction of `take_along_dim`'s index wrapping at these sizes."""
+    index = beams.view(*beams.shape, *(1,) * (tensor.dim() - beams.dim()))
+    return tensor.gather(1, index.expand(*beams.shape, *tensor.shape[beams.dim() :]))
+
+
+class LeanOpenSentences(OpenSentences):
+    """`beam_search.OpenSentences` with `expand` and `advance` restated operation for operation (same values, same
+    order), only with `_take` for its gathers."""
+
+    def expand(self, log_probs: torch.Tensor, settings, cur_len: int):
+        open_count, beams = self.running.shape[:2]
+        totals = (log_probs.view(open_count, beams, -1) + self.running_scores[:, :, None]).view(open_count, -1)
+        scores, picks = torch.topk(totals, k=settings.candidates)
+        vocab_size = totals.shape[-1] // beams
+        parents = picks // vocab_size
+        origins = _take(self.running_origins, parents)
+        sequences = _take(self.running, parents)
+        sequences[:, :, cur_len] = picks % vocab_size
+        rows = parents + torch.arange(open_count, device=picks.device).view(-1, 1) * beams
+        origins[:, :, cur_len - settings.prompt_length] = rows
+        return scores, sequences, origins
+
+    def advance(self, scores, sequences, origins, stops: torch.Tensor, settings, cur_len: int) -> None:
+        running_scores = scores + stops.to(torch.float32) * NEG
+        best = torch.topk(running_scores, k=settings.num_beams)[1]
+        self.running = _take(sequences, best)
+        self.running_scores = _take(running_scores, best)
+        self.running_origins = _take(origins, best)
+
+        top_k = torch.arange(settings.candidates, device=stops.device) < settings.num_beams
+        just_finished = stops & top_k[None, :]
+        ended = scores / ((cur_len + 1 - settings.prompt_length) ** settings.length_penalty)
+        full = torch.all(self.is_finished, axis=-1, keepdims=True) & (settings.early_stopping is True)
+        ended += full.to(torch.float32) * NEG
+        ended += (~self.may_improve).to(torch.float32) * NEG
+        ended += (~just_finished) * NEG
+        merged = torch.cat((self.finished_scores, ended), dim=1).topk(k=settings.num_beams)[1]
+        self.finished = _take(torch.cat((self.finished, sequences), dim=1), merged)
+        self.finished_scores = _take(torch.cat((self.finished_scores, ended), dim=1), merged)
+        self.finished_origins = _take(torch.cat((self.finished_origins, origins), dim=1), merged)
+        self.is_finished = _take(torch.cat((self.is_finished, just_finished), dim=1), merged)
+
+        if settings.early_stopping == "never" and settings.length_penalty > 0.0:
+            best_length = settings.max_length - settings.prompt_length
+        else:
+            best_length = cur_len + 1 - settings.prompt_length
+        best_running = self.running_scores[:, :1] / (best_length**settings.length_penalty)
+        worst_finished = torch.where(self.is_finished, torch.min(self.finished_scores, dim=1, keepdim=True)[0], NEG)
+        self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
+
+
+def greedy_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
+    """transformers' greedy search (`_sample` without sampling): argmax of the (length-limited) logits; a finished
+    row gets the pad token; the search stops when every row has ended or at `max_length`."""
+    batch_size, max_length = encoded.shape[0], plan.max_length
+    if max_length - 1 > step.positions.shape[0]:
+        return None  # the decoder may run out of positions: generate() says so, or finishes before
+    cross_kv, cross_mask = step.cross_keys_values(encoded), _cross_mask(attention_mask)
+    self_kv = step.new_cache(batch_size, max_length - 1, encoded)
+    sequences = torch.full((batch_size, max_length), int(plan.pad), dtype=torch.long, device=encoded.device)
+    sequences[:, 0] = plan.start
+    unfinished = torch.ones(batch_size, dtype=torch.bool, device=encoded.device)
+    limits = None if plan.limits is None else torch.tensor(plan.limits, device=encoded.device)
+    first_limit = None if plan.limits is None else min(plan.limits) - 1
+    tokens = sequences[:, :1]
+    length = 1
+    for position in range(max_length - 1):
+        scores = step(tokens, position, self_kv, cross_kv, cross_mask)[:, -1].float()
+        if first_limit is not None and position >= first_limit:
+            scores = _force_end(scores, position >= limits - 1, plan.eos)
+        next_tokens = torch.where(unfinished, scores.argmax(dim=-1), plan.pad)
+        sequences[:, position + 1] = next_tokens
+        length = position + 2
+        unfinished &= ~torch.isin(next_tokens, plan.eos)
+        if not bool(unfinished.any()):
+            break
+        tokens = sequences[:, position + 1 : position + 2]
+    return sequences[:, :length]
+
+
+def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
+    """`beam_search.CompactBeamSearchMixin._beam_search` with this module's decoder step: transformers' beam search
+    on the sentences still open, the same rows in the same order at every step."""
+    beams, max_length = plan.num_beams, plan.max_length
+    if max_length - 1 > step.positions.shape[0]:
+        return None
+    encoded = encoded.repeat_interleave(beams, dim=0)  # generate()'s _expand_inputs_for_generation
+    attention_mask = attention_mask.repeat_interleave(beams, dim=0)
+    cross_kv, cross_mask = step.cross_keys_values(encoded), _cross_mask(attention_mask)
+    rows = encoded.shape[0]
+    self_kv = step.new_cache(rows, max_length - 1, encoded)
+    input_ids = torch.full((rows, 1), plan.start, dtype=torch.long, device=encoded.device)
+    settings, fill = beam_settings(input_ids, plan.config)
+    state = LeanOpenSentences.start(input_ids, settings, fill)
+    results = SearchResults.start(state)
+    limits = None if plan.limits is None else torch.tensor(plan.limits, device=encoded.device)
+    first_limit = None if plan.limits is None else min(plan.limits) - 1
+    eos = plan.eos
+    tokens = input_ids
+    cur_len = 1
+    while True:
+        position = cur_len - 1
+        logits = step(tokens, position, self_kv, cross_kv, cross_mask)[:, -1, :]
+        log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
+        if first_limit is not None and position >= first_limit:
+            at_limit = (position >= limits - 1).repeat_interleave(beams)
+            log_probs = _force_end(log_probs, at_limit, eos)
+        scores, sequences, origins = state.expand(log_probs, settings, cur_len)
+        open_count = len(state.sentences)
+        stops = torch.isin(sequences[:, :, cur_len], eos)
+        if cur_len + 1 >= max_length:
+            stops = torch.ones_like(stops)
+        state.advance(scores, sequences, origins, stops, settings, cur_len)
+        parents = state.running_origins[..., cur_len - settings.prompt_length].flatten()
+        cur_len += 1
+        closed = results.closed_sentences(state, stops, settings)
+        if closed is None:
+            break
+        if closed.any():
+            kept = results.close(state, closed)
+            parents = parents.view(open_count, beams)[kept].flatten().long()
+            written = cur_len - 1  # positions 0 .. cur_len - 2 hold keys/values
+            fresh = step.new_cache(len(parents), self_kv.shape[0], self_kv)
+            fresh[:written] = self_kv[:written].index_select(2, parents)
+            self_kv = fresh
+            cross_kv = [(keys[parents], values[parents]) for keys, values in cross_kv]
+            attention_mask = attention_mask[parents]
+            cross_mask = _cross_mask(attention_mask)
+            if limits is not None:
+                limits = limits[kept]
+        else:
+            parents, written = parents.long(), cur_len - 1  # positions 0 .. cur_len - 2 hold keys/values
+            self_kv[:written] = self_kv[:written].index_select(2, parents)
+        tokens = state.running[:, :, cur_len - 1].reshape(-1, 1)
+    return results.finish(state, plan.num_return_sequences, settings.prompt_length)
+
+
+__all__ = ["ACCEPTED", "fast_generate", "supported_model"]
