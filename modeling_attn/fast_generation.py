@@ -1,32 +1,15 @@
-"""A lean decoding loop for `attn_transformer`: the token ids of `model.generate()`, greedy and beam search, without
-generate()'s machinery around the model.
+"""A lean decoding loop for `attn_transformer` that gives `model.generate()`'s token ids without its machinery.
 
 `fast_generate(model, input_ids, attention_mask, **generate_kwargs)` returns what `model.generate(input_ids=...,
 attention_mask=..., **generate_kwargs)` returns (decoder start token first, rows padded as generate() pads them), or
-None for a call it does not replicate exactly (the caller then runs generate()). What it accepts is `ACCEPTED`, in
-one place, with the reason for each setting; every other generation setting must keep transformers' default.
-
-Where generate() spends a batch-1 step (measured on the dates model: the report of issue 48, part 3): building and
-checking masks, cache objects and model outputs, calling each module through `nn.Module.__call__`, merging its
-settings, its logits processors and stopping criteria, and Python around each. Here a decoder step is the model's own
-weights through the same torch functions in the same order (`DecoderStep`), so that the logits are those of
-generate() bit for bit:
-- the encoder runs once (the model's own encoder); each decoder layer's cross-attention keys/values are projected
-  once per search, as generate()'s cache does;
-- self-attention keys/values live in buffers allocated once, (max_length, 2 * layers, rows, H, D), written in place
-  at each step; a beam search reorders the written positions of all layers with one index_select per step;
-- the search is `beam_search.py`'s (`OpenSentences`, `SearchResults`: transformers' beam search restated operation
-  for operation, finished sentences dropped from the batch), so the decoder runs on the rows generate() runs on
-  (a matmul's rounding can depend on its row count);
-- the paper's per-sentence length limit (`generation.SourceLengthLimit`) is applied only at the steps where a
-  sentence reaches it;
-- the merged settings and the step's weights are remembered per model (re-made when a weight changes).
-The q, k and v projections run as one matmul only for the row counts where this machine's kernels give the same bits
-as three (`fusion_is_exact`, checked once per process; one row takes a matrix-vector kernel that does not): the ids
-must be generate()'s.
-
-On a model the size of the paper's base the step is bound by reading the weights (every step reads all decoder
-matrices and the output layer), which this loop does as often as generate() does: there the gain is small.
+None for a call it does not replicate exactly (the caller then runs generate()); what it accepts is `ACCEPTED`, with
+the reason for each setting. A decoder step is the model's own weights through the same torch functions in the same
+order (`DecoderStep`): the encoder once, each layer's cross-attention keys/values once per search, self-attention
+keys/values in buffers allocated once and written in place, `beam_search.py`'s search (so the decoder runs on the rows
+generate() runs on), the per-sentence limit only where a sentence reaches it. q, k and v run as one matmul only for
+the row counts where this machine's kernels give the same bits as three (`fusion_is_exact`). docs/model.md, "The
+fast decoding loop", has where generate()'s time went and what this gains (little on a model the size of `base`,
+bound by reading its weights).
 
 Shapes: B sentences, K beams, R decoder rows (B or N open sentences x K), S source length, E d_model, H heads,
 D head dim, V target vocabulary, L max_length.
