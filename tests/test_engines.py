@@ -105,6 +105,11 @@ def test_ctranslate2_keeps_generate_s_per_sentence_limit_in_a_batch(tmp_path):
         # (CTranslate2 pads nothing)
         expected = [torch_engine.translate_batch([sentence], **settings)[0] for sentence in SENTENCES]
         assert fast.translate_batch(SENTENCES, **settings) == expected
+        # scores too: a translation cut at its limit counts the end token generate() forces there
+        found = fast.translate_nbest(SENTENCES, 1, **settings)
+        for sentence, (hypothesis,) in zip(SENTENCES, found, strict=True):
+            (reference,) = torch_engine.translate_nbest([sentence], 1, **settings)[0]
+            assert (hypothesis.text, hypothesis.score) == (reference.text, pytest.approx(reference.score, abs=1e-4))
         lengths = [len(text.split()) for text in expected]
         sources = [len(sentence.split()) for sentence in SENTENCES]
         assert any(length < source for length, source in zip(lengths, sources, strict=True)), "no limit was reached"

@@ -286,33 +286,42 @@ class CTranslate2Engine(_ExportEngine):
             # generate() stops each sentence at its own limit (source length + 50); CTranslate2 has one limit per
             # call, the batch's longest: a sentence that ran past its own is translated again alone.
             for row, own in enumerate(limits):
-                if any(len(hypothesis) + ended > own for hypothesis, ended in found[row]):
+                if any(len(hypothesis) + ended > own for hypothesis, ended, _ in found[row]):
                     found[row] = self._translate([tokens[row]], n, options)[0]
         results = []
         for row, block in enumerate(found):
-            # generate() forces the end token at a sentence's own limit: such a translation has one (and its score
-            # counts it); one cut at a max_new_tokens limit has none
+            # generate() forces the end token at a sentence's own limit: such a translation has one, and its score
+            # counts it (CTranslate2's does not: scored again, as are samples, whose reported scores are the
+            # sampling distribution's); CTranslate2's other scores are `sequence_scores`' (tests/test_engines.py)
             at_limit = limits[row] if limits is not None else None
+            rescore = bool(options.get("do_sample", self.model.generation_config.do_sample))
             results.append(
                 [
-                    ([translator.target_ids[token] for token in hypothesis], ended or len(hypothesis) == at_limit)
-                    for hypothesis, ended in block
+                    (
+                        [translator.target_ids[token] for token in hypothesis],
+                        ended or len(hypothesis) == at_limit,
+                        None if rescore or (not ended and len(hypothesis) == at_limit) else score,
+                    )
+                    for hypothesis, ended, score in block
                 ]
             )
         if scored:
-            return self._score(tokens, results, options)
-        return [[(target, None) for target, _ in block] for block in results]
+            self._score(tokens, results, options)
+        return [[(target, score if scored else None) for target, _, score in block] for block in results]
 
     def _translate(
         self, tokens: list[list[str]], n: int, options: dict[str, Any]
-    ) -> list[list[tuple[list[str], bool]]]:
-        """Each source's `n` hypotheses: its tokens (without the end token) and whether it ended with one."""
+    ) -> list[list[tuple[list[str], bool, float]]]:
+        """Each source's `n` hypotheses: its tokens (without the end token), whether it ended with one, and
+        CTranslate2's score (log-probability over length ** length_penalty)."""
         ct2 = self._options([len(row) for row in tokens], n, options)
-        results = self.translator.translator.translate_batch(tokens, return_end_token=True, **ct2)
+        results = self.translator.translator.translate_batch(tokens, return_end_token=True, return_scores=True, **ct2)
         return [
             [
-                (hypothesis[:-1], True) if hypothesis[-1:] and hypothesis[-1] in self.ends else (hypothesis, False)
-                for hypothesis in result.hypotheses
+                (hypothesis[:-1], True, score)
+                if hypothesis[-1:] and hypothesis[-1] in self.ends
+                else (hypothesis, False, score)
+                for hypothesis, score in zip(result.hypotheses, result.scores, strict=True)
             ]
             for result in results
         ]
@@ -329,23 +338,23 @@ class CTranslate2Engine(_ExportEngine):
         table = self.model.config.max_position_embeddings
         return [min(len(row) + offset, table) - 1 for row in ids]
 
-    def _score(self, tokens: list[list[str]], results: list, options: dict[str, Any]) -> list:
-        """Each hypothesis with its score as `translation.sequence_scores` defines it (the log-probability of its
-        tokens and of its end token if it has one, over that many tokens ** length_penalty), computed by CTranslate2
-        teacher-forced (score_batch appends the end token: its log-probability is dropped for a cut translation)."""
+    def _score(self, tokens: list[list[str]], results: list, options: dict[str, Any]) -> None:
+        """Fill in each hypothesis' missing score (None) as `translation.sequence_scores` defines it (the
+        log-probability of its tokens and of its end token if it has one, over that many tokens ** length_penalty),
+        computed by CTranslate2 teacher-forced (score_batch appends the end token: dropped for a cut translation)."""
+        missing = [
+            (row, index) for row, block in enumerate(results) for index, entry in enumerate(block) if entry[2] is None
+        ]
+        if not missing:
+            return
         penalty = self._length_penalty(options)
-        sources = [source for source, block in zip(tokens, results, strict=True) for _ in block]
-        targets = [[self.translator.target_tokens[i] for i in target] for block in results for target, _ in block]
-        scored = iter(self.translator.translator.score_batch(sources, targets, max_input_length=0))
-        scored_blocks = []
-        for block in results:
-            scored_block = []
-            for target, ended in block:
-                log_probs = next(scored).log_probs
-                log_probs = log_probs if ended else log_probs[:-1]
-                scored_block.append((target, sum(log_probs) / max(len(log_probs), 1) ** penalty))
-            scored_blocks.append(scored_block)
-        return scored_blocks
+        sources = [tokens[row] for row, _ in missing]
+        targets = [[self.translator.target_tokens[i] for i in results[row][index][0]] for row, index in missing]
+        scored = self.translator.translator.score_batch(sources, targets, max_input_length=0)
+        for (row, index), result in zip(missing, scored, strict=True):
+            target, ended, _ = results[row][index]
+            log_probs = result.log_probs if ended else result.log_probs[:-1]
+            results[row][index] = (target, ended, sum(log_probs) / max(len(log_probs), 1) ** penalty)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "compute_type": self.compute_type}
