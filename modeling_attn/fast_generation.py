@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import GenerationConfig
 
-from .beam_search import NEG, OpenSentences, SearchResults, beam_settings
+from .beam_search import OpenSentences, SearchResults, beam_settings
 from .generation import SOURCE_LIMIT_FIELD, check_generate_arguments, source_lengths
 from .modeling_transformer import AttnTransformerForConditionalGeneration
 
@@ -463,59 +463,6 @@ def _force_end(scores: torch.Tensor, at_limit: torch.Tensor, eos: torch.Tensor) 
     return torch.where(at_limit[:, None], forced, scores)
 
 
-def _take(tensor: torch.Tensor, beams: torch.Tensor) -> torch.Tensor:
-    """tensor[n, beams[n, j], ...] (`beam_search._gather`): the same values, by `gather` on an expanded index, which
-    costs a fraction of `take_along_dim`'s index wrapping at these sizes."""
-    index = beams.view(*beams.shape, *(1,) * (tensor.dim() - beams.dim()))
-    return tensor.gather(1, index.expand(*beams.shape, *tensor.shape[beams.dim() :]))
-
-
-class LeanOpenSentences(OpenSentences):
-    """`beam_search.OpenSentences` with `expand` and `advance` restated operation for operation (same values, same
-    order), only with `_take` for its gathers."""
-
-    def expand(self, log_probs: torch.Tensor, settings, cur_len: int):
-        open_count, beams = self.running.shape[:2]
-        totals = (log_probs.view(open_count, beams, -1) + self.running_scores[:, :, None]).view(open_count, -1)
-        scores, picks = torch.topk(totals, k=settings.candidates)
-        vocab_size = totals.shape[-1] // beams
-        parents = picks // vocab_size
-        origins = _take(self.running_origins, parents)
-        sequences = _take(self.running, parents)
-        sequences[:, :, cur_len] = picks % vocab_size
-        rows = parents + torch.arange(open_count, device=picks.device).view(-1, 1) * beams
-        origins[:, :, cur_len - settings.prompt_length] = rows
-        return scores, sequences, origins
-
-    def advance(self, scores, sequences, origins, stops: torch.Tensor, settings, cur_len: int) -> None:
-        running_scores = scores + stops.to(torch.float32) * NEG
-        best = torch.topk(running_scores, k=settings.num_beams)[1]
-        self.running = _take(sequences, best)
-        self.running_scores = _take(running_scores, best)
-        self.running_origins = _take(origins, best)
-
-        top_k = torch.arange(settings.candidates, device=stops.device) < settings.num_beams
-        just_finished = stops & top_k[None, :]
-        ended = scores / ((cur_len + 1 - settings.prompt_length) ** settings.length_penalty)
-        full = torch.all(self.is_finished, axis=-1, keepdims=True) & (settings.early_stopping is True)
-        ended += full.to(torch.float32) * NEG
-        ended += (~self.may_improve).to(torch.float32) * NEG
-        ended += (~just_finished) * NEG
-        merged = torch.cat((self.finished_scores, ended), dim=1).topk(k=settings.num_beams)[1]
-        self.finished = _take(torch.cat((self.finished, sequences), dim=1), merged)
-        self.finished_scores = _take(torch.cat((self.finished_scores, ended), dim=1), merged)
-        self.finished_origins = _take(torch.cat((self.finished_origins, origins), dim=1), merged)
-        self.is_finished = _take(torch.cat((self.is_finished, just_finished), dim=1), merged)
-
-        if settings.early_stopping == "never" and settings.length_penalty > 0.0:
-            best_length = settings.max_length - settings.prompt_length
-        else:
-            best_length = cur_len + 1 - settings.prompt_length
-        best_running = self.running_scores[:, :1] / (best_length**settings.length_penalty)
-        worst_finished = torch.where(self.is_finished, torch.min(self.finished_scores, dim=1, keepdim=True)[0], NEG)
-        self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
-
-
 def greedy_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
     """transformers' greedy search (`_sample` without sampling): argmax of the (length-limited) logits; a finished
     row gets the pad token; the search stops when every row has ended or at `max_length`."""
@@ -558,7 +505,7 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
     self_kv = step.new_cache(rows, max_length - 1, encoded)
     input_ids = torch.full((rows, 1), plan.start, dtype=torch.long, device=encoded.device)
     settings, fill = beam_settings(input_ids, plan.config)
-    state = LeanOpenSentences.start(input_ids, settings, fill)
+    state = OpenSentences.start(input_ids, settings, fill)
     results = SearchResults.start(state)
     limits = None if plan.limits is None else torch.tensor(plan.limits, device=encoded.device)
     first_limit = None if plan.limits is None else min(plan.limits) - 1

@@ -42,9 +42,11 @@ ENGINES = ("auto", "torch", "ctranslate2", "onnxruntime")
 # auto's order of preference among the engines that can serve a request (torch serves every request).
 FAST_ENGINES = ("ctranslate2",)
 PACKAGES = {"ctranslate2": ("ctranslate2", "fast"), "onnxruntime": ("onnxruntime", "onnx")}
-# generate() settings each export engine applies as generate() does; any other setting that differs from its inert
-# value (onnx_generation.UNSUPPORTED) is refused by name.
+# The sampling settings: applied by ctranslate2 (its own random stream), refused by onnxruntime, and under auto run
+# on torch. The model's other generation settings away from their inert values (onnx_generation.UNSUPPORTED, and for
+# ctranslate2 the minimum lengths, which it does not map) make an export engine refuse the model, by name.
 SAMPLING_OPTIONS = ("do_sample", "top_k", "top_p", "temperature")
+UNMAPPED_BY_CTRANSLATE2 = {"min_length": 0, "min_new_tokens": None}
 
 
 class EngineError(FlagError):
@@ -79,8 +81,10 @@ def model_refusal(engine: str, model: PreTrainedModel, device: torch.device, qua
         return "has no --quantize int8 here (the ONNX export is float32)"
     if device.type not in (("cpu", "cuda") if engine == "ctranslate2" else ("cpu",)):
         return f"does not run on {device.type} devices"
-    for name, inert in _unsupported_settings().items():
-        if name not in SAMPLING_OPTIONS and getattr(model.generation_config, name, None) not in (None, inert, []):
+    unmapped = {**_unsupported_settings(), **(UNMAPPED_BY_CTRANSLATE2 if engine == "ctranslate2" else {})}
+    for name, inert in unmapped.items():
+        sampling = engine == "ctranslate2" and name in SAMPLING_OPTIONS  # mapped (`CTranslate2Engine._options`)
+        if not sampling and getattr(model.generation_config, name, None) not in (None, inert, []):
             return f"does not apply the model's generation_config.{name}={getattr(model.generation_config, name)!r}"
     return None
 
