@@ -160,25 +160,21 @@ def load_models(args: SimpleNamespace, eager: bool = False, quantized: bool = Tr
 
 
 def load_engine(args: SimpleNamespace, eager: bool = False, torch_only: str | None = None) -> Engine:
-    """The --model flags loaded as by `load_models` and opened on the --engine (`engines.open_engine`), quantized by
-    --quantize on that engine. `torch_only`: a flag given that only the torch engine serves (auto then opens torch;
-    a named export engine refuses it)."""
+    """The --model flags loaded as by `load_models` and opened on the --engine (`engine_for`)."""
     model, tokenizer = load_models(args, eager=eager, quantized=False)
+    return engine_for(args, model, tokenizer, torch_only)
+
+
+def engine_for(args: SimpleNamespace, model: Any, tokenizer: Any, torch_only: str | None = None) -> Engine:
+    """`model` (loaded by `load_models(args, quantized=False)`) on the --engine (`engines.open_engine`), quantized
+    by --quantize on that engine. `torch_only`: a flag given that only the torch engine serves (auto then opens
+    torch; a named export engine refuses it)."""
     paths = member_paths(args.model, args.last_checkpoints)
     name = paths[0] if len(paths) == 1 and args.ensemble_weights is None else None
     # On a terminal a person is told of an export being made (it takes seconds) and of auto's choice.
-    say = {"say": lambda line: print(f"attn: {line}", file=sys.stderr)} if sys.stderr.isatty() else {}
-    return open_engine(
-        model,
-        tokenizer,
-        name,
-        args.engine,
-        args.quantize,
-        args.int8_engine,
-        args.threads,
-        torch_only=torch_only,
-        **say,
-    )
+    said = {"say": lambda line: print(f"attn: {line}", file=sys.stderr)} if sys.stderr.isatty() else {}
+    flags = (args.engine, args.quantize, args.int8_engine, args.threads)
+    return open_engine(model, tokenizer, name, *flags, torch_only=torch_only, **said)
 
 
 def quantize_members(model: Any, args: SimpleNamespace) -> Any:
@@ -190,6 +186,7 @@ __all__ = [
     "DecodingArguments",
     "EnsembleArguments",
     "RuntimeArguments",
+    "engine_for",
     "load_engine",
     "load_models",
     "model_inputs",

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 from ..api.errors import UserError
 from ..api.quantize import describe_quantization
 from ..api.values import COUNT, NON_NEGATIVE, Range
-from .options import EnsembleArguments, RuntimeArguments, load_engine, parse_flags
+from .options import EnsembleArguments, RuntimeArguments, engine_for, load_models, parse_flags
 from .parser import CommandParser
 from .report import run_command
 
@@ -132,14 +132,13 @@ def serve(argv: list[str] | None) -> int:
     engines_log.setLevel(args.log_level.upper())
     engines_log.addHandler(logging.StreamHandler())
     with listening_socket(args.host, args.port) as listening:
-        engine = load_engine(args)
+        model, tokenizer = load_models(args, quantized=False)
+        info = describe_model(model, args.model[0])  # before quantizing: the float model's size
+        engine = engine_for(args, model, tokenizer)
         quantization = describe_quantization(args.quantize, args.int8_engine)
-        if (
-            quantization and engine.describe().get("compute_type") == "int8"
-        ):  # CTranslate2's int8, torch's for the rest
+        if quantization and engine.describe().get("compute_type") == "int8":  # and torch's for what runs on torch
             quantization = f"int8 (CTranslate2's own; {quantization} for what runs on torch)"
-        # the float model's size (an export engine's model is never quantized; torch's is described as loaded)
-        info = {**describe_model(engine.model, args.model[0], quantization), "engine": engine.describe()}
+        info.update(quantization=quantization, engine=engine.describe())
         limits = ServeLimits(args.max_batch_tokens, args.max_wait_ms, args.max_queue, args.max_body_bytes)
         app = create_app(engine, None, limits, info)
         # uvicorn stops accepting connections on SIGTERM / Ctrl-C and waits for the requests in flight; a second
