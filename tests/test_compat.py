@@ -118,7 +118,10 @@ def test_attn_translate_and_the_pipeline_with_the_package(folders, remote, tmp_p
     for name, folder in folders.items():
         (tmp_path / "input.txt").write_text("\n".join(SENTENCES) + "\n")
         capsys.readouterr()
-        assert attn(["translate", "--model", str(folder), "--input", str(tmp_path / "input.txt")]) == 0
+        # the package's own torch code against the folder's (with the default engine a barely trained model's beams
+        # that reach the length limit may end otherwise: docs/export.md, "Engines")
+        argv = ["translate", "--model", str(folder), "--input", str(tmp_path / "input.txt"), "--engine", "torch"]
+        assert attn(argv) == 0
         assert capsys.readouterr().out.splitlines() == remote[name]["translations"]
         translator = pipeline("translation", model=str(folder), trust_remote_code=True)
         assert [result["translation_text"] for result in translator(SENTENCES)] == remote[name]["translations"]
