@@ -69,7 +69,10 @@ def fast_generate(
     with torch.inference_mode():
         step = _STEPS.get(model)
         if step is None or step.signature != signature:
-            step = _STEPS[model] = DecoderStep(model, signature)
+            try:
+                step = _STEPS[model] = DecoderStep(model, signature)
+            except _NotPlainLinear:  # quantized projections compute otherwise: generate() runs them
+                return None
         encoded = model.model.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
         if plan.num_beams == 1:
             sequences = greedy_search(step, plan, encoded, attention_mask)
@@ -442,7 +445,13 @@ class DecoderStep:
         return logits + self.logits_bias if self.logits_bias is not None else logits
 
 
+class _NotPlainLinear(Exception):
+    """A projection of the model is not an `nn.Linear` (an int8 layer of `api/quantize.py`...): not for this loop."""
+
+
 def _linear(module: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    if type(module) is not nn.Linear:
+        raise _NotPlainLinear(type(module).__name__)
     return module.weight, module.bias
 
 

@@ -15,6 +15,7 @@ from tiny import padded_batch, spread_tiny_rnn, tiny_model
 from transformers import LogitsProcessorList
 
 from modeling_attn import fast_generation
+from modeling_attn.api.quantize import quantize_int8_rowwise
 from modeling_attn.fast_generation import ACCEPTED, fast_generate
 
 SPECIALS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0, decoder_start_token_id=1)
@@ -173,6 +174,7 @@ REFUSED_MODELS = {
     "eager attention": lambda: tiny_model("eager", **SPECIALS),
     "a forward hook": lambda: hooked(variant_model("paper")),
     "a quantized layer": lambda: torch.ao.quantization.quantize_dynamic(variant_model("paper"), {torch.nn.Linear}),
+    "row-wise int8 layers": lambda: quantize_int8_rowwise(variant_model("paper")),  # `--quantize int8_rowwise`
 }
 
 
