@@ -165,14 +165,18 @@ def load_engine(args: SimpleNamespace, eager: bool = False, torch_only: str | No
     return engine_for(args, model, tokenizer, torch_only)
 
 
-def engine_for(args: SimpleNamespace, model: Any, tokenizer: Any, torch_only: str | None = None) -> Engine:
+def engine_for(
+    args: SimpleNamespace, model: Any, tokenizer: Any, torch_only: str | None = None, say: Any = None
+) -> Engine:
     """`model` (loaded by `load_models(args, quantized=False)`) on the --engine (`engines.open_engine`), quantized
     by --quantize on that engine. `torch_only`: a flag given that only the torch engine serves (auto then opens
-    torch; a named export engine refuses it)."""
+    torch; a named export engine refuses it). `say(line)` is told of an export being made (it takes seconds) and of
+    auto's choice; by default a person at a terminal is."""
     paths = member_paths(args.model, args.last_checkpoints)
     name = paths[0] if len(paths) == 1 and args.ensemble_weights is None else None
-    # On a terminal a person is told of an export being made (it takes seconds) and of auto's choice.
-    said = {"say": lambda line: print(f"attn: {line}", file=sys.stderr)} if sys.stderr.isatty() else {}
+    if say is None and sys.stderr.isatty():
+        say = lambda line: print(f"attn: {line}", file=sys.stderr)  # noqa: E731
+    said = {} if say is None else {"say": say}
     flags = (args.engine, args.quantize, args.int8_engine, args.threads)
     return open_engine(model, tokenizer, name, *flags, torch_only=torch_only, **said)
 

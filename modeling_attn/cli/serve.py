@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import socket
+import sys
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -128,13 +129,11 @@ def serve(argv: list[str] | None) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
-    engines_log = logging.getLogger("modeling_attn.api.engines")  # the export made and auto's choice, in the log
-    engines_log.setLevel(args.log_level.upper())
-    engines_log.addHandler(logging.StreamHandler())
     with listening_socket(args.host, args.port) as listening:
         model, tokenizer = load_models(args, quantized=False)
         info = describe_model(model, args.model[0])  # before quantizing: the float model's size
-        engine = engine_for(args, model, tokenizer)
+        # the export being made and auto's choice, in the server's log (stderr)
+        engine = engine_for(args, model, tokenizer, say=lambda line: print(f"attn serve: {line}", file=sys.stderr))
         quantization = describe_quantization(args.quantize, args.int8_engine)
         if quantization and engine.describe().get("compute_type") == "int8":  # and torch's for what runs on torch
             quantization = f"int8 (CTranslate2's own; {quantization} for what runs on torch)"
