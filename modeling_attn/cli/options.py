@@ -4,7 +4,7 @@
 take these from here (as fairseq keeps its shared argument groups in `options.py`), so that no command module
 imports another. `parse_flags` parses a command's dataclasses into one namespace (`parser.CommandParser`);
 `load_models` loads the `--model` flags as one model or an ensemble (`modeling_attn.api.ensemble`), quantized by
-`--quantize` (`modeling_attn.api.quantize`).
+`--quantize` (`modeling_attn.api.quantize`); `load_engine` opens them on the `--engine` (`modeling_attn.api.engines`).
 """
 
 from __future__ import annotations
