@@ -390,7 +390,7 @@ def test_decode_quick_run(tmp_path):
     """decode --quick: the engines a user picks with --engine, and CTranslate2 called directly, on the tiny preset
     (random weights, lengths forced by max_new_tokens): greedy translations equal the torch engine's on every
     engine; the table gives each engine's rate against CTranslate2 direct."""
-    pytest.importorskip("ctranslate2")
+    pytest.importorskip("ctranslate2", reason="the ctranslate2 engine and its peer need ctranslate2")
     module = bench_module("decode")
     engines = ["CTranslate2 direct", "generate()", "torch", "ctranslate2", "auto"]
     report = module.main(["--quick", "--engines", *engines, "--output", str(tmp_path / "d")])

@@ -79,8 +79,8 @@ def torch_engine(reverser_dir):
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda settings: ",".join(map(str, settings.items())) or "config")
 def test_each_engine_translates_as_torch_batched(reverser_dir, torch_engine, name, settings):
     if name == "onnxruntime":
-        pytest.importorskip("onnxruntime")
-        pytest.importorskip("onnxscript")
+        pytest.importorskip("onnxruntime", reason="the onnxruntime engine needs the onnx extra")
+        pytest.importorskip("onnxscript", reason="the ONNX export needs onnxscript (the onnx extra)")
     engine = load_translator(str(reverser_dir), engine=name, device="cpu")
     assert engine.name == name
     expected = torch_engine.translate_batch(SENTENCES, **settings)
@@ -93,7 +93,7 @@ def test_each_engine_translates_as_torch_batched(reverser_dir, torch_engine, nam
 @pytest.mark.parametrize("name", ["ctranslate2", "onnxruntime"])
 def test_nbest_lists_and_scores_equal_torch(reverser_dir, torch_engine, name):
     if name == "onnxruntime":
-        pytest.importorskip("onnxscript")
+        pytest.importorskip("onnxscript", reason="the ONNX export needs onnxscript (the onnx extra)")
     engine = load_translator(str(reverser_dir), engine=name, device="cpu")
     for settings in ({"num_beams": 4}, {"num_beams": 4, "length_penalty": 0.6}, {"num_beams": 3, "max_new_tokens": 4}):
         expected = torch_engine.translate_nbest(SENTENCES[:8], 3, **settings)
@@ -337,7 +337,7 @@ def test_a_refusal_is_one_line_with_exit_status_2(reverser_dir, capsys):
 def test_serve_answers_on_its_engine_and_refuses_what_a_named_one_lacks(reverser_dir, torch_engine):
     """`create_app` on an engine (what `attn serve --engine` runs): auto answers with the torch engine's hypotheses
     and scores, aligns on torch, and GET /model names the engine; a named ctranslate2 refuses alignments by field."""
-    pytest.importorskip("fastapi")
+    pytest.importorskip("fastapi", reason="create_app needs the serve extra")
     from fastapi.testclient import TestClient
 
     from modeling_attn.api.server import create_app

@@ -29,6 +29,7 @@ from .errors import ExportError, FlagError
 from .export_cache import ExportCacheError
 from .translation import (
     Hypothesis,
+    check_nbest,
     check_source_lengths,
     eager_attention,
     sequence_scores,
@@ -95,6 +96,12 @@ def _unsupported_settings() -> dict[str, Any]:
     return UNSUPPORTED
 
 
+def _seed_torch(seed: int) -> None:
+    from transformers import set_seed
+
+    set_seed(seed)
+
+
 class TorchEngine:
     """The model itself (the module docstring); `model` may be an `AttnEnsemble`, quantized."""
 
@@ -111,9 +118,7 @@ class TorchEngine:
 
     def seed(self, seed: int) -> None:
         """Seed the random draws of sampling (`--seed`): the same seed, the same samples."""
-        from transformers import set_seed
-
-        set_seed(seed)
+        _seed_torch(seed)
 
     def translate_batch(self, sentences: list[str], **options: Any) -> list[str]:
         return translate_batch(self.model, self.tokenizer, sentences, **options)[0]
@@ -167,7 +172,7 @@ class _ExportEngine:
             raise _refused(self.name, reason)
 
     def seed(self, seed: int) -> None:
-        TorchEngine.seed(self, seed)
+        _seed_torch(seed)  # what the engine's torch model samples with (n-best scoring, onnxruntime's search)
 
     def _sources(self, sentences: list[str], options: dict[str, Any]) -> tuple[list[int], list[list[int]]]:
         """The rows of the non-empty sentences and their token ids (SentenceTooLong for one too long)."""
@@ -181,8 +186,6 @@ class _ExportEngine:
         return [block[0].text for block in self._nbest(sentences, 1, scored=False, **options)]
 
     def translate_nbest(self, sentences: list[str], n: int = 1, **options: Any) -> list[list[Hypothesis]]:
-        from .translation import check_nbest
-
         check_nbest(self.model, n, options)
         return self._nbest(sentences, n, scored=True, **options)
 
@@ -264,7 +267,7 @@ class CTranslate2Engine(_ExportEngine):
         config = self.model.generation_config
         given = {} if options.get("max_new_tokens") is None else {"max_decoding_length": options["max_new_tokens"]}
         ct2 = self.translator.options(lengths, **given)
-        if (own := self._own_limits([[0] * length for length in lengths], options)) is not None:
+        if (own := self._own_limits(lengths, options)) is not None:
             ct2["max_decoding_length"] = max(own)  # the batch's longest; `_decode` keeps each sentence to its own
         if options.get("num_beams") is not None:
             ct2["beam_size"] = options["num_beams"]
@@ -285,20 +288,20 @@ class CTranslate2Engine(_ExportEngine):
         translator = self.translator
         tokens = [[translator.source_tokens[token_id] for token_id in row] for row in ids]
         found = self._translate(tokens, n, options)
-        limits = self._own_limits(ids, options)
+        limits = self._own_limits([len(row) for row in ids], options)
         if limits is not None:
             # generate() stops each sentence at its own limit (source length + 50); CTranslate2 has one limit per
             # call, the batch's longest: a sentence that ran past its own is translated again alone.
             for row, own in enumerate(limits):
                 if any(len(hypothesis) + ended > own for hypothesis, ended, _ in found[row]):
                     found[row] = self._translate([tokens[row]], n, options)[0]
+        rescore = bool(options.get("do_sample", self.model.generation_config.do_sample))
         results = []
         for row, block in enumerate(found):
             # generate() forces the end token at a sentence's own limit: such a translation has one, and its score
             # counts it (CTranslate2's does not: scored again, as are samples, whose reported scores are the
             # sampling distribution's); CTranslate2's other scores are `sequence_scores`' (tests/test_engines.py)
             at_limit = limits[row] if limits is not None else None
-            rescore = bool(options.get("do_sample", self.model.generation_config.do_sample))
             results.append(
                 [
                     (
@@ -330,7 +333,7 @@ class CTranslate2Engine(_ExportEngine):
             for result in results
         ]
 
-    def _own_limits(self, ids: list[list[int]], options: dict[str, Any]) -> list[int] | None:
+    def _own_limits(self, lengths: list[int], options: dict[str, Any]) -> list[int] | None:
         """Each sentence's limit under generate()'s per-sentence one (source length + offset, capped by the decoder's
         position table) as CTranslate2 counts it (tokens, the end token included: a translation that reaches it
         without one is where generate() forces the end token), or None when the limit is one number for the
@@ -340,7 +343,7 @@ class CTranslate2Engine(_ExportEngine):
         if not offset or options.get("max_new_tokens") is not None or config.max_new_tokens is not None:
             return None
         table = self.model.config.max_position_embeddings
-        return [min(len(row) + offset, table) - 1 for row in ids]
+        return [min(length + offset, table) - 1 for length in lengths]
 
     def _score(self, tokens: list[list[str]], results: list, options: dict[str, Any]) -> None:
         """Fill in each hypothesis' missing score (None) as `translation.sequence_scores` defines it (the
