@@ -28,7 +28,13 @@ from torch.nn import functional as F
 from transformers import GenerationConfig
 
 from .beam_search import OpenSentences, SearchResults, beam_settings
-from .generation import SOURCE_LIMIT_FIELD, check_generate_arguments, source_lengths
+from .generation import (
+    SOURCE_LIMIT_FIELD,
+    check_generate_arguments,
+    per_sentence_offset,
+    sentence_limits,
+    source_lengths,
+)
 from .modeling_transformer import AttnTransformerForConditionalGeneration
 
 # The generation settings this loop replicates; each must be what generate() merges from the model's
@@ -147,12 +153,11 @@ class DecodingPlan:
         merged = _merged_settings(model, kwargs, input_ids.device)
         if merged is None:
             return None
-        config, offset, explicit, has_default_max_length = merged
+        config, offset, has_default_max_length = merged
         limits = None
         positions = model.config.max_position_embeddings
-        if offset is not None and not explicit:
-            lengths = source_lengths(input_ids, attention_mask) + offset
-            limits = lengths.clamp(max=positions).tolist()
+        if offset is not None:
+            limits = sentence_limits(source_lengths(input_ids, attention_mask), offset, positions).tolist()
             max_length = max(limits) + 1
         elif config.max_new_tokens is not None:
             max_length = config.max_new_tokens + 1  # + the decoder start token
@@ -190,8 +195,8 @@ def _merged_settings(model, kwargs: dict, device: torch.device) -> tuple | None:
 
 def _merge_settings(model, kwargs: dict, device: torch.device) -> tuple | None:
     """generate()'s merged GenerationConfig (with its special-token tensors) and what SourceRelativeLengthMixin
-    and generate() decide the output limit from: (config, offset, explicit, has_default_max_length); None for
-    settings outside `ACCEPTED` or ones generate() raises on."""
+    and generate() decide the output limit from: (config, the per-sentence offset or None,
+    has_default_max_length); None for settings outside `ACCEPTED` or ones generate() raises on."""
     if not all(hasattr(model, name) for name in PRIVATE_HELPERS):
         return None
     base = kwargs.pop("generation_config", None)
@@ -201,9 +206,8 @@ def _merge_settings(model, kwargs: dict, device: torch.device) -> tuple | None:
     except ValueError:
         return None  # generate() raises it
     # SourceRelativeLengthMixin.generate: the per-sentence limit unless an explicit limit is asked for
-    offset = kwargs.pop(SOURCE_LIMIT_FIELD, getattr(user_config, SOURCE_LIMIT_FIELD, None))
-    explicit = "max_length" in kwargs or "max_new_tokens" in kwargs or user_config.max_new_tokens is not None
-    if offset is not None and not explicit and (isinstance(offset, bool) or not isinstance(offset, int) or offset < 1):
+    offset = per_sentence_offset(user_config, kwargs)
+    if offset is not None and (isinstance(offset, bool) or not isinstance(offset, int) or offset < 1):
         return None  # generate() raises
     has_default_max_length = (
         kwargs.get("max_length") is None
@@ -227,7 +231,7 @@ def _merge_settings(model, kwargs: dict, device: torch.device) -> tuple | None:
     model._prepare_special_tokens(config, True, device=device)
     if config._eos_token_tensor is None:
         return None
-    return config, offset, explicit, has_default_max_length
+    return config, offset, has_default_max_length
 
 
 _DEFAULTS: dict | None = None

@@ -59,6 +59,24 @@ def source_lengths(input_ids=None, attention_mask=None, inputs_embeds=None, enco
     return torch.full((source.shape[0],), source.shape[1], dtype=torch.long, device=source.device)
 
 
+def per_sentence_offset(config: GenerationConfig, kwargs: dict) -> int | None:
+    """The offset of the per-sentence limit a `generate(**kwargs)` call decodes under: `max_length_over_source`
+    (popped from `kwargs`, else the config's), or None where the call has an explicit limit instead (`max_length`
+    or `max_new_tokens` given, not None, or the config's `max_new_tokens`). The one rule of every engine (module
+    docstring)."""
+    offset = kwargs.pop(SOURCE_LIMIT_FIELD, getattr(config, SOURCE_LIMIT_FIELD, None))
+    given = kwargs.get("max_length") is not None or kwargs.get("max_new_tokens") is not None
+    explicit = given or config.max_new_tokens is not None
+    return None if explicit else offset
+
+
+def sentence_limits(lengths: torch.Tensor, offset: int, positions: int | None) -> torch.Tensor:
+    """Each sentence's limit (tokens of its translation, the end token included): its source length + `offset`,
+    capped by the decoder's position table (`positions`; the decoder start token takes position 0)."""
+    limits = lengths + offset
+    return limits if positions is None else limits.clamp(max=positions)
+
+
 def check_generate_arguments(inputs: torch.Tensor | None, config: GenerationConfig, kwargs: dict) -> None:
     """ValueError naming the argument (see the module docstring) for `generate(inputs, config, **kwargs)`; a
     setting given in `kwargs` overrides the config's, as in `generate()`."""
@@ -97,27 +115,21 @@ class SourceRelativeLengthMixin:
     ):
         config = generation_config if generation_config is not None else self.generation_config
         check_generate_arguments(inputs, config, kwargs)
-        offset = kwargs.pop(SOURCE_LIMIT_FIELD, getattr(config, SOURCE_LIMIT_FIELD, None))
-        explicit = "max_length" in kwargs or "max_new_tokens" in kwargs or config.max_new_tokens is not None
-        if offset is None or explicit:
+        offset = per_sentence_offset(config, kwargs)
+        if offset is None:
             return super().generate(inputs, generation_config, logits_processor, **kwargs)
         if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
             raise ValueError(f"generation_config.{SOURCE_LIMIT_FIELD} must be a positive integer, got {offset!r}")
         eos_token_id = kwargs.get("eos_token_id", config.eos_token_id)
         if eos_token_id is None:
             raise ValueError(f"generation_config.{SOURCE_LIMIT_FIELD} needs an eos_token_id to end translations with")
-        limits = (
-            source_lengths(
-                kwargs.get("input_ids", inputs),
-                kwargs.get("attention_mask"),
-                kwargs.get("inputs_embeds"),
-                kwargs.get("encoder_outputs"),
-            )
-            + offset
+        lengths = source_lengths(
+            kwargs.get("input_ids", inputs),
+            kwargs.get("attention_mask"),
+            kwargs.get("inputs_embeds"),
+            kwargs.get("encoder_outputs"),
         )
-        positions = getattr(self.config, "max_position_embeddings", None)
-        if positions is not None:  # the decoder has no position for a longer translation (start token at 0)
-            limits = limits.clamp(max=positions)
+        limits = sentence_limits(lengths, offset, getattr(self.config, "max_position_embeddings", None))
         processors = LogitsProcessorList(logits_processor or [])
         processors.append(SourceLengthLimit(limits, eos_token_id))
         max_length = int(limits.max()) + 1  # one more position than the longest limit: the decoder start token
@@ -133,5 +145,7 @@ __all__ = [
     "SourceLengthLimit",
     "SourceRelativeLengthMixin",
     "check_generate_arguments",
+    "per_sentence_offset",
+    "sentence_limits",
     "source_lengths",
 ]

@@ -24,7 +24,7 @@ import torch
 from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerBase
 
 from .. import __version__
-from ..generation import SOURCE_LIMIT_FIELD
+from ..generation import per_sentence_offset, sentence_limits
 from .errors import ExportError, FlagError
 from .export_cache import ExportCacheError
 from .translation import (
@@ -262,13 +262,14 @@ class CTranslate2Engine(_ExportEngine):
         ctranslate2.set_random_seed(seed)
         self.translator = self._open()
 
-    def _options(self, lengths: list[int], n: int, options: dict[str, Any]) -> dict[str, Any]:
-        """CTranslate2's translate_batch arguments for these sources and generate() options."""
+    def _options(self, lengths: list[int], limits: list[int] | None, n: int, options: dict[str, Any]) -> dict:
+        """CTranslate2's translate_batch arguments for these sources (`lengths`, their own `limits`) and generate()
+        options."""
         config = self.model.generation_config
         given = {} if options.get("max_new_tokens") is None else {"max_decoding_length": options["max_new_tokens"]}
         ct2 = self.translator.options(lengths, **given)
-        if (own := self._own_limits(lengths, options)) is not None:
-            ct2["max_decoding_length"] = max(own)  # the batch's longest; `_decode` keeps each sentence to its own
+        if limits is not None:
+            ct2["max_decoding_length"] = max(limits)  # the batch's longest; `_decode` keeps each sentence to its own
         if options.get("num_beams") is not None:
             ct2["beam_size"] = options["num_beams"]
         ct2["length_penalty"] = self._length_penalty(options)
@@ -287,14 +288,14 @@ class CTranslate2Engine(_ExportEngine):
     def _decode(self, ids: list[list[int]], n: int, scored: bool, options: dict[str, Any]):
         translator = self.translator
         tokens = [[translator.source_tokens[token_id] for token_id in row] for row in ids]
-        found = self._translate(tokens, n, options)
         limits = self._own_limits([len(row) for row in ids], options)
+        found = self._translate(tokens, limits, n, options)
         if limits is not None:
             # generate() stops each sentence at its own limit (source length + 50); CTranslate2 has one limit per
             # call, the batch's longest: a sentence that ran past its own is translated again alone.
             for row, own in enumerate(limits):
                 if any(len(hypothesis) + ended > own for hypothesis, ended, _ in found[row]):
-                    found[row] = self._translate([tokens[row]], n, options)[0]
+                    found[row] = self._translate([tokens[row]], [own], n, options)[0]
         rescore = bool(options.get("do_sample", self.model.generation_config.do_sample))
         results = []
         for row, block in enumerate(found):
@@ -317,11 +318,11 @@ class CTranslate2Engine(_ExportEngine):
         return [[(target, score if scored else None) for target, _, score in block] for block in results]
 
     def _translate(
-        self, tokens: list[list[str]], n: int, options: dict[str, Any]
+        self, tokens: list[list[str]], limits: list[int] | None, n: int, options: dict[str, Any]
     ) -> list[list[tuple[list[str], bool, float]]]:
         """Each source's `n` hypotheses: its tokens (without the end token), whether it ended with one, and
         CTranslate2's score (log-probability over length ** length_penalty)."""
-        ct2 = self._options([len(row) for row in tokens], n, options)
+        ct2 = self._options([len(row) for row in tokens], limits, n, options)
         results = self.translator.translator.translate_batch(tokens, return_end_token=True, return_scores=True, **ct2)
         return [
             [
@@ -338,12 +339,11 @@ class CTranslate2Engine(_ExportEngine):
         position table) as CTranslate2 counts it (tokens, the end token included: a translation that reaches it
         without one is where generate() forces the end token), or None when the limit is one number for the
         batch."""
-        config = self.model.generation_config
-        offset = getattr(config, SOURCE_LIMIT_FIELD, None)
-        if not offset or options.get("max_new_tokens") is not None or config.max_new_tokens is not None:
+        offset = per_sentence_offset(self.model.generation_config, dict(options))
+        if not offset:
             return None
-        table = self.model.config.max_position_embeddings
-        return [min(length + offset, table) - 1 for length in lengths]
+        limits = sentence_limits(torch.tensor(lengths), offset, self.model.config.max_position_embeddings)
+        return (limits - 1).tolist()
 
     def _score(self, tokens: list[list[str]], results: list, options: dict[str, Any]) -> None:
         """Fill in each hypothesis' missing score (None) as `translation.sequence_scores` defines it (the

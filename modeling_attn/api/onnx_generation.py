@@ -28,7 +28,13 @@ from transformers.generation.logits_process import MinLengthLogitsProcessor, Min
 from transformers.generation.stopping_criteria import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
 
 from ..beam_search import BeamSettings, OpenSentences, SearchResults
-from ..generation import SOURCE_LIMIT_FIELD, SourceLengthLimit, source_lengths
+from ..generation import (
+    SOURCE_LIMIT_FIELD,
+    SourceLengthLimit,
+    per_sentence_offset,
+    sentence_limits,
+    source_lengths,
+)
 from .export_onnx import MANIFEST_FILE, import_onnxruntime
 
 # GenerationConfig fields that would add a logits processor or change the search, with their inert values.
@@ -120,8 +126,7 @@ class OnnxTranslator:
         config = copy.deepcopy(self.generation_config)
         # what generate() does: transformers' defaults where the saved config leaves a setting unset (None)
         config.update(**GenerationConfig._get_default_generation_params(), defaults_only=True)
-        explicit = "max_length" in overrides or "max_new_tokens" in overrides
-        offset = overrides.pop(SOURCE_LIMIT_FIELD, getattr(config, SOURCE_LIMIT_FIELD, None))
+        offset = per_sentence_offset(config, overrides)
         unknown = config.update(**overrides)
         if unknown:
             raise TypeError(f"OnnxTranslator.generate got unknown settings {sorted(unknown)}")
@@ -133,8 +138,7 @@ class OnnxTranslator:
                 )
         if config.eos_token_id is None or config.decoder_start_token_id is None:
             raise ValueError("the generation config needs eos_token_id and decoder_start_token_id")
-        explicit = explicit or config.max_new_tokens is not None
-        setattr(config, SOURCE_LIMIT_FIELD, None if explicit else offset)
+        setattr(config, SOURCE_LIMIT_FIELD, offset)
         return config
 
     def length_limits(
@@ -152,8 +156,8 @@ class OnnxTranslator:
         offset = getattr(config, SOURCE_LIMIT_FIELD, None)
         if offset is None:
             return config.max_length, processors
-        limits = source_lengths(input_ids, attention_mask) + offset
-        limits = limits.clamp(max=self.config.max_position_embeddings)  # the decoder's positions
+        lengths = source_lengths(input_ids, attention_mask)
+        limits = sentence_limits(lengths, offset, self.config.max_position_embeddings)
         processors.append(SourceLengthLimit(limits, eos))
         return int(limits.max()) + 1, processors
 
