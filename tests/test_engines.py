@@ -157,6 +157,31 @@ def test_ctranslate2_int8_is_ctranslate2_s_own_int8(reverser_dir, tmp_path):
     assert fast.translate_batch(SENTENCES) == expected
 
 
+@pytest.mark.parametrize("settings", [{"num_beams": 1}, {"num_beams": 4}, {"num_beams": 2, "max_new_tokens": 3}])
+def test_ctranslate2_aligns_words_as_torch(reverser_dir, torch_engine, settings):
+    """Word alignments from CTranslate2's attention (the export's alignment layer and heads) against the torch
+    engine's (generate()'s eager attention, the same layer and heads): the same links, weights equal to 1e-5, on
+    one-best and n-best translations, with their scores; a translation cut at max_new_tokens aligns alike."""
+    fast = load_translator(str(reverser_dir), engine="ctranslate2", device="cpu")
+    sentences = [*SENTENCES[:8], "", "m"]  # an empty sentence is not translated; one word
+    found, expected = (
+        fast.translate_aligned(sentences, **settings),
+        torch_engine.translate_aligned(sentences, **settings),
+    )
+    for ours, theirs in zip(found, expected, strict=True):
+        assert ours.text == theirs.text and ours.alignment.pairs == theirs.alignment.pairs
+        assert ours.alignment.source_words == theirs.alignment.source_words
+        assert torch.allclose(ours.alignment.weights, theirs.alignment.weights, atol=1e-5)
+    assert found[0].alignment.pairs, "a translation of letters links its words"
+    n = min(2, settings["num_beams"])
+    nbest = fast.translate_aligned_nbest(SENTENCES[:4], n, words="alnum", **settings)
+    reference = torch_engine.translate_aligned_nbest(SENTENCES[:4], n, words="alnum", **settings)
+    for ours, theirs in zip(nbest, reference, strict=True):
+        assert [item.text for item in ours] == [item.text for item in theirs]
+        assert [item.alignment.pairs for item in ours] == [item.alignment.pairs for item in theirs]
+        assert [item.score for item in ours] == pytest.approx([item.score for item in theirs], abs=1e-4)
+
+
 def test_ctranslate2_sampling_repeats_with_a_seed(reverser_dir):
     fast = load_translator(str(reverser_dir), engine="ctranslate2", device="cpu")
     sampling = {"do_sample": True, "num_beams": 1, "temperature": 5.0}
@@ -179,8 +204,11 @@ def test_auto_picks_ctranslate2_and_torch_for_what_it_lacks(reverser_dir, torch_
     assert auto.describe()["engine"] == "ctranslate2" and auto.describe()["chosen_by"] == "auto"
     assert any("engine: ctranslate2" in line for line in said)
     assert agree(auto.translate_batch(SENTENCES), torch_engine.translate_batch(SENTENCES), beams=True)
-    aligned = auto.translate_aligned(SENTENCES[:3])  # word alignments: the torch engine's
-    assert [item.text for item in aligned] == torch_engine.translate_batch(SENTENCES[:3])  # the same engine
+    aligned = auto.translate_aligned(SENTENCES[:3], num_beams=1)  # word alignments: ctranslate2's attention
+    expected = torch_engine.translate_aligned(SENTENCES[:3], num_beams=1)
+    assert [item.alignment.pairs for item in aligned] == [item.alignment.pairs for item in expected]
+    sampled = auto.translate_aligned(SENTENCES[:2], do_sample=True, num_beams=1)  # sampling: on torch
+    assert all(item.attention is not None for item in sampled)  # torch's alignments carry their attention
     on_torch = open_engine(model, tokenizer, str(reverser_dir), "auto", torch_only="--attention-png")
     assert on_torch.name == "torch"
 
@@ -201,7 +229,10 @@ def test_a_named_engine_refuses_what_it_cannot_do_by_name(reverser_dir, monkeypa
         (dict(model=rnn, engine="ctranslate2"), "--engine ctranslate2: ctranslate2 has no attn_rnn models"),
         (dict(engine="ctranslate2", quantize="int8_rowwise"), "ctranslate2 has no --quantize int8_rowwise"),
         (dict(engine="onnxruntime", quantize="int8"), "onnxruntime has no --quantize int8 here"),
-        (dict(engine="ctranslate2", torch_only="--align"), "ctranslate2 has no --align; use --engine torch"),
+        (
+            dict(engine="ctranslate2", torch_only="--attention-png"),
+            "ctranslate2 has no --attention-png; use --engine torch",
+        ),
         (dict(engine="ctranslate2", int8_engine="onednn", quantize="int8"), "ctranslate2 has no --int8_engine"),
         (dict(engine="fast"), "--engine fast: not an engine"),
     ]
@@ -209,9 +240,9 @@ def test_a_named_engine_refuses_what_it_cannot_do_by_name(reverser_dir, monkeypa
         arguments = {"model": model, "tokenizer": tokenizer, "model_name_or_path": str(reverser_dir), **arguments}
         with pytest.raises(EngineError, match=message.replace("(", r"\(").replace(")", r"\)")):
             open_engine(**arguments)
-    fast = open_engine(model, tokenizer, str(reverser_dir), "ctranslate2")
-    with pytest.raises(EngineError, match="ctranslate2 has no word alignments"):
-        fast.translate_aligned(["a b"])
+    onnx = open_engine(model, tokenizer, str(reverser_dir), "onnxruntime")
+    with pytest.raises(EngineError, match=r"onnxruntime has no word alignments \(--align\)"):
+        onnx.translate_aligned(["a b"])
     monkeypatch.setattr(engines.importlib.util, "find_spec", lambda name: None)
     with pytest.raises(EngineError, match=r"ctranslate2 is not installed \(pip install \"modeling-attn\[fast\]\""):
         open_engine(model, tokenizer, str(reverser_dir), "ctranslate2")
@@ -324,6 +355,21 @@ def test_translate_and_evaluate_say_which_engine(reverser_dir, torch_engine, tmp
     assert json.loads(capsys.readouterr().out)["engine"] == {"engine": "torch"}
 
 
+@pytest.mark.parametrize("align_format", ["hard", "soft"])
+def test_translate_align_runs_on_ctranslate2_as_on_torch(reverser_dir, tmp_path, capsys, align_format):
+    """`attn translate --align` under auto decodes and aligns on ctranslate2 (no longer sent to torch), with the
+    torch engine's lines (soft weights rounded to 5 digits: the same on these sentences)."""
+    sources = tmp_path / "src.txt"
+    sources.write_text("\n".join(SENTENCES[:6]) + "\n")
+    lines = {}
+    for engine in ("auto", "torch"):
+        argv = ["translate", "--model", str(reverser_dir), "--input", str(sources), "--engine", engine, "--align"]
+        assert cli([*argv, "--align_format", align_format]) == 0
+        lines[engine], err = capsys.readouterr()
+        assert ("translating with ctranslate2 (auto)" in err) == (engine == "auto")
+    assert lines["auto"] == lines["torch"] and len(lines["auto"].splitlines()) == 6
+
+
 def test_a_refusal_is_one_line_with_exit_status_2(reverser_dir, capsys):
     argv = ["translate", "--model", str(reverser_dir), "--engine", "onnxruntime", "--do_sample", "a b"]
     assert cli(argv) == 2
@@ -336,7 +382,7 @@ def test_a_refusal_is_one_line_with_exit_status_2(reverser_dir, capsys):
 
 def test_serve_answers_on_its_engine_and_refuses_what_a_named_one_lacks(reverser_dir, torch_engine):
     """`create_app` on an engine (what `attn serve --engine` runs): auto answers with the torch engine's hypotheses
-    and scores, aligns on torch, and GET /model names the engine; a named ctranslate2 refuses alignments by field."""
+    and scores, aligns, and GET /model names the engine; a named onnxruntime refuses alignments by field."""
     pytest.importorskip("fastapi", reason="create_app needs the serve extra")
     from fastapi.testclient import TestClient
 
@@ -352,10 +398,10 @@ def test_serve_answers_on_its_engine_and_refuses_what_a_named_one_lacks(reverser
         assert engine["engine"] == "ctranslate2" and engine["chosen_by"] == "auto"
         aligned = client.post("/translate", json={"text": SENTENCES[:2], "alignment": "hard"})
         assert aligned.status_code == 200 and "alignment" in aligned.json()["translations"][0]
-    with TestClient(create_app(open_engine(model, tokenizer, str(reverser_dir), "ctranslate2"))) as client:
+    with TestClient(create_app(open_engine(model, tokenizer, str(reverser_dir), "onnxruntime"))) as client:
         refused = client.post("/translate", json={"text": SENTENCES[:2], "alignment": "hard"})
         assert refused.status_code == 422
         assert refused.json()["error"] == (
-            "alignment: the server's engine ctranslate2 has no word alignments (--align); start attn serve with "
+            "alignment: the server's engine onnxruntime has no word alignments (--align); start attn serve with "
             "--engine torch"
         )

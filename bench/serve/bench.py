@@ -12,6 +12,9 @@
    clients (threads with keep-alive httpx clients) send one-sentence requests until `--requests` are answered:
    requests/s, p50 / p99 latency, every answer checked.
 4. Stress: `--stress_clients` clients x `--stress_requests` requests, each answered 200 with the reference.
+5. The engine alone: the server's engine (`--engine`, opened here with `load_translator`) translating the one-client
+   run's sentences one at a time in this process (after the server is stopped), p50 ms: what a lone request would
+   take without HTTP, the queue and the worker, to set the one-client latency against.
 `failed(report)`: the exit status is 1 on any lost or wrong answer.
 """
 
@@ -48,6 +51,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--stress_requests", type=int, default=500, help="requests per stress client (500)")
     parser.add_argument("--per_process", type=int, default=3, help="sentences for the process-per-sentence baseline")
     parser.add_argument("--threads", type=int, default=1, help="torch threads of the server and attn translate (1)")
+    parser.add_argument("--engine", default="auto", help="the server's --engine, and the engine timed alone (auto)")
     parser.add_argument("--serve_flags", default="", help="more `attn serve` flags, e.g. '--max_wait_ms 5'")
     parser.add_argument("--quick", action="store_true", help="a short check of the script")
     parser.add_argument("--output", type=Path, default=harness.RESULTS / "serve-cpu", help="stem of the report")
@@ -121,6 +125,8 @@ def server(args: argparse.Namespace, folder: Path) -> Iterator[str]:
             str(port),
             "--threads",
             str(args.threads),
+            "--engine",
+            args.engine,
             "--log_level",
             "warning",
             *shlex.split(args.serve_flags),
@@ -208,6 +214,30 @@ def load(
     }
 
 
+def engine_alone(args: argparse.Namespace, sentences: list[str], expected: dict[str, str]) -> dict:
+    """The server's engine in this process, one sentence a call: p50 ms per sentence (wall clock), and whether it
+    gave the reference's translations."""
+    import torch
+
+    from modeling_attn.api.engines import load_translator
+
+    torch.set_num_threads(args.threads)
+    engine = load_translator(args.model, engine=args.engine, device="cpu", threads=args.threads)
+    engine.translate_batch(sentences[:4])  # warm-up
+    seconds, wrong = [], 0
+    for line in sentences:
+        start = time.perf_counter()
+        (text,) = engine.translate_batch([line])
+        seconds.append(time.perf_counter() - start)
+        wrong += text != expected[line]
+    return {
+        "engine": engine.label,
+        "sentences": len(sentences),
+        "wrong": wrong,
+        "p50_ms": round(1000 * statistics.median(seconds), 1),
+    }
+
+
 def main(argv: list[str]) -> dict:
     args = parse_args(argv)
     pool = [source for source, _ in generate_pairs(args.pool, seed=12345)]
@@ -229,6 +259,7 @@ def main(argv: list[str]) -> dict:
             stress = load(url, args.stress_clients, total, pool, expected)
             health = httpx.get(f"{url}/health").json()
     one = next((run for run in runs if run["clients"] == 1), None)
+    alone = engine_alone(args, pool[: args.requests], expected)
     results = harness.envelope(
         __name__,
         argv,
@@ -244,6 +275,7 @@ def main(argv: list[str]) -> dict:
         else None,
         stress=stress,
         server_health_at_end=health,
+        engine_alone=alone,
     )
     harness.write_results(args.output, results, markdown(results))
     return results
@@ -260,6 +292,13 @@ def markdown(results: dict) -> str:
         cells = [run.get(key) for key in ("clients", "requests", "problems", "requests_per_s")]
         cells += [run.get("latency_p50_ms"), run.get("latency_p99_ms")]
         lines.append("| " + " | ".join(str(cell) for cell in cells) + " |")
+    alone = results.get("engine_alone")
+    if alone:
+        lines += [
+            "",
+            f"The engine alone ({alone['engine']}, in the bench's process, one sentence a call, no HTTP): p50 "
+            f"{alone['p50_ms']} ms over {alone['sentences']} sentences ({alone['wrong']} unlike the reference).",
+        ]
     return "\n".join(lines) + "\n"
 
 

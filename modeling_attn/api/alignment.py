@@ -293,7 +293,8 @@ def aligned_line(aligned: AlignedTranslation, mode: str = "hard") -> str:
     raise ValueError(f"mode must be one of {list(ALIGN_FORMATS)}, got {mode!r}")
 
 
-def _empty(sentence: str, words: str) -> AlignedTranslation:
+def empty_aligned(sentence: str, words: str) -> AlignedTranslation:
+    """What an empty (or blank) sentence aligns to: no translation, its source words, no links."""
     source_words = [sentence[start:end] for start, end in split_words(sentence, words)]
     return AlignedTranslation("", WordAlignment(source_words, [], torch.zeros(0, len(source_words)), []), None)
 
@@ -330,10 +331,17 @@ def _source(
 ) -> tuple[str, list[Span | None]]:
     """The text and token spans of generated sequence `index`'s source `sentence`, checked against the batch."""
     outputs, encoded = generated
+    source_row = index // (outputs.sequences.shape[0] // encoded["input_ids"].shape[0])
+    return source_words_of(tokenizer, sentence, encoded["input_ids"][source_row].tolist())
+
+
+def source_words_of(tokenizer: PreTrainedTokenizerBase, sentence: tuple[int, str], ids: list[int]):
+    """The text and token spans (`encode_with_spans`) of `sentence` (its number in the caller's list, its text),
+    whose ids in the batch translated were `ids` (padding after them allowed): TranslateError where the tokenizer
+    gives other ids for it alone, to which the spans would not belong."""
     row, text = sentence
     source_ids, source_spans, source_text = encode_with_spans(tokenizer, text)
-    source_row = index // (outputs.sequences.shape[0] // encoded["input_ids"].shape[0])
-    if source_ids != encoded["input_ids"][source_row, : len(source_ids)].tolist():
+    if source_ids != ids[: len(source_ids)]:
         raise TranslateError(f"sentence {row}: the tokenizer gives other ids alone than in a batch")
     return source_text, source_spans
 
@@ -407,7 +415,7 @@ def translate_aligned(
         raise TranslateError(
             "translate_aligned returns one translation per sentence; use translate_aligned_nbest for several"
         )
-    results = [_empty(sentence, words) for sentence in sentences]
+    results = [empty_aligned(sentence, words) for sentence in sentences]
     rows = [row for row, sentence in enumerate(sentences) if sentence.strip()]
     if not rows:
         return results
@@ -435,7 +443,7 @@ def translate_aligned_nbest(
     _check_eager(model)
     split_words("", words)
     check_nbest(model, num_return_sequences, generate_kwargs)
-    results = [[_empty(sentence, words)] * num_return_sequences for sentence in sentences]
+    results = [[empty_aligned(sentence, words)] * num_return_sequences for sentence in sentences]
     rows = [row for row, sentence in enumerate(sentences) if sentence.strip()]
     if not rows:
         return results
@@ -506,12 +514,14 @@ __all__ = [
     "aligned_line",
     "alignment_error_rate",
     "decoded_spans",
+    "empty_aligned",
     "encode_with_spans",
     "forced_attention",
     "format_pharaoh",
     "hard_alignment",
     "parse_pharaoh",
     "selected_attention",
+    "source_words_of",
     "split_words",
     "token_words",
     "translate_aligned",

@@ -14,8 +14,10 @@ docs/export.md, "Engines", says what each engine has and why; each engine holds 
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import logging
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -153,12 +155,13 @@ class _ExportEngine:
 
     name = ""
     sampling = False
+    alignments = False  # word alignments (`translate_aligned`), from the attention the engine returns
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, export: Path):
         self.model, self.tokenizer, self.export = model, tokenizer, export
 
     def refusal(self, options: dict[str, Any], alignments: bool = False) -> str | None:
-        if alignments:
+        if alignments and not self.alignments:
             return "has no word alignments (--align)"
         if options.get("do_sample") and not self.sampling:
             return "has no sampling (--do_sample)"
@@ -229,6 +232,7 @@ class CTranslate2Engine(_ExportEngine):
 
     name = "ctranslate2"
     sampling = True
+    alignments = True  # `return_attention`: the export's alignment layer and heads, as `selected_attention`
 
     def __init__(
         self,
@@ -286,16 +290,22 @@ class CTranslate2Engine(_ExportEngine):
         return ct2
 
     def _decode(self, ids: list[list[int]], n: int, scored: bool, options: dict[str, Any]):
+        found = self._found(ids, n, scored, options)
+        return [[(target, score) for target, _, score, _ in block] for block in found]
+
+    def _found(self, ids: list[list[int]], n: int, scored: bool, options: dict[str, Any], attention: bool = False):
+        """Each source's `n` hypotheses as (target ids without the end token, whether it ended, its score if
+        `scored` else None, with `attention` its alignment attention (target tokens, source tokens) else None)."""
         translator = self.translator
         tokens = [[translator.source_tokens[token_id] for token_id in row] for row in ids]
         limits = self._own_limits([len(row) for row in ids], options)
-        found = self._translate(tokens, limits, n, options)
+        found = self._translate(tokens, limits, n, options, attention)
         if limits is not None:
             # generate() stops each sentence at its own limit (source length + 50); CTranslate2 has one limit per
             # call, the batch's longest: a sentence that ran past its own is translated again alone.
             for row, own in enumerate(limits):
-                if any(len(hypothesis) + ended > own for hypothesis, ended, _ in found[row]):
-                    found[row] = self._translate([tokens[row]], [own], n, options)[0]
+                if any(len(hypothesis) + ended > own for hypothesis, ended, _, _ in found[row]):
+                    found[row] = self._translate([tokens[row]], [own], n, options, attention)[0]
         rescore = bool(options.get("do_sample", self.model.generation_config.do_sample))
         results = []
         for row, block in enumerate(found):
@@ -309,30 +319,90 @@ class CTranslate2Engine(_ExportEngine):
                         [translator.target_ids[token] for token in hypothesis],
                         ended or len(hypothesis) == at_limit,
                         None if rescore or (not ended and len(hypothesis) == at_limit) else score,
+                        weights,
                     )
-                    for hypothesis, ended, score in block
+                    for hypothesis, ended, score, weights in block
                 ]
             )
         if scored:
             self._score(tokens, results, options)
-        return [[(target, score if scored else None) for target, _, score in block] for block in results]
+        return [
+            [(target, ended, score if scored else None, weights) for target, ended, score, weights in block]
+            for block in results
+        ]
 
     def _translate(
-        self, tokens: list[list[str]], limits: list[int] | None, n: int, options: dict[str, Any]
-    ) -> list[list[tuple[list[str], bool, float]]]:
-        """Each source's `n` hypotheses: its tokens (without the end token), whether it ended with one, and
-        CTranslate2's score (log-probability over length ** length_penalty)."""
+        self, tokens: list[list[str]], limits: list[int] | None, n: int, options: dict[str, Any], attention: bool
+    ) -> list[list[tuple[list[str], bool, float, list | None]]]:
+        """Each source's `n` hypotheses: its tokens (without the end token), whether it ended with one,
+        CTranslate2's score (log-probability over length ** length_penalty), and with `attention` the attention
+        CTranslate2 returns (a row per token, the end token's included)."""
         ct2 = self._options([len(row) for row in tokens], limits, n, options)
-        results = self.translator.translator.translate_batch(tokens, return_end_token=True, return_scores=True, **ct2)
+        translate = functools.partial(
+            self.translator.translator.translate_batch,
+            return_end_token=True,
+            return_scores=True,
+            return_attention=attention,
+            **ct2,
+        )
+        if attention and ct2["beam_size"] > 1:
+            # ctranslate2 4.8's beam search returns, for a batch, the first step's attention of the batch's first
+            # sentence for every sentence (tests/test_engines.py found it): with attention, one sentence a call
+            results = [result for row in tokens for result in translate([row])]
+        else:
+            results = translate(tokens)
         return [
             [
-                (hypothesis[:-1], True, score)
+                (hypothesis[:-1], True, score, weights)
                 if hypothesis[-1:] and hypothesis[-1] in self.ends
-                else (hypothesis, False, score)
-                for hypothesis, score in zip(result.hypotheses, result.scores, strict=True)
+                else (hypothesis, False, score, weights)
+                for hypothesis, score, weights in zip(
+                    result.hypotheses, result.scores, result.attention or [None] * len(result.hypotheses), strict=True
+                )
             ]
             for result in results
         ]
+
+    def translate_aligned(self, sentences: list[str], words: str = "whitespace", **options: Any):
+        return [block[0] for block in self._aligned(sentences, 1, words, False, options)]
+
+    def translate_aligned_nbest(self, sentences: list[str], n: int = 1, words: str = "whitespace", **options: Any):
+        check_nbest(self.model, n, options)
+        return self._aligned(sentences, n, words, True, options)
+
+    def _aligned(self, sentences: list[str], n: int, words: str, scored: bool, options: dict[str, Any]):
+        """`alignment.translate_aligned_nbest`'s results, from CTranslate2's translations and attention: the same
+        layer and heads (the export's alignment layer and heads), made into word alignments by the same code."""
+        from .alignment import (
+            AlignedTranslation,
+            decoded_spans,
+            empty_aligned,
+            source_words_of,
+            split_words,
+            word_alignment,
+        )
+
+        self.check(options, alignments=True)
+        split_words("", words)  # an unknown `words` fails before any work
+        results = [[empty_aligned(sentence, words)] * n for sentence in sentences]
+        rows, ids = self._sources(sentences, options)
+        if not rows:
+            return results
+        for row, source_ids, block in zip(
+            rows, ids, self._found(ids, n, scored, options, attention=True), strict=True
+        ):
+            source = source_words_of(self.tokenizer, (row, sentences[row]), source_ids)
+            aligned = []
+            for target, _, score, weights in block:
+                text = self.tokenizer.decode(target, skip_special_tokens=True)
+                # the end token's row left out: a special token, of no word (`word_weights`)
+                target_rows = torch.tensor(weights, dtype=torch.float32)[: len(target)]
+                alignment = word_alignment(
+                    target_rows, source, (text, decoded_spans(self.tokenizer, target, text)), words
+                )
+                aligned.append(AlignedTranslation(text, alignment, None, math.nan if score is None else score))
+            results[row] = sorted(aligned, key=lambda found: -found.score) if scored else aligned
+        return results
 
     def _own_limits(self, lengths: list[int], options: dict[str, Any]) -> list[int] | None:
         """Each sentence's limit under generate()'s per-sentence one (source length + offset, capped by the decoder's
@@ -359,9 +429,9 @@ class CTranslate2Engine(_ExportEngine):
         targets = [[self.translator.target_tokens[i] for i in results[row][index][0]] for row, index in missing]
         scored = self.translator.translator.score_batch(sources, targets, max_input_length=0)
         for (row, index), result in zip(missing, scored, strict=True):
-            target, ended, _ = results[row][index]
+            target, ended, _, weights = results[row][index]
             log_probs = result.log_probs if ended else result.log_probs[:-1]
-            results[row][index] = (target, ended, sum(log_probs) / max(len(log_probs), 1) ** penalty)
+            results[row][index] = (target, ended, sum(log_probs) / max(len(log_probs), 1) ** penalty, weights)
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "compute_type": self.compute_type}
@@ -427,10 +497,10 @@ class AutoEngine:
         return self._for(options).translate_nbest(sentences, n, **options)
 
     def translate_aligned(self, sentences: list[str], words: str = "whitespace", **options: Any):
-        return self.fallback.translate_aligned(sentences, words, **options)
+        return self._for(options, alignments=True).translate_aligned(sentences, words, **options)
 
     def translate_aligned_nbest(self, sentences: list[str], n: int = 1, words: str = "whitespace", **options: Any):
-        return self.fallback.translate_aligned_nbest(sentences, n, words, **options)
+        return self._for(options, alignments=True).translate_aligned_nbest(sentences, n, words, **options)
 
     def describe(self) -> dict[str, Any]:
         return {**self.fast.describe(), "chosen_by": "auto", "why": self.why, "otherwise": "torch"}

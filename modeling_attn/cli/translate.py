@@ -363,9 +363,9 @@ def _check_combinations(args: SimpleNamespace) -> None:
 
 
 def _torch_only(args: SimpleNamespace) -> str | None:
-    """The first flag given that only the torch engine serves (attention pictures, word alignments), or None."""
-    given = [f"--{flag.replace('_', '-')}" for flag in PICTURE_FLAGS if getattr(args, flag)]
-    return next(iter([*given, *(["--align"] if args.align else [])]), None)
+    """The first flag given that only the torch engine serves (attention pictures), or None. (`--align` is the
+    engine's to refuse: ctranslate2 has word alignments, onnxruntime has not.)"""
+    return next((f"--{flag.replace('_', '-')}" for flag in PICTURE_FLAGS if getattr(args, flag)), None)
 
 
 def _translate_batch(
