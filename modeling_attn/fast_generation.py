@@ -261,7 +261,7 @@ def _off(value) -> bool:
 
 
 class LayerWeights(NamedTuple):
-    """One decoder layer's parameters, as (weight, bias) pairs for F.linear and LayerNorm arguments for
+    """One decoder layer's parameters, as (W.t(), bias) pairs for addmm (`_affine`) and LayerNorm arguments for
     F.layer_norm."""
 
     q_proj: tuple
@@ -278,7 +278,7 @@ class LayerWeights(NamedTuple):
     final_layer_norm: tuple
     scaling: float
     cross_scaling: float
-    qkv_proj: tuple  # q, k and v projections as one (3E, E) matrix, used where that rounds alike
+    qkv_proj: tuple  # q, k and v projections as one (3E, E) matrix (transposed), used where that rounds alike
 
     @classmethod
     def of(cls, layer: nn.Module) -> LayerWeights:
@@ -299,7 +299,7 @@ class LayerWeights(NamedTuple):
             _norm(layer.final_layer_norm),
             self_attn.scaling,
             cross.scaling,
-            _fused_projection(self_attn),
+            _transposed(_fused_projection(self_attn)),
         )
 
 
@@ -341,8 +341,13 @@ def fusion_is_exact(attention: nn.Module, rows: int) -> bool:
 
 
 class DecoderStep:
-    """One cached decoder step of the model on R rows: the model's weights through the functions its modules call,
-    in the same order, so that the logits are the model's bit for bit.
+    """One cached decoder step of the model on R rows: the model's weights through the kernels its modules call, in
+    the same order, so that the logits are the model's bit for bit.
+
+    The step works on (R, E) rows: an `nn.Linear` on the model's (R, 1, E) states flattens them to (R, E) and calls
+    `addmm(bias, x, W.t())` (`mm` without a bias), which the step calls directly on W.t() views made once; layer
+    norms, additions and activations are row-wise, the same on either shape; SDPA gets the model's (R, H, 1, D)
+    queries, and its (R, H, 1, D) output is already the merged heads' memory order (no transpose and copy).
 
     `self_kv` is (L, 2 * layers, R, H, D), position-major so that the positions written so far are one contiguous
     block (a beam reorder copies only them, in one operation): layer i's keys at [:, 2i], values at [:, 2i + 1],
@@ -373,7 +378,12 @@ class DecoderStep:
     def cross_keys_values(self, encoded: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's encoder-decoder attention keys and values (R, H, S, D), from the encoder output (R, S, E)."""
         return [
-            tuple(self._split(F.linear(encoded, *projection)) for projection in pair)
+            tuple(
+                F.linear(encoded, projection[0].t(), projection[1])
+                .view(encoded.shape[0], encoded.shape[1], self.heads, self.head_dim)
+                .transpose(1, 2)
+                for projection in pair
+            )
             for pair in self.cross_projections
         ]
 
@@ -381,39 +391,41 @@ class DecoderStep:
         shape = (length, 2 * len(self.layers), rows, self.heads, self.head_dim)
         return torch.empty(shape, dtype=like.dtype, device=like.device)
 
-    def _split(self, states: torch.Tensor) -> torch.Tensor:
-        """(R, T, E) -> (R, H, T, D) (attention.split_heads)."""
-        return states.view(states.shape[0], states.shape[1], self.heads, self.head_dim).transpose(1, 2)
-
     def _attend(self, query, keys, values, mask, scaling, out_proj) -> torch.Tensor:
-        """transformers' sdpa_attention_forward on one query position, then merge_heads and the output
-        projection (attention.MultiHeadAttention.forward)."""
+        """transformers' sdpa_attention_forward on one query position (R, E), then merge_heads and the output
+        projection (attention.MultiHeadAttention.forward), on (R, E) rows."""
+        rows = query.shape[0]
         output = F.scaled_dot_product_attention(
-            query, keys, values, attn_mask=mask, dropout_p=0.0, scale=scaling, is_causal=False
+            query.view(rows, 1, self.heads, self.head_dim).transpose(1, 2),
+            keys,
+            values,
+            attn_mask=mask,
+            dropout_p=0.0,
+            scale=scaling,
+            is_causal=False,
         )
-        output = output.reshape(output.shape[0], -1, 1, self.head_dim).transpose(1, 2).contiguous()  # (R, 1, H, D)
-        return F.linear(output.reshape(output.shape[0], 1, self.width), *out_proj)
+        return _affine(output.view(rows, self.width), out_proj)  # (R, H, 1, D) holds (R, 1, H, D)'s order
 
     def _self_attention(self, states, layer: LayerWeights, keys, values, position: int, fuse: bool) -> torch.Tensor:
         """Masked self-attention of the new position over positions 0..position; its keys/values written first."""
         if fuse:
-            query, key, value = F.linear(states, *layer.qkv_proj).split(self.width, dim=-1)
+            query, key, value = _affine(states, layer.qkv_proj).split(self.width, dim=-1)
         else:
-            query, key, value = (F.linear(states, *proj) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
+            query, key, value = (_affine(states, proj) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
         rows = states.shape[0]
         keys[position] = key.view(rows, self.heads, self.head_dim)
         values[position] = value.view(rows, self.heads, self.head_dim)
         end = position + 1
         keys, values = (cache[:end].permute(1, 2, 0, 3) for cache in (keys, values))  # (R, H, T, D)
-        return self._attend(self._split(query), keys, values, None, layer.scaling, layer.out_proj)
+        return self._attend(query, keys, values, None, layer.scaling, layer.out_proj)
 
     def _cross_attention(self, states, layer: LayerWeights, keys, values, mask) -> torch.Tensor:
-        query = self._split(F.linear(states, *layer.cross_q_proj))
+        query = _affine(states, layer.cross_q_proj)
         return self._attend(query, keys, values, mask, layer.cross_scaling, layer.cross_out_proj)
 
     @staticmethod
     def _feed_forward(states, layer: LayerWeights) -> torch.Tensor:  # Eq. 2
-        return F.linear(layer.activation(F.linear(states, *layer.fc1)), *layer.fc2)
+        return _affine(layer.activation(_affine(states, layer.fc1)), layer.fc2)
 
     def _sublayer(self, hidden, norm: tuple, compute: Callable, *args) -> torch.Tensor:
         if self.norm_first:  # x + Sublayer(LN(x))
@@ -421,8 +433,8 @@ class DecoderStep:
         return F.layer_norm(hidden + compute(hidden, *args), *norm)  # LN(x + Sublayer(x)), Sec. 3.1
 
     def __call__(self, tokens, position: int, self_kv, cross_kv, cross_mask) -> torch.Tensor:
-        """Logits (R, 1, V) for `tokens` (R, 1) at decoder `position`."""
-        hidden = F.embedding(tokens, self.embedding, self.padding_idx)  # (R, 1, E)
+        """Logits (R, V) for `tokens` (R,) at decoder `position`."""
+        hidden = F.embedding(tokens, self.embedding, self.padding_idx)  # (R, E)
         if self.embed_scale != 1.0:
             hidden = hidden * self.embed_scale
         hidden = hidden + self.positions[position : position + 1].to(hidden.dtype)
@@ -445,8 +457,8 @@ class DecoderStep:
             hidden = self._sublayer(hidden, layer.final_layer_norm, self._feed_forward, layer)
         if self.final_norm is not None:
             hidden = F.layer_norm(hidden, *self.final_norm)
-        logits = F.linear(hidden, *self.output)
-        return logits + self.logits_bias if self.logits_bias is not None else logits
+        logits = _affine(hidden, self.output)
+        return logits + self.logits_bias[0] if self.logits_bias is not None else logits
 
 
 class _NotPlainLinear(Exception):
@@ -454,9 +466,20 @@ class _NotPlainLinear(Exception):
 
 
 def _linear(module: nn.Linear) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """A plain Linear layer's W.t() (a view, made once) and bias: what F.linear hands addmm."""
     if type(module) is not nn.Linear:
         raise _NotPlainLinear(type(module).__name__)
-    return module.weight, module.bias
+    return module.weight.t(), module.bias
+
+
+def _transposed(pair: tuple[torch.Tensor, torch.Tensor | None]) -> tuple[torch.Tensor, torch.Tensor | None]:
+    return pair[0].t(), pair[1]
+
+
+def _affine(states: torch.Tensor, projection: tuple) -> torch.Tensor:
+    """F.linear(states, W, b) on (R, E) rows with W.t() given: the addmm (mm without a bias) F.linear calls."""
+    weight_t, bias = projection
+    return torch.mm(states, weight_t) if bias is None else torch.addmm(bias, states, weight_t)
 
 
 def _norm(module: nn.LayerNorm) -> tuple:
@@ -489,10 +512,10 @@ def greedy_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, 
     unfinished = torch.ones(batch_size, dtype=torch.bool, device=encoded.device)
     limits = None if plan.limits is None else torch.tensor(plan.limits, device=encoded.device)
     first_limit = None if plan.limits is None else min(plan.limits) - 1
-    tokens = sequences[:, :1]
+    tokens = sequences[:, 0]
     length = 1
     for position in range(max_length - 1):
-        scores = step(tokens, position, self_kv, cross_kv, cross_mask)[:, -1].float()
+        scores = step(tokens, position, self_kv, cross_kv, cross_mask).float()
         if first_limit is not None and position >= first_limit:
             scores = _force_end(scores, position >= limits - 1, plan.eos)
         next_tokens = torch.where(unfinished, scores.argmax(dim=-1), plan.pad)
@@ -501,7 +524,7 @@ def greedy_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, 
         unfinished &= ~torch.isin(next_tokens, plan.eos)
         if not bool(unfinished.any()):
             break
-        tokens = sequences[:, position + 1 : position + 2]
+        tokens = sequences[:, position + 1]
     return sequences[:, :length]
 
 
@@ -515,7 +538,8 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
     attention_mask = attention_mask.repeat_interleave(beams, dim=0)
     cross_kv, cross_mask = step.cross_keys_values(encoded), _cross_mask(attention_mask)
     rows = encoded.shape[0]
-    self_kv = step.new_cache(rows, max_length - 1, encoded)
+    # two caches: a step's reorder writes the beams' keys/values into the other one (no copy back)
+    self_kv, spare = step.new_cache(rows, max_length - 1, encoded), step.new_cache(rows, max_length - 1, encoded)
     input_ids = torch.full((rows, 1), plan.start, dtype=torch.long, device=encoded.device)
     settings, fill = beam_settings(input_ids, plan.config)
     state = OpenSentences.start(input_ids, settings, fill)
@@ -523,11 +547,11 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
     limits = None if plan.limits is None else torch.tensor(plan.limits, device=encoded.device)
     first_limit = None if plan.limits is None else min(plan.limits) - 1
     eos = plan.eos
-    tokens = input_ids
+    tokens = input_ids[:, 0]
     cur_len = 1
     while True:
         position = cur_len - 1
-        logits = step(tokens, position, self_kv, cross_kv, cross_mask)[:, -1, :]
+        logits = step(tokens, position, self_kv, cross_kv, cross_mask)
         log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
         if first_limit is not None and position >= first_limit:
             at_limit = (position >= limits - 1).repeat_interleave(beams)
@@ -549,7 +573,7 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
             written = cur_len - 1  # positions 0 .. cur_len - 2 hold keys/values
             fresh = step.new_cache(len(parents), self_kv.shape[0], self_kv)
             fresh[:written] = self_kv[:written].index_select(2, parents)
-            self_kv = fresh
+            self_kv, spare = fresh, step.new_cache(len(parents), self_kv.shape[0], self_kv)
             cross_kv = [(keys[parents], values[parents]) for keys, values in cross_kv]
             attention_mask = attention_mask[parents]
             cross_mask = _cross_mask(attention_mask)
@@ -557,8 +581,9 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
                 limits = limits[kept]
         else:
             parents, written = parents.long(), cur_len - 1  # positions 0 .. cur_len - 2 hold keys/values
-            self_kv[:written] = self_kv[:written].index_select(2, parents)
-        tokens = state.running[:, :, cur_len - 1].reshape(-1, 1)
+            torch.index_select(self_kv[:written], 2, parents, out=spare[:written])
+            self_kv, spare = spare, self_kv
+        tokens = state.running[:, :, cur_len - 1].reshape(-1)
     return results.finish(state, plan.num_return_sequences, settings.prompt_length)
 
 

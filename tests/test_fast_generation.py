@@ -16,6 +16,7 @@ from transformers import LogitsProcessorList
 
 from modeling_attn import fast_generation
 from modeling_attn.api.quantize import quantize_int8_rowwise
+from modeling_attn.compat import CACHE_FIELD
 from modeling_attn.fast_generation import ACCEPTED, fast_generate
 
 SPECIALS = dict(bos_token_id=1, eos_token_id=2, pad_token_id=0, decoder_start_token_id=1)
@@ -113,6 +114,35 @@ def test_beam_search_gives_generates_ids(model, batch_name):
 def test_beam_search_lengths_and_nbest(model, batch_name, lengths):
     input_ids, attention_mask = batch(batch_name, model.config.vocab_size)
     assert_same(model, input_ids, attention_mask, num_beams=4, num_return_sequences=3, **LENGTHS[lengths])
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_a_step_gives_the_models_cached_logits_bit_for_bit(model, rows):
+    """`DecoderStep` against the model's own cached decoder (what generate() runs at each step), position after
+    position of a target read teacher-forced, padded sources included: the same logits bit for bit, the reason the
+    loop's ids are generate()'s."""
+    input_ids, attention_mask, _ = padded_batch(seed=5, vocab=model.config.vocab_size, batch=rows)
+    vocab = model.config.decoder_vocab_size or model.config.vocab_size
+    targets = torch.randint(3, vocab, (rows, 6), generator=torch.Generator().manual_seed(0))
+    step = fast_generation.DecoderStep(model)
+    with torch.inference_mode():
+        encoder_outputs = model.model.encoder(input_ids=input_ids, attention_mask=attention_mask)
+        encoded = encoder_outputs.last_hidden_state
+        cross_kv, cross_mask = step.cross_keys_values(encoded), fast_generation._cross_mask(attention_mask)
+        self_kv = step.new_cache(rows, targets.shape[1], encoded)
+        past = None
+        for position in range(targets.shape[1]):
+            tokens = targets[:, position]
+            outputs = model(
+                encoder_outputs=encoder_outputs,
+                attention_mask=attention_mask,
+                decoder_input_ids=tokens[:, None],
+                use_cache=True,
+                **{CACHE_FIELD: past},  # the installed transformers' name for the cache argument
+            )
+            past = getattr(outputs, CACHE_FIELD)
+            logits = step(tokens, position, self_kv, cross_kv, cross_mask)
+            assert torch.equal(logits, outputs.logits[:, -1]), (position, (logits - outputs.logits[:, -1]).abs().max())
 
 
 def test_the_same_ids_with_three_projections(monkeypatch):
