@@ -204,9 +204,10 @@ class OpenSentences:
         ended += full.to(torch.float32) * NEG
         ended += (~self.may_improve).to(torch.float32) * NEG
         ended += (~just_finished) * NEG
-        merged = torch.cat((self.finished_scores, ended), dim=1).topk(k=settings.num_beams)[1]
+        candidates = torch.cat((self.finished_scores, ended), dim=1)
+        merged = candidates.topk(k=settings.num_beams)[1]
         self.finished = _gather(torch.cat((self.finished, sequences), dim=1), merged)
-        self.finished_scores = _gather(torch.cat((self.finished_scores, ended), dim=1), merged)
+        self.finished_scores = _gather(candidates, merged)
         self.finished_origins = _gather(torch.cat((self.finished_origins, origins), dim=1), merged)
         self.is_finished = _gather(torch.cat((self.is_finished, just_finished), dim=1), merged)
 
