@@ -14,7 +14,13 @@ from transformers import PreTrainedConfig
 
 from .loading import ModelTypeGuard
 from .scores import SCORE_NAMES
-from .validation import EncoderDecoderConfigMixin, check_choice, check_positive, check_probability
+from .validation import (
+    EncoderDecoderConfigMixin,
+    check_choice,
+    check_layer_counts,
+    check_positive,
+    check_probability,
+)
 
 RNN_TYPES = ("gru", "lstm")
 DECODER_STYLES = ("bahdanau", "luong")
@@ -103,6 +109,7 @@ class AttnRNNConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTrainedConfig)
         return self.readout_size if self.decoder_style == "bahdanau" else self.decoder_hidden_size
 
     def validate_sizes(self):
+        check_layer_counts(self, ("encoder_layers", "decoder_layers"))
         check_positive(
             self,
             (
@@ -111,8 +118,6 @@ class AttnRNNConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTrainedConfig)
                 "embedding_size",
                 "encoder_hidden_size",
                 "decoder_hidden_size",
-                "encoder_layers",
-                "decoder_layers",
                 "attention_size",
                 "readout_size",
             ),

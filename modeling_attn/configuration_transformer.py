@@ -11,7 +11,13 @@ from transformers import PreTrainedConfig
 from transformers.activations import ACT2FN
 
 from .loading import ModelTypeGuard
-from .validation import EncoderDecoderConfigMixin, check_choice, check_positive, check_probability
+from .validation import (
+    EncoderDecoderConfigMixin,
+    check_choice,
+    check_layer_counts,
+    check_positive,
+    check_probability,
+)
 
 POSITIONAL_LAYOUTS = ("interleaved", "halves")
 
@@ -112,14 +118,13 @@ class AttnTransformerConfig(EncoderDecoderConfigMixin, ModelTypeGuard, PreTraine
         super().__post_init__(**kwargs)
 
     def validate_sizes(self):
+        check_layer_counts(self, ("encoder_layers", "decoder_layers"))
         check_positive(
             self,
             (
                 "vocab_size",
                 "decoder_vocab_size",
                 "d_model",
-                "encoder_layers",
-                "decoder_layers",
                 "num_heads",
                 "d_ff",
                 "max_position_embeddings",

@@ -27,6 +27,19 @@ def check_positive(config: Any, fields: Iterable[str]) -> None:
             _fail(config, field, "must be a positive integer")
 
 
+def check_layer_counts(config: Any, fields: Iterable[str]) -> None:
+    """Each field (`encoder_layers`, `decoder_layers`) must be a positive number of layers; 0 is named as zero layers,
+    the mistake it usually is (a stack left out), not as a number out of range."""
+    for field in fields:
+        if getattr(config, field) == 0 and not isinstance(getattr(config, field), bool):
+            stack = field.removesuffix("_layers")
+            raise ValueError(
+                f"{type(config).__name__}.{field}=0: zero {stack} layers; a model needs at least one {stack} layer "
+                "(give 1 or more)"
+            )
+    check_positive(config, fields)
+
+
 def check_probability(config: Any, fields: Iterable[str]) -> None:
     """Each field must be a dropout probability in [0, 1)."""
     for field in fields:

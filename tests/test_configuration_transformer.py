@@ -59,7 +59,8 @@ def test_round_trip_through_auto_config(tmp_path):
         (dict(d_model=30, num_heads=4), r"d_model \(30\) must be divisible by num_heads \(4\)"),
         (dict(d_model=0), "d_model must be a positive integer, got 0"),
         (dict(encoder_layers=-1), "encoder_layers must be a positive integer, got -1"),
-        (dict(decoder_layers=0), "decoder_layers must be a positive integer, got 0"),  # not as a bad alignment_layer
+        (dict(decoder_layers=0), "decoder_layers=0: zero decoder layers; a model needs at least one decoder layer"),
+        (dict(encoder_layers=0), r"encoder_layers=0: zero encoder layers; .* \(give 1 or more\)"),  # not alignment
         (dict(num_heads=0), "num_heads must be a positive integer"),
         (dict(d_ff=0), "d_ff must be a positive integer"),
         (dict(vocab_size=0), "vocab_size must be a positive integer"),

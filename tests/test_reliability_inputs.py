@@ -407,7 +407,10 @@ TRAIN_CASES = [
     # before any training step
     (["--preset", "tinyy"], r"--preset: unknown preset 'tinyy'; did you mean 'tiny'\?"),
     (["--config_overrides", "d_model=30"], r".*d_model \(30\) must be divisible by num_heads.*"),
-    (["--config_overrides", "decoder_layers=0"], r".*decoder_layers must be a positive integer, got 0"),
+    (
+        ["--config_overrides", "decoder_layers=0"],
+        r".*decoder_layers=0: zero decoder layers; a model needs at least .*",
+    ),
     (
         ["--max_tokens_per_batch", "4"],
         r"--max_tokens_per_batch 4 cannot hold training pair \d+ \(\d+ source / \d+ target tokens\).*",

@@ -11,7 +11,9 @@ What it promises (docs/reliability.md explains each and lists the tests behind i
    stays inside folders this package owns, or in the user's state folder (`written_files_record`), never beside a
    lone output file.
 4. One writer per folder: a lock file (`.attn.lock`) held for the time of the write.
-5. A full disk is named: "No space left on device", naming the folder, the target left as it was (`is_disk_full`).
+5. A place that cannot be written is named, with the way out: a full disk ("No space left on device", naming the
+   folder, the target left as it was: `is_disk_full`), a read-only file system, a folder the user may not write
+   (`not_writable`).
 A writer that writes into its folder itself (Trainer, for `attn train --output_dir`) records what it wrote with
 `record_written`. Every refusal is an `OutputError` (a `ValueError`: the commands print it as their one-line error).
 """
@@ -178,10 +180,41 @@ def is_disk_full(error: BaseException, folder: PathLike) -> bool:
     return False
 
 
-def _disk_full(error: OSError, where: Path) -> OutputError | None:
-    if is_disk_full(error, where.parent if not where.exists() else where):
-        return OutputError(f"No space left on device while writing {where}; it was left as it was")
-    return None
+def not_writable(error: BaseException, output: PathLike) -> OutputError | None:
+    """`error`, raised while writing `output`, as the one line that names where and what to do, if it says that the
+    output's place cannot be written: a full disk (`is_disk_full`), a read-only file system, no permission to write
+    there. None for any other error. A read-only or forbidden place is named by the path the error names, its
+    staging file or folder read as the folder it was written into (`output_of`); a full disk by the output."""
+    output = Path(output)
+    if isinstance(error, UserError):  # named already (attn train's full disk names the last whole checkpoint)
+        return None
+    if is_disk_full(error, output if output.exists() else output.parent):
+        return OutputError(
+            f"No space left on device while writing {output} (left as it was); free some space there, or give an "
+            "output on another disk"
+        )
+    refused = isinstance(error, OSError) and error.errno in (errno.EROFS, errno.EACCES, errno.EPERM)
+    if not refused or not error.filename or not _writes_to(Path(error.filename), output):
+        return None  # e.g. an input the command could not read: not a write
+    where = output_of(error.filename)
+    where = output if any(_is_staging(path, output) for path in where.parents) else where
+    if error.errno == errno.EROFS:
+        return OutputError(f"{where}: read-only file system; give an output in a writable folder")
+    return OutputError(f"{where}: no permission to write there; give an output in a folder you can write")
+
+
+def _is_staging(path: Path, output: Path) -> bool:
+    """Whether `path` is a staging file or folder of `output` (`.NAME.` beside it: `output_file`, `output_folder`)."""
+    return path.absolute().parent == output.absolute().parent and path.name.startswith(f".{output.name}.")
+
+
+def _writes_to(path: Path, output: Path) -> bool:
+    """Whether `path` is where a write of `output` goes: the output, a folder above it (created for it), a file inside
+    it, or its staging file or folder beside it, with what is inside."""
+    path, output = path.absolute(), output.absolute()
+    if path == output or path in output.parents or output in path.parents:
+        return True
+    return any(_is_staging(place, output) for place in (path, *path.parents))
 
 
 def describe_files(names: list[str]) -> str:
@@ -282,7 +315,7 @@ def output_folder(
             f"({describe_files(sorted(record['files']))}); choose an empty or new folder, or pass --force to replace "
             "its files"
         )
-    created = not target.exists()
+    created = missing_folders(target)
     try:
         target.mkdir(parents=True, exist_ok=True)
         with folder_lock(target, command):
@@ -292,11 +325,28 @@ def output_folder(
                 _move_into(staging, target, this_writer)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-    except OSError as error:
-        raise _disk_full(error, target) or error from error
-    finally:
-        if created and target.is_dir() and not any(target.iterdir()):
-            target.rmdir()  # a folder this call created and never filled
+    except BaseException as error:  # safetensors says a full disk in a SafetensorError, torch.save in a RuntimeError
+        remove_unused_folders(created)
+        if (refused := not_writable(error, target)) is not None:
+            raise refused from error
+        raise
+
+
+def missing_folders(path: PathLike) -> list[Path]:
+    """`path` and the folders above it that do not exist yet, deepest first: what writing `path` will create."""
+    path = Path(path)
+    return [folder for folder in (path, *path.parents) if not folder.exists()]
+
+
+def remove_unused_folders(created: list[Path]) -> None:
+    """The folders a command created (`missing_folders`, deepest first), removed if it wrote nothing into them but
+    its own record and lock: a command that fails before writing leaves no folder behind."""
+    for folder in created:
+        if not folder.is_dir() or any(entry.name not in (MANIFEST, LOCK) for entry in folder.iterdir()):
+            return
+        for entry in folder.iterdir():
+            entry.unlink()
+        folder.rmdir()
 
 
 def _move_into(staging: Path, target: Path, by: dict) -> None:
@@ -346,14 +396,19 @@ def output_file(
     target = Path(path)
     check_output_file(target, inputs, overwrite, output_name)
     mode = target.stat().st_mode & 0o7777 if target.exists() else 0o666 & ~_umask()
-    handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below, before the rename)
-        "wb" if binary else "w",
-        encoding=None if binary else "utf-8",
-        dir=target.parent,
-        prefix=f".{target.name}.",
-        suffix=PARTIAL_SUFFIX,
-        delete=False,
-    )
+    try:
+        handle = tempfile.NamedTemporaryFile(  # noqa: SIM115 (closed below, before the rename)
+            "wb" if binary else "w",
+            encoding=None if binary else "utf-8",
+            dir=target.parent,
+            prefix=f".{target.name}.",
+            suffix=PARTIAL_SUFFIX,
+            delete=False,
+        )
+    except OSError as error:
+        if (refused := not_writable(error, target)) is not None:
+            raise refused from error
+        raise
     try:
         yield handle
         handle.flush()
@@ -365,10 +420,13 @@ def output_file(
             _record(target.parent, [target.name])
         elif record:
             _record_lone_file(target)
-    except OSError as error:
-        raise _disk_full(error, target) or error from error
+    except Exception as error:
+        if (refused := not_writable(error, target)) is not None:
+            raise refused from error
+        raise
     finally:
-        handle.close()
+        with contextlib.suppress(OSError):  # closing flushes again: on a full disk, the same error a second time
+            handle.close()
         Path(handle.name).unlink(missing_ok=True)
 
 
@@ -404,9 +462,12 @@ __all__ = [
     "folder_lock",
     "foreign_files",
     "is_disk_full",
+    "missing_folders",
+    "not_writable",
     "output_file",
     "output_of",
     "output_folder",
     "record_written",
+    "remove_unused_folders",
     "written_by_us",
 ]

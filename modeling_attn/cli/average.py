@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..api.errors import FlagError
-from ..api.model_folder import check_folder
+from ..api.model_folder import check_config, check_folder
 from ..api.outputs import output_folder
 from ..api.values import COUNT
 from ..training.averaging import average_checkpoints, find_checkpoints
@@ -60,6 +60,7 @@ def average(argv: Sequence[str] | None) -> int:
         if (resolved := Path(checkpoint).resolve()) in seen:
             raise FlagError(f"{checkpoint}: given twice (also as {seen[resolved]}); each checkpoint counts once")
         seen[resolved] = Path(checkpoint)
+    check_config(checkpoints[-1], local=True)  # the config the average is saved with, named if it is invalid
     print(f"averaging {len(checkpoints)} checkpoints: {', '.join(map(str, checkpoints))}")
     inputs = {f"input checkpoint {number}": path for number, path in enumerate(checkpoints, 1)}
     sources = {f"input {number}": path for number, path in enumerate(args.inputs, 1)}  # what was asked for

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..api.convert_marian import convert_attn_folder, convert_marian_folder
-from ..api.model_folder import check_config, looks_local
+from ..api.model_folder import check_config, check_hub_reachable, looks_local
 from ..api.outputs import output_folder
 from .parser import parse_command
 from .report import run_command
@@ -52,8 +52,10 @@ def convert(argv: Sequence[str] | None) -> int:
     source, flag = (
         (args.from_marian, "--from_marian") if args.from_marian is not None else (args.to_marian, "--to_marian")
     )
-    if Path(source).exists() or looks_local(source):  # a Hub id is fetched by the conversion
+    if Path(source).exists() or looks_local(source):
         check_config(source, local=True)  # ModelFolderError naming the folder (did you mean ...?) and what is wrong
+    else:  # a Hub id, fetched by the conversion: no Hub is one line at once, not half a minute of retries
+        check_hub_reachable(source)
     inputs = {flag: source} if Path(source).exists() else {}
     with output_folder(args.to, "attn convert", inputs, args.force, "--to") as staging:
         if args.from_marian is not None:

@@ -33,7 +33,7 @@ from huggingface_hub.errors import (
 from safetensors import SafetensorError
 
 from ..api.errors import CommandLineError, UserError
-from ..api.outputs import output_of
+from ..api.outputs import not_writable
 
 DEBUG_VARIABLE = "ATTN_DEBUG"
 
@@ -41,12 +41,6 @@ DEBUG_VARIABLE = "ATTN_DEBUG"
 def _first_line(error: BaseException) -> str:
     lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
     return lines[0] if lines else type(error).__name__
-
-
-def _read_only(error: OSError) -> str:
-    """A write refused by a read-only file system, naming the output (not the staging file written beside it)."""
-    path = output_of(error.filename)  # a staging file or folder of api/outputs.py: the folder it was written into
-    return f"{path}: read-only file system; give an output in a writable folder"
 
 
 def _unreadable_file(error: OSError) -> str:
@@ -91,8 +85,8 @@ def user_error_line(error: BaseException) -> str | None:
     for kind, describe in INPUT_ERRORS.items():
         if isinstance(error, kind):
             return describe(error)
-    if isinstance(error, OSError) and error.errno == errno.EROFS and error.filename:
-        return _read_only(error)
+    if isinstance(error, OSError) and error.errno == errno.EROFS and error.filename:  # a write outside api/outputs.py
+        return str(not_writable(error, error.filename))
     if isinstance(error, hub_transport_error()):  # attn push, a Hub id, with no network
         reason = _first_line(error)
         return f"the Hub ({constants.ENDPOINT}) could not be reached: {reason}; check the network or HF_ENDPOINT"

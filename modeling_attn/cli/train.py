@@ -19,7 +19,7 @@ import torch
 import yaml
 from transformers import Seq2SeqTrainingArguments
 
-from ..api.outputs import LOCK, MANIFEST, folder_lock
+from ..api.outputs import folder_lock, missing_folders, not_writable, remove_unused_folders
 from ..training.arguments import PAPER_DEFAULTS, TRAINER_RANGES, RecipeArguments
 from ..training.train import run
 from ..training.validate import validate
@@ -89,25 +89,16 @@ def train(argv: list[str] | None = None) -> int:
     output_dir = Path(training_args.output_dir)
     if training_args.process_index != 0:  # the other processes of the same run share the folder
         return run(recipe, training_args)
-    created = [folder for folder in (output_dir, *output_dir.parents) if not folder.exists()]
-    output_dir.mkdir(parents=True, exist_ok=True)
+    created = missing_folders(output_dir)
     try:
+        output_dir.mkdir(parents=True, exist_ok=True)
         with folder_lock(output_dir, "attn train"):
             return run(recipe, training_args)
-    except BaseException:
-        remove_if_unused(created)
+    except BaseException as error:
+        remove_unused_folders(created)
+        if (refused := not_writable(error, output_dir)) is not None:  # read-only, no permission, a full disk
+            raise refused from error
         raise
-
-
-def remove_if_unused(created: list[Path]) -> None:
-    """The folders this run created (deepest first), removed if it wrote nothing into them but its own record of
-    what it wrote: a run that fails before writing anything leaves no folder behind."""
-    for folder in created:
-        if not folder.is_dir() or any(entry.name not in (MANIFEST, LOCK) for entry in folder.iterdir()):
-            return
-        for entry in folder.iterdir():
-            entry.unlink()
-        folder.rmdir()
 
 
 def main(argv: list[str] | None = None) -> int:
