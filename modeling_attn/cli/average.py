@@ -60,7 +60,8 @@ def average(argv: Sequence[str] | None) -> int:
         if (resolved := Path(checkpoint).resolve()) in seen:
             raise FlagError(f"{checkpoint}: given twice (also as {seen[resolved]}); each checkpoint counts once")
         seen[resolved] = Path(checkpoint)
-    check_config(checkpoints[-1], local=True)  # the config the average is saved with, named if it is invalid
+    if (Path(checkpoints[-1]) / "config.json").is_file():  # the config the average is saved with: named if invalid
+        check_config(checkpoints[-1], local=True)  # (a folder with no weights at all is named so by the averaging)
     print(f"averaging {len(checkpoints)} checkpoints: {', '.join(map(str, checkpoints))}")
     inputs = {f"input checkpoint {number}": path for number, path in enumerate(checkpoints, 1)}
     sources = {f"input {number}": path for number, path in enumerate(args.inputs, 1)}  # what was asked for
