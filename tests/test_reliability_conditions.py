@@ -15,6 +15,7 @@ import ctypes
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,6 +48,7 @@ print(json.dumps(results))
 """
 
 ONE_STEP = [*TINY, *NO_EVAL, "--max_train_samples", "20", "--max_steps", "1"]
+REPO = Path(__file__).resolve().parents[1]
 HAS_SERVE = importlib.util.find_spec("fastapi") is not None
 HAS_CTRANSLATE2 = importlib.util.find_spec("ctranslate2") is not None
 
@@ -343,3 +345,26 @@ def test_the_commands_that_read_leave_no_folder_and_no_file_when_they_fail(readi
     """None of the commands above wrote anything, nor left a folder it created for its output (`--save_to out/push`
     creates out/ for its staging folder: removed again)."""
     assert reading.left == []
+
+
+# -- the table in docs/reliability.md -------------------------------------------------------------------------------
+
+TABLE_TITLE = "## Every user condition, on every command"
+
+
+def test_every_cell_of_the_table_in_the_docs_names_tests_that_exist():
+    """Each cell a command can meet names its tests by the legend's letters, and each test the legend names exists."""
+    section = (REPO / "docs" / "reliability.md").read_text(encoding="utf-8").split(TABLE_TITLE)[1].split("\n## ")[0]
+    legend = {}
+    for letters, path, function in re.findall(r"\b([A-Z]{1,2})\s+`(tests/[\w/]+\.py)?(?:::(test_\w+))?`", section):
+        source = (REPO / (path or "tests/test_reliability_conditions.py")).read_text(encoding="utf-8")
+        assert not function or f"def {function}(" in source, f"{letters}: {path}::{function} does not exist"
+        legend[letters] = function
+    rows = [line.strip("|").split(" | ") for line in section.splitlines() if line.startswith("| ")][2:]
+    assert len(rows) == 6 and {len(row) for row in rows} == {11}
+    for condition, _, *cells in rows:
+        for cell in cells:
+            if cell.strip() in ("-", "local folders only"):
+                continue
+            named = re.findall(r"(?:^|, )([A-Z]{1,2})\b", cell.strip())
+            assert named and set(named) <= set(legend), (condition, cell)
