@@ -77,8 +77,11 @@ def test_our_error_types_are_user_errors_and_still_the_builtin_kind_python_code_
 def test_library_exceptions_that_mean_bad_input_get_one_line_of_ours():
     missing = FileNotFoundError(2, "No such file or directory", "corpus/train.de")
     assert user_error_line(missing) == "corpus/train.de: no such file or directory"
-    denied = PermissionError(13, "Permission denied", "/etc/shadow")
-    assert user_error_line(denied) == "/etc/shadow: permission denied"
+    denied = PermissionError(13, "Permission denied", "/no-such-cache/x")  # not there: a write was refused
+    assert (
+        user_error_line(denied)
+        == "/no-such-cache/x: no permission to write there; check the permissions of its folder"
+    )
     response = httpx.Response(404, request=httpx.Request("GET", "https://huggingface.co/api/models/x/y"))
     no_repo = RepositoryNotFoundError(
         "404 Client Error.\n\nRepository Not Found for url: https://hf.co/x/y", response=response

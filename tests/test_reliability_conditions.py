@@ -210,6 +210,56 @@ def test_a_folder_the_user_may_not_write_is_named_on_every_command_that_writes(w
         place.chmod(0o755)
 
 
+@pytest.mark.slow  # one process, every command that reads a model folder: ~10 s
+def test_an_input_the_user_may_not_read_is_named_on_every_command_that_reads_one(world, tmp_path):
+    """A model folder, data, sources and a results file whose files the user may not read (mode 000; as root, the
+    commands run without root's override of permission bits)."""
+    root = os.geteuid() == 0
+    if root and (reason := can_drop_permission_override()):
+        pytest.skip(reason)
+    model = Path(shutil.copytree(world.model, tmp_path / "locked-model"))
+    data = tmp_path / "locked-data"
+    data.mkdir()
+    for name, text in {"train.en": "a b\n", "train.de": "c d\n", "valid.en": "a\n", "valid.de": "c\n"}.items():
+        (data / name).write_text(text)
+    sources, results = tmp_path / "locked-sources.txt", tmp_path / "locked-results.json"
+    sources.write_text("hello\n")
+    results.write_text('{"bleu": 3.0}')
+    locked = [*model.iterdir(), *data.iterdir(), sources, results]
+    out = tmp_path / "out"
+    commands = {
+        "translate": ["translate", "--model", str(model), "hello"],
+        "evaluate-model": ["evaluate", "--model", str(model), *world.data],
+        "evaluate-sources": ["evaluate", "--model", str(world.model), *world.data[2:], "--sources_file", str(sources)],
+        "explain": ["explain", "--model", str(model), "hello", "--output", str(tmp_path / "page.html")],
+        "average": ["average", str(model), "--output_dir", str(out / "average")],
+        "convert": ["convert", "--to_marian", str(model), "--to", str(out / "marian")],
+        "export": ["export", str(model), "--ctranslate2", str(out / "ct2")],
+        "push-model": ["push", "--model", str(model), "--repo_id", "me/model", "--save_to", str(out / "push")],
+        "push-results": [
+            *["push", "--model", str(world.model), "--repo_id", "me/model", "--results", str(results)],
+            *["--save_to", str(out / "push")],
+        ],
+        "train": ["train", "--data", str(data), "--output_dir", str(out / "run"), *ONE_STEP],
+    }
+    if HAS_SERVE:
+        commands["serve"] = ["serve", "--model", str(model), "--port", "0"]
+    for path in locked:
+        path.chmod(0o000)
+    try:
+        ran = in_one_process(commands, tmp_path, preexec_fn=drop_file_permission_override if root else None)
+    finally:
+        for path in locked:
+            path.chmod(0o644)
+    way_out = "no permission to read it; ask its owner for read access, or give a copy you can read"
+    expected = {name: f"{model / 'config.json'}: {way_out}" for name in commands}
+    expected |= {"evaluate-sources": f"{sources}: {way_out}", "push-results": f"{results}: {way_out}"}
+    expected["train"] = ran["train"][1].strip().splitlines()[-1].removeprefix("attn train: error: ")
+    assert re.fullmatch(rf"{re.escape(str(data))}/(train|valid)\.(en|de): {way_out}", expected["train"])
+    assert_one_line(ran, expected)
+    assert not out.exists() and not (tmp_path / "page.html").exists()
+
+
 # -- what a command reads: the Hub, a results file, a config -------------------------------------------------------
 
 HUB_ID = "someone/no-such-model"
@@ -361,7 +411,7 @@ def test_every_cell_of_the_table_in_the_docs_names_tests_that_exist():
         assert not function or f"def {function}(" in source, f"{letters}: {path}::{function} does not exist"
         legend[letters] = function
     rows = [line.strip("|").split(" | ") for line in section.splitlines() if line.startswith("| ")][2:]
-    assert len(rows) == 6 and {len(row) for row in rows} == {11}
+    assert len(rows) == 7 and {len(row) for row in rows} == {11}
     for condition, _, *cells in rows:
         for cell in cells:
             if cell.strip() in ("-", "local folders only"):

@@ -49,6 +49,8 @@ def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     try:
         with _open_binary(path) as handle:
             yield from decode_lines(handle, path)
+    except PermissionError:
+        raise  # named by the commands' reporter as any file the user may not read, with what to do
     except (OSError, EOFError) as error:  # e.g. a truncated or corrupt .gz file
         raise DataError(f"{path}: cannot be read: {error}") from None
 

@@ -17,6 +17,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from pathlib import Path
 
 from huggingface_hub import constants, get_session
 from huggingface_hub.errors import (
@@ -47,6 +48,21 @@ def _unreadable_file(error: OSError) -> str:
     return f"{error.filename}: {error.strerror.lower()}" if error.filename else _first_line(error)
 
 
+def _not_permitted(error: PermissionError) -> str:
+    """A file or folder the user may not read; else a write refused outside `api/outputs.py` (which names its own,
+    `outputs.not_writable`), e.g. into a cache."""
+    if not error.filename:
+        return _first_line(error)
+    path = Path(error.filename)
+    try:
+        os.listdir(path) if path.is_dir() else path.open("rb").close()
+    except PermissionError:
+        return f"{path}: no permission to read it; ask its owner for read access, or give a copy you can read"
+    except OSError:
+        pass  # not there: a write was refused
+    return f"{path}: no permission to write there; check the permissions of its folder"
+
+
 def _invalid_config(error: StrictDataclassError) -> str:
     # "Class validation error for validator ...:\n    ValueError: <what>": the last line says what
     reason = str(error).strip().splitlines()[-1].strip().removeprefix("ValueError: ")
@@ -69,7 +85,7 @@ INPUT_ERRORS: dict[type[BaseException], Callable] = {
     FileNotFoundError: _unreadable_file,
     IsADirectoryError: _unreadable_file,
     NotADirectoryError: _unreadable_file,
-    PermissionError: _unreadable_file,
+    PermissionError: _not_permitted,
 }
 
 
