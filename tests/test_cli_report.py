@@ -4,6 +4,7 @@ a bug with its traceback and exit status 1, `ATTN_DEBUG=1`, Ctrl-C (130) and a r
 from __future__ import annotations
 
 import ast
+import builtins
 import os
 import shutil
 import subprocess
@@ -188,6 +189,42 @@ def test_every_command_reports_through_the_one_reporter():
             called = {getattr(n.func, "id", None) for n in ast.walk(main) if isinstance(n, ast.Call)}
             assert "run_command" in called, f"{path.name}: main does not report through run_command"
     assert {"parser.py", "main.py", "report.py", "translate.py"} <= set(checked)
+
+
+# Built-in exceptions the command layer may raise where they are not a bug: a dataclass's `__post_init__` refusing a
+# combination of flags (`parse_command` makes it a CommandLineError), and SystemExit (SIGTERM, `terminated_as_exit`).
+ON_PURPOSE = {"__post_init__": "ValueError", "stop": "SystemExit"}
+
+
+def builtin_raises(source: str, where: str) -> list[str]:
+    """`where:line function Class` of each `raise` of a built-in exception class in `source` that ON_PURPOSE does
+    not allow: raised on purpose, it would end in a traceback (exit 1), not in the reporter's one line."""
+    found: list[str] = []
+
+    def visit(node: ast.AST, function: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) else function
+            if isinstance(child, ast.Raise) and child.exc is not None:
+                raised = child.exc.func if isinstance(child.exc, ast.Call) else child.exc
+                name = getattr(raised, "id", None)
+                if isinstance(getattr(builtins, name or "", None), type) and ON_PURPOSE.get(inner) != name:
+                    found.append(f"{where}:{child.lineno} {inner} {name}")
+            visit(child, inner)
+
+    visit(ast.parse(source), "")
+    return found
+
+
+def test_the_builtin_raise_checker_sees_a_planted_one():
+    planted = "def check(args):\n    if args.x:\n        raise ValueError('--x: no such folder')\n    raise\n"
+    assert builtin_raises(planted, "x.py") == ["x.py:3 check ValueError"]
+
+
+def test_the_command_layer_raises_only_user_errors_on_purpose():
+    """Nothing the commands raise on purpose ends in a traceback: a check of theirs raises a UserError (one line, exit
+    2), never a bare ValueError or OSError (a traceback, exit 1)."""
+    found = [hit for path in sorted(COMMANDS.glob("*.py")) for hit in builtin_raises(path.read_text(), path.name)]
+    assert found == []
 
 
 def run_command_calls(argv: list[str]) -> tuple[int, int]:
