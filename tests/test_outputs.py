@@ -165,6 +165,13 @@ def test_a_failed_first_write_leaves_no_folder(tmp_path):
     with pytest.raises(RuntimeError), output_folder(tmp_path / "new", "attn export"):
         raise RuntimeError("failed")
     assert not (tmp_path / "new").exists()
+    with pytest.raises(RuntimeError), output_folder(tmp_path / "runs" / "a" / "new", "attn export"):
+        raise RuntimeError("failed")
+    assert list(tmp_path.iterdir()) == []  # nor the folders above it that it created
+    (tmp_path / "mine").mkdir()
+    with pytest.raises(RuntimeError), output_folder(tmp_path / "mine" / "new", "attn export"):
+        raise RuntimeError("failed")
+    assert [path.name for path in tmp_path.iterdir()] == ["mine"]  # a folder that was there stays
 
 
 def test_a_second_process_is_refused_with_the_first_ones_pid(tmp_path):

@@ -342,7 +342,9 @@ def remove_unused_folders(created: list[Path]) -> None:
     """The folders a command created (`missing_folders`, deepest first), removed if it wrote nothing into them but
     its own record and lock: a command that fails before writing leaves no folder behind."""
     for folder in created:
-        if not folder.is_dir() or any(entry.name not in (MANIFEST, LOCK) for entry in folder.iterdir()):
+        if not folder.is_dir():
+            continue  # never made (the command failed on its way down)
+        if any(entry.name not in (MANIFEST, LOCK) for entry in folder.iterdir()):
             return
         for entry in folder.iterdir():
             entry.unlink()

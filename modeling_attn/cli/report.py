@@ -55,7 +55,10 @@ def _not_permitted(error: PermissionError) -> str:
         return _first_line(error)
     path = Path(error.filename)
     try:
-        os.listdir(path) if path.is_dir() else path.open("rb").close()
+        if path.is_dir():
+            os.listdir(path)
+        else:
+            path.open("rb").close()
     except PermissionError:
         return f"{path}: no permission to read it; ask its owner for read access, or give a copy you can read"
     except OSError:
