@@ -62,11 +62,13 @@ def source_lengths(input_ids=None, attention_mask=None, inputs_embeds=None, enco
 def per_sentence_offset(config: GenerationConfig, kwargs: dict) -> int | None:
     """The offset of the per-sentence limit a `generate(**kwargs)` call decodes under: `max_length_over_source`
     (popped from `kwargs`, else the config's), or None where the call has an explicit limit instead (`max_length`
-    or `max_new_tokens` given, not None, or the config's `max_new_tokens`). The one rule of every engine (module
-    docstring)."""
+    or `max_new_tokens` given, or the config's `max_new_tokens`). A `max_length` or `max_new_tokens` of None is no
+    limit given: dropped from `kwargs`. The one rule of every engine (module docstring)."""
     offset = kwargs.pop(SOURCE_LIMIT_FIELD, getattr(config, SOURCE_LIMIT_FIELD, None))
-    given = kwargs.get("max_length") is not None or kwargs.get("max_new_tokens") is not None
-    explicit = given or config.max_new_tokens is not None
+    for name in ("max_length", "max_new_tokens"):
+        if name in kwargs and kwargs[name] is None:
+            del kwargs[name]
+    explicit = "max_length" in kwargs or "max_new_tokens" in kwargs or config.max_new_tokens is not None
     return None if explicit else offset
 
 

@@ -34,7 +34,7 @@ class ServeLimits:
     """How the server batches and what it refuses (the flags of `attn serve`)."""
 
     max_batch_tokens: int = 8192  # rows generate() decodes per call: sentences x longest x beams
-    max_wait_ms: float = 10.0  # the longest a sentence waits for others to join its batch
+    max_wait_ms: float = 0.0  # the longest a sentence waits for others to join its batch (docs/serve.md: why 0)
     max_queue: int = 1024  # sentences waiting; a request that does not fit answers 503
     max_body_bytes: int = 1 << 20  # a larger request body answers 413
 

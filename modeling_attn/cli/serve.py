@@ -51,8 +51,12 @@ class ServeArguments:
         metadata={"help": "Rows decoded per generate() call: sentences x longest (tokens) x beams.", "range": COUNT},
     )
     max_wait_ms: float = field(
-        default=10.0,
-        metadata={"help": "Longest time a sentence waits for others to share its batch.", "range": NON_NEGATIVE},
+        default=0.0,
+        metadata={
+            "help": "Longest time a sentence waits for others to share its batch (0: none; sentences that arrive "
+            "while a batch decodes form the next one).",
+            "range": NON_NEGATIVE,
+        },
     )
     max_queue: int = field(
         default=1024,
