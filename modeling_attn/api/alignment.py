@@ -274,8 +274,9 @@ def forced_attention(
 @dataclass
 class AlignedTranslation:
     """One translation, its word alignment with the source, the attention it came from (None for an empty
-    sentence, which is not translated, and for an ensemble's translation, aligned by `forced_attention`) and, from
-    `translate_aligned_nbest`, its score."""
+    sentence, which is not translated, for an ensemble's translation, aligned by `forced_attention`, and for the
+    ctranslate2 engine's, which returns only the alignment heads' average) and, from `translate_aligned_nbest`, its
+    score."""
 
     text: str
     alignment: WordAlignment
