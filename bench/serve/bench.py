@@ -3,19 +3,14 @@
     python -m bench serve --model outputs/dates          # writes bench/results/serve-cpu.{json,md}
     python -m bench serve --model outputs/dates --quick  # 1 and 8 clients, 16 requests, stress 8 x 10
 
-1. Sentences: distinct dates of the embedded dates task (`training.synthetic.generate_pairs`, seed 12345, unused by
-   the task's splits), one per request.
-2. Reference: `attn translate --model M --input pool.txt` (a subprocess): its output is every request's right answer,
-   its wall time (with and without start and load) the offline baseline; `attn translate` once per sentence is timed
-   on `--per_process` sentences.
-3. Server: `attn serve --model M --threads T` in its own process on 127.0.0.1; for each of `--clients`, closed-loop
-   clients (threads with keep-alive httpx clients) send one-sentence requests until `--requests` are answered:
-   requests/s, p50 / p99 latency, every answer checked.
+1. Sentences: distinct dates of the embedded dates task (`training.synthetic.generate_pairs`, seed 12345), one each.
+2. Reference: `attn translate --model M --input pool.txt` (a subprocess): every request's right answer and the
+   offline baseline (wall time with and without start and load; once per sentence on `--per_process` sentences).
+3. Server: `attn serve --model M --threads T --engine E` on 127.0.0.1; for each of `--clients`, closed-loop httpx
+   clients send one-sentence requests until `--requests` are answered: requests/s, p50 / p99 latency, answers checked.
 4. Stress: `--stress_clients` clients x `--stress_requests` requests, each answered 200 with the reference.
-5. The engine alone: the server's engine (`--engine`, opened here with `load_translator`) translating the one-client
-   run's sentences one at a time in this process (after the server is stopped), p50 ms: what a lone request would
-   take without HTTP, the queue and the worker, to set the one-client latency against.
-`failed(report)`: the exit status is 1 on any lost or wrong answer.
+5. The engine alone (`engine_alone`): the server's engine in this process, one sentence a call, p50 ms: a lone
+   request's time without HTTP, the queue and the worker. `failed(report)`: exit 1 on any lost or wrong answer.
 """
 
 from __future__ import annotations

@@ -7,13 +7,11 @@ What it promises (docs/reliability.md explains each and lists the tests behind i
 3. Never what it did not write, nor another model: a folder output remembers what it wrote and which command, from
    which inputs, wrote it (`.attn-written.json`); any other file, or files of another writer (another run, another
    model), make the write refused unless `force=True`, and nothing is ever deleted. An existing output file is
-   replaced only with `overwrite=True`, except files this package wrote there and nobody changed since; that record
-   stays inside folders this package owns, or in the user's state folder (`written_files_record`), never beside a
-   lone output file.
+   replaced only with `overwrite=True`, except files this package wrote there and nobody changed since (recorded in
+   folders it owns, or in the user's state folder: `written_files_record`; never beside a lone output file).
 4. One writer per folder: a lock file (`.attn.lock`) held for the time of the write.
-5. A place that cannot be written is named, with the way out: a full disk ("No space left on device", naming the
-   folder, the target left as it was: `is_disk_full`), a read-only file system, a folder the user may not write
-   (`not_writable`).
+5. A place that cannot be written is named with the way out (`not_writable`): a full disk (`is_disk_full`; the target
+   left as it was), a read-only file system, a folder the user may not write.
 A writer that writes into its folder itself (Trainer, for `attn train --output_dir`) records what it wrote with
 `record_written`. Every refusal is an `OutputError` (a `ValueError`: the commands print it as their one-line error).
 """
