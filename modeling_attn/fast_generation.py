@@ -377,11 +377,11 @@ class DecoderStep:
 
     def cross_keys_values(self, encoded: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Each layer's encoder-decoder attention keys and values (R, H, S, D), from the encoder output (R, S, E)."""
+        rows, length = encoded.shape[:2]
+        flat = encoded.reshape(rows * length, self.width)  # what nn.Linear hands addmm for (R, S, E)
         return [
             tuple(
-                F.linear(encoded, projection[0].t(), projection[1])
-                .view(encoded.shape[0], encoded.shape[1], self.heads, self.head_dim)
-                .transpose(1, 2)
+                _affine(flat, projection).view(rows, length, self.heads, self.head_dim).transpose(1, 2)
                 for projection in pair
             )
             for pair in self.cross_projections

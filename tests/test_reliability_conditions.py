@@ -137,7 +137,7 @@ def drop_file_permission_override() -> None:
             raise OSError(ctypes.get_errno(), "prctl(PR_CAPBSET_DROP)")
 
 
-def can_drop_permission_override() -> str | None:
+def permission_override_refusal() -> str | None:
     """Why the no-permission row cannot run as root here, or None if it can."""
     try:
         done = subprocess.run(["true"], preexec_fn=drop_file_permission_override, capture_output=True)
@@ -186,7 +186,7 @@ def test_a_folder_the_user_may_not_write_is_named_on_every_command_that_writes(w
     """As root, the commands run without root's override of permission bits (`drop_file_permission_override`); as
     another user, the folder's bits alone refuse the write."""
     root = os.geteuid() == 0
-    if root and (reason := can_drop_permission_override()):
+    if root and (reason := permission_override_refusal()):
         pytest.skip(reason)
     place = tmp_path / "not-mine"
     place.mkdir()
@@ -215,7 +215,7 @@ def test_an_input_the_user_may_not_read_is_named_on_every_command_that_reads_one
     """A model folder, data, sources and a results file whose files the user may not read (mode 000; as root, the
     commands run without root's override of permission bits)."""
     root = os.geteuid() == 0
-    if root and (reason := can_drop_permission_override()):
+    if root and (reason := permission_override_refusal()):
         pytest.skip(reason)
     model = Path(shutil.copytree(world.model, tmp_path / "locked-model"))
     data = tmp_path / "locked-data"
