@@ -3,21 +3,23 @@
     python -m bench fast_generation --model outputs/dates
     python -m bench fast_generation --preset base
 
-`modeling_attn.fast_generation.fast_generate` against `model.generate()` (what `attn translate` ran before it), each
-translating the same sentences at `--batch_sizes` (1 and 32) with greedy search and beam 4 (`--beams`), `--threads`
-1: `harness.interleaved_clocks` rounds, sentences/s by the process's CPU time (medians of `--reps`), and how many
-sentences got the same token ids from both. `--model`: a trained model folder and `--sentences` dates of the test
-split's kind (`training.synthetic.generate_pairs`, a seed the training split does not use). `--preset`: random
-weights and random source ids of realistic lengths (`common.sentence_lengths`); every translation made
-`--max_new_tokens` long (30): the end token's output row is set to the negative mean of the others (with random
-weights it is then never the argmax), so both paths run the same number of steps. Writes
-bench/results/fast-generation-MODEL.{json,md} (or `--output`).
+`modeling_attn.fast_generation.fast_generate` against `model.generate()` (what `attn translate` ran before it) on the
+same sentences at `--batch_sizes` (1 32), greedy and beam 4 (`--beams`), `--threads` 1: interleaved rounds,
+sentences/s by process CPU time (medians of `--reps`), sentences with the same ids. A third task, the step's matmuls
+alone, bounds any loop with these kernels: each decoder step fast_generate ran (its rows, recorded once), only the
+step's projections (`DecoderStep.projections`) on inputs of those rows; its speed over generate() is the "ceiling".
+`--model`: a trained folder, `--sentences` dates of the test split's kind (`training.synthetic.generate_pairs`, a seed
+the training split does not use). `--preset`: random weights, random sources of realistic lengths
+(`common.sentence_lengths`), every translation `--max_new_tokens` long (30: the end token's output row is the negative
+mean of the others, never the argmax). Writes bench/results/fast-generation-MODEL.{json,md} (or `--output`).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -82,6 +84,51 @@ def translate_all(run, batches: list[dict], settings: dict) -> list[torch.Tensor
     return [run(batch["input_ids"], batch["attention_mask"], **settings) for batch in batches]
 
 
+def step_rows(model, batches: list[dict], settings: dict) -> list[int]:
+    """The rows of each decoder step fast_generate runs on `batches` (one untimed run, its steps recorded)."""
+    from modeling_attn import fast_generation
+
+    rows: list[int] = []
+    step_call = fast_generation.DecoderStep.__call__
+
+    def recorded(step, tokens, *args):
+        rows.append(tokens.shape[0])
+        return step_call(step, tokens, *args)
+
+    run = harness.patched(
+        lambda: translate_all(partial(fast_generation.fast_generate, model), batches, settings),
+        (fast_generation.DecoderStep, "__call__", recorded),
+    )
+    run()
+    return rows
+
+
+def matmuls_alone(model, rows: list[int]) -> Callable[[], None]:
+    """A task that runs, for each recorded step, that step's projections (`DecoderStep.projections`) on inputs of
+    its rows: the part of a step no loop with these kernels avoids."""
+    from modeling_attn.fast_generation import DecoderStep, fusion_is_exact
+
+    step = DecoderStep(model)
+    generator = torch.Generator().manual_seed(0)
+    plans = []
+    for count in rows:
+        projections = step.projections(fuse=fusion_is_exact(step.first_attention, count))
+        plans.append(
+            [
+                (torch.randn(count, weight_t.shape[0], generator=generator), (weight_t, bias))
+                for weight_t, bias in projections
+            ]
+        )
+
+    def run() -> None:
+        with torch.inference_mode():
+            for plan in plans:
+                for states, (weight_t, bias) in plan:  # the step's own call (fast_generation._affine)
+                    torch.mm(states, weight_t) if bias is None else torch.addmm(bias, states, weight_t)
+
+    return run
+
+
 def main(argv: list[str]) -> dict:
     from modeling_attn.fast_generation import fast_generate
 
@@ -100,8 +147,11 @@ def main(argv: list[str]) -> dict:
         "bench.fast_generation", argv, model=str(args.model or args.preset), threads=args.threads
     )
     report |= {"sentences": len(sentences), "settings": extra, "results": []}
-    rows = ["| batch | beams | generate() sentences/s | fast_generate sentences/s | speed-up | same ids |"]
-    rows.append("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    rows = [
+        "| batch | beams | generate() sentences/s | fast_generate sentences/s | speed-up | same ids "
+        "| the step's matmuls alone | ceiling |"
+    ]
+    rows.append("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for batch_size in args.batch_sizes:
         batches = [dict(encode(sentences[i : i + batch_size])) for i in range(0, len(sentences), batch_size)]
         for beams in args.beams:
@@ -118,6 +168,7 @@ def main(argv: list[str]) -> dict:
             tasks = {
                 "generate": lambda settings=settings, batches=batches: translate_all(generate, batches, settings),
                 "fast_generate": lambda settings=settings, batches=batches: translate_all(fast, batches, settings),
+                "matmuls alone": matmuls_alone(model, step_rows(model, batches, settings)),
             }
             seconds = harness.interleaved_clocks(tasks, args.reps)
             rates = {name: len(sentences) / statistics.median(clocks["cpu"]) for name, clocks in seconds.items()}
@@ -126,6 +177,7 @@ def main(argv: list[str]) -> dict:
                 "num_beams": beams,
                 "sentences_per_s_cpu": rates,
                 "speedup": rates["fast_generate"] / rates["generate"],
+                "ceiling": rates["matmuls alone"] / rates["generate"],
                 "same_ids": f"{same} of {len(sentences)}",
                 "seconds": seconds,
             }
@@ -133,11 +185,14 @@ def main(argv: list[str]) -> dict:
             harness.log(f"batch {batch_size}, beams {beams}: {rates} ({entry['same_ids']} same)")
             rows.append(
                 f"| {batch_size} | {beams} | {rates['generate']:.1f} | {rates['fast_generate']:.1f} | "
-                f"{entry['speedup']:.2f}x | {entry['same_ids']} |"
+                f"{entry['speedup']:.2f}x | {entry['same_ids']} | {rates['matmuls alone']:.1f} | "
+                f"{entry['ceiling']:.2f}x |"
             )
     note = (
         f"\n{len(sentences)} sentences, {args.threads} thread(s), process CPU time, medians of {args.reps} "
-        "interleaved rounds.\n"
+        "interleaved rounds. The step's matmuls alone: the projections of every decoder step fast_generate ran, "
+        "nothing else (sentences/s as if that were all a loop did); ceiling: that over generate(), the most any "
+        "loop computing with these kernels can gain.\n"
     )
     harness.write_results(args.output, report, "\n".join(rows) + "\n" + note)
     return report

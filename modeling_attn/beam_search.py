@@ -13,6 +13,8 @@ Shapes: N open sentences, K beams, C candidates per sentence and step, L max_len
 
 from __future__ import annotations
 
+import itertools
+import struct
 from dataclasses import dataclass, fields
 
 import torch
@@ -276,6 +278,155 @@ class SearchResults:
         return sequences[:, : prompt_length + generated]
 
 
+_FLOAT32 = struct.Struct("f")
+
+
+def f32(value: float) -> float:
+    """`value` rounded to the nearest float32 (a float32 sum, quotient or product computed in double and rounded
+    once is the float32 operation's result: double has more than twice float32's precision)."""
+    return _FLOAT32.unpack(_FLOAT32.pack(value))[0]
+
+
+def top(values: list[float], k: int) -> list[int]:
+    """`torch.topk(torch.tensor(values), k).indices.tolist()` for float32 `values`: a Python sort when distinct
+    values decide the answer (the k largest and the next one all differ, no NaN), else torch.topk itself (its order
+    among ties is its own)."""
+    order = sorted(range(len(values)), key=values.__getitem__, reverse=True)
+    head = [values[index] for index in order[: k + 1]]
+    if all(a > b for a, b in itertools.pairwise(head)) and not any(value != value for value in values):
+        return order[:k]
+    return torch.topk(torch.tensor(values, dtype=torch.float32), k).indices.tolist()
+
+
+class _Beams:
+    """One open sentence of `ListBeamSearch`: `OpenSentences`' row for it, as lists (token ids after the prompt)."""
+
+    __slots__ = (
+        "sentence",
+        "running",
+        "running_scores",
+        "rows",
+        "finished",
+        "finished_scores",
+        "is_finished",
+        "may_improve",
+    )
+
+    def __init__(self, sentence: int, beams: int):
+        self.sentence = sentence
+        self.running: list[list[int]] = [[] for _ in range(beams)]
+        self.running_scores = [0.0] + [NEG] * (beams - 1)  # only the first of identical beams expands
+        self.rows: list[int] = []  # the decoder row each running beam continued at the last step
+        self.finished: list[list[int]] = [[] for _ in range(beams)]
+        self.finished_scores = [NEG] * beams
+        self.is_finished = [False] * beams
+        self.may_improve = True
+
+    def advance(self, scores, sequences, rows, stops, settings: BeamSettings, cur_len: int) -> None:
+        """`OpenSentences.advance` for this sentence: the same float32 operations in the same order."""
+        beams, penalty = settings.num_beams, settings.length_penalty
+        running_scores = [f32(score + NEG) if stop else score for score, stop in zip(scores, stops, strict=True)]
+        best = top(running_scores, beams)
+        self.running = [sequences[index] for index in best]
+        self.running_scores = [running_scores[index] for index in best]
+        self.rows = [rows[index] for index in best]
+
+        just_finished = [stop and index < beams for index, stop in enumerate(stops)]
+        divisor = f32((cur_len + 1 - settings.prompt_length) ** penalty)
+        ended = [f32(score / divisor) for score in scores]
+        if all(self.is_finished) and settings.early_stopping is True:
+            ended = [f32(score + NEG) for score in ended]
+        if not self.may_improve:
+            ended = [f32(score + NEG) for score in ended]
+        ended = [score if just else f32(score + NEG) for score, just in zip(ended, just_finished, strict=True)]
+        candidates = self.finished_scores + ended
+        merged = top(candidates, beams)
+        pool, flags = self.finished + sequences, self.is_finished + just_finished
+        self.finished = [pool[index] for index in merged]
+        self.finished_scores = [candidates[index] for index in merged]
+        self.is_finished = [flags[index] for index in merged]
+
+        if settings.early_stopping == "never" and penalty > 0.0:
+            best_length = settings.max_length - settings.prompt_length
+        else:
+            best_length = cur_len + 1 - settings.prompt_length
+        best_running = f32(self.running_scores[0] / f32(best_length**penalty))
+        worst = min(self.finished_scores)
+        self.may_improve = self.may_improve and any(
+            best_running > (worst if finished else NEG) for finished in self.is_finished
+        )
+
+
+class ListBeamSearch:
+    """`OpenSentences` and `SearchResults` on Python lists and floats, for the fast decoding loop's small batches
+    (`fast_generation.beam_search`): a tensor step of the search is ~50 operations on (N, 2K) tensors, which at batch
+    1 cost more than a small model's decoder step. Per step torch computes the summed scores' top 2K from the
+    (N * K, V) log-probabilities; the rest is the tensor search's float32 arithmetic on Python floats (`f32`: each
+    sum, quotient and -1e9 mask rounded as torch rounds it) and its top-k selections (`top`: torch.topk itself where
+    ties decide), so that it picks what the tensor search picks (tests/test_beam_search.py drives both with the same
+    log-probabilities; tests/test_fast_generation.py: generate()'s ids)."""
+
+    def __init__(self, batch_size: int, settings: BeamSettings, start: list[int], fill: int, eos: list[int]):
+        self.settings, self.start, self.fill, self.eos = settings, start, fill, set(eos)
+        self.open = [_Beams(sentence, settings.num_beams) for sentence in range(batch_size)]
+        self.done: list[_Beams | None] = [None] * batch_size
+        self.may_improve = [True] * batch_size  # per sentence, as `SearchResults`: closed ones keep their last
+        self.full = [False] * batch_size
+
+    def running_scores(self, device: torch.device) -> torch.Tensor:
+        return torch.tensor([beams.running_scores for beams in self.open], dtype=torch.float32, device=device)
+
+    def step(self, log_probs: torch.Tensor, cur_len: int) -> tuple[list[int], list[int] | None] | None:
+        """One step from next-token `log_probs` (N * K, V) of the open sentences' rows; None when the search is
+        over, else the decoder row each next row continues (kept sentences only) and, when sentences closed, the
+        positions of those kept among the open ones before (None: all kept)."""
+        settings = self.settings
+        open_count, vocab_size = len(self.open), log_probs.shape[-1]
+        totals = log_probs.view(open_count, settings.num_beams, -1) + self.running_scores(log_probs.device)[..., None]
+        scores, picks = torch.topk(totals.view(open_count, -1), k=settings.candidates)
+        scores, picks = scores.tolist(), picks.tolist()
+        at_max_length = cur_len + 1 >= settings.max_length
+        every_stop = True
+        for position, beams in enumerate(self.open):
+            parents = [pick // vocab_size for pick in picks[position]]
+            tokens = [pick % vocab_size for pick in picks[position]]
+            stops = [at_max_length or token in self.eos for token in tokens]
+            every_stop = every_stop and all(stops)
+            sequences = [[*beams.running[parent], token] for parent, token in zip(parents, tokens, strict=True)]
+            rows = [parent + position * settings.num_beams for parent in parents]
+            beams.advance(scores[position], sequences, rows, stops, settings, cur_len)
+        for beams in self.open:
+            self.may_improve[beams.sentence], self.full[beams.sentence] = beams.may_improve, all(beams.is_finished)
+        stopping = settings.early_stopping is True
+        if not (any(self.may_improve) and not (all(self.full) and stopping)) or every_stop:
+            return None  # `SearchResults.closed_sentences`
+        closed = [not beams.may_improve or (all(beams.is_finished) and stopping) for beams in self.open]
+        if all(closed):
+            return None
+        kept = None
+        if any(closed):
+            for beams, done in zip(self.open, closed, strict=True):
+                if done:
+                    self.done[beams.sentence] = beams
+            kept = [position for position, done in enumerate(closed) if not done]
+            self.open = [self.open[position] for position in kept]
+        return [row for beams in self.open for row in beams.rows], kept
+
+    def last_tokens(self) -> list[int]:
+        """The token each decoder row of the next step gets: its running beam's last."""
+        return [tokens[-1] for beams in self.open for tokens in beams.running]
+
+    def finish(self, returned: int, device: torch.device) -> torch.LongTensor:
+        """`SearchResults.finish`: the best `returned` translations of each sentence, prompt first, padded with the
+        fill id to the longest."""
+        for beams in self.open:
+            self.done[beams.sentence] = beams
+        hypotheses = [tokens for beams in self.done for tokens in beams.finished[:returned]]
+        longest = max(len(tokens) for tokens in hypotheses)
+        rows = [[*self.start, *tokens, *[self.fill] * (longest - len(tokens))] for tokens in hypotheses]
+        return torch.tensor(rows, dtype=torch.long, device=device)
+
+
 class CompactBeamSearchMixin:
     """transformers' beam search, run only on the sentences whose search is still open (module docstring).
 
@@ -386,6 +537,7 @@ class CompactBeamSearchMixin:
 
 __all__ = [
     "CompactBeamSearchMixin",
+    "ListBeamSearch",
     "OpenSentences",
     "SearchResults",
     "beam_settings",

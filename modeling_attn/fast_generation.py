@@ -27,7 +27,7 @@ from torch import nn
 from torch.nn import functional as F
 from transformers import GenerationConfig
 
-from .beam_search import OpenSentences, SearchResults, beam_settings
+from .beam_search import ListBeamSearch, beam_settings
 from .generation import (
     SOURCE_LIMIT_FIELD,
     check_generate_arguments,
@@ -387,6 +387,16 @@ class DecoderStep:
             for pair in self.cross_projections
         ]
 
+    def projections(self, fuse: bool) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+        """The (W.t(), bias) pairs one step multiplies by, in order (q, k and v as one when `fuse`): what reads the
+        decoder's weights and the output matrix (bench/fast_generation.py times them alone)."""
+        projections = []
+        for layer in self.layers:
+            self_attention = [layer.qkv_proj] if fuse else [layer.q_proj, layer.k_proj, layer.v_proj]
+            projections += [*self_attention, layer.out_proj, layer.cross_q_proj, layer.cross_out_proj]
+            projections += [layer.fc1, layer.fc2]
+        return [*projections, self.output]
+
     def new_cache(self, rows: int, length: int, like: torch.Tensor) -> torch.Tensor:
         shape = (length, 2 * len(self.layers), rows, self.heads, self.head_dim)
         return torch.empty(shape, dtype=like.dtype, device=like.device)
@@ -529,25 +539,24 @@ def greedy_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, 
 
 
 def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
-    """`beam_search.CompactBeamSearchMixin._beam_search` with this module's decoder step: transformers' beam search
-    on the sentences still open, the same rows in the same order at every step."""
+    """`beam_search.CompactBeamSearchMixin._beam_search` with this module's decoder step and the search on Python
+    numbers (`beam_search.ListBeamSearch`): transformers' beam search on the sentences still open, the same rows in
+    the same order at every step."""
     beams, max_length = plan.num_beams, plan.max_length
     if max_length - 1 > step.positions.shape[0]:
         return None
+    batch_size, device = encoded.shape[0], encoded.device
     encoded = encoded.repeat_interleave(beams, dim=0)  # generate()'s _expand_inputs_for_generation
     attention_mask = attention_mask.repeat_interleave(beams, dim=0)
     cross_kv, cross_mask = step.cross_keys_values(encoded), _cross_mask(attention_mask)
     rows = encoded.shape[0]
     # two caches: a step's reorder writes the beams' keys/values into the other one (no copy back)
     self_kv, spare = step.new_cache(rows, max_length - 1, encoded), step.new_cache(rows, max_length - 1, encoded)
-    input_ids = torch.full((rows, 1), plan.start, dtype=torch.long, device=encoded.device)
-    settings, fill = beam_settings(input_ids, plan.config)
-    state = OpenSentences.start(input_ids, settings, fill)
-    results = SearchResults.start(state)
-    limits = None if plan.limits is None else torch.tensor(plan.limits, device=encoded.device)
+    settings, fill = beam_settings(torch.full((rows, 1), plan.start), plan.config)
+    search = ListBeamSearch(batch_size, settings, [plan.start], int(fill), plan.eos.tolist())
+    limits = None if plan.limits is None else torch.tensor(plan.limits, device=device)
     first_limit = None if plan.limits is None else min(plan.limits) - 1
-    eos = plan.eos
-    tokens = input_ids[:, 0]
+    tokens = torch.full((rows,), plan.start, dtype=torch.long, device=device)
     cur_len = 1
     while True:
         position = cur_len - 1
@@ -555,22 +564,14 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
         log_probs = F.log_softmax(logits, dim=-1, dtype=torch.float32)
         if first_limit is not None and position >= first_limit:
             at_limit = (position >= limits - 1).repeat_interleave(beams)
-            log_probs = _force_end(log_probs, at_limit, eos)
-        scores, sequences, origins = state.expand(log_probs, settings, cur_len)
-        open_count = len(state.sentences)
-        stops = torch.isin(sequences[:, :, cur_len], eos)
-        if cur_len + 1 >= max_length:
-            stops = torch.ones_like(stops)
-        state.advance(scores, sequences, origins, stops, settings, cur_len)
-        parents = state.running_origins[..., cur_len - settings.prompt_length].flatten()
+            log_probs = _force_end(log_probs, at_limit, plan.eos)
+        outcome = search.step(log_probs, cur_len)
         cur_len += 1
-        closed = results.closed_sentences(state, stops, settings)
-        if closed is None:
+        if outcome is None:
             break
-        if closed.any():
-            kept = results.close(state, closed)
-            parents = parents.view(open_count, beams)[kept].flatten().long()
-            written = cur_len - 1  # positions 0 .. cur_len - 2 hold keys/values
+        parents, kept = torch.tensor(outcome[0], device=device), outcome[1]
+        written = cur_len - 1  # positions 0 .. cur_len - 2 hold keys/values
+        if kept is not None:  # sentences closed: their rows leave the caches, the encoder output and the limits
             fresh = step.new_cache(len(parents), self_kv.shape[0], self_kv)
             fresh[:written] = self_kv[:written].index_select(2, parents)
             self_kv, spare = fresh, step.new_cache(len(parents), self_kv.shape[0], self_kv)
@@ -578,13 +579,12 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
             attention_mask = attention_mask[parents]
             cross_mask = _cross_mask(attention_mask)
             if limits is not None:
-                limits = limits[kept]
+                limits = limits[torch.tensor(kept, device=device)]
         else:
-            parents, written = parents.long(), cur_len - 1  # positions 0 .. cur_len - 2 hold keys/values
             torch.index_select(self_kv[:written], 2, parents, out=spare[:written])
             self_kv, spare = spare, self_kv
-        tokens = state.running[:, :, cur_len - 1].reshape(-1)
-    return results.finish(state, plan.num_return_sequences, settings.prompt_length)
+        tokens = torch.tensor(search.last_tokens(), dtype=torch.long, device=device)
+    return search.finish(plan.num_return_sequences, device)
 
 
 __all__ = ["ACCEPTED", "fast_generate", "supported_model"]

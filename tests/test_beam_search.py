@@ -171,3 +171,106 @@ def test_only_caches_whose_rows_can_leave_are_shrunk():
         {CACHE_FIELD: EncoderDecoderCache(static, DynamicCache()), "use_cache": True},
     )
     assert refusal == "a cache that cannot drop rows (static or quantized layers)"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ListBeamSearch (the fast decoding loop's search on Python numbers) against the tensor search it restates
+
+
+def test_f32_rounds_as_torch_float32_operations():
+    generator = torch.Generator().manual_seed(0)
+    scores = (torch.rand(2000, generator=generator) * -60).tolist()  # float32 values, as Python floats
+    for score, length, penalty in zip(scores, itertools.cycle(range(1, 41)), itertools.cycle((0.6, 1.0, 1.7, -0.5))):
+        divisor = length**penalty
+        assert beam_search.f32(score / beam_search.f32(divisor)) == (torch.tensor([score]) / divisor).item()
+        assert beam_search.f32(score + beam_search.NEG) == (torch.tensor([score]) + beam_search.NEG).item()
+
+
+def test_top_is_torch_topk_ties_and_nan_included():
+    generator = torch.Generator().manual_seed(1)
+    low = torch.finfo(torch.float32).min
+    for size, k in itertools.product((3, 8, 12), (1, 2, 4)):
+        if k > size:
+            continue
+        for trial in range(50):
+            values = (torch.randint(-4, 1, (size,), generator=generator) * 0.5).tolist()  # many ties
+            if trial % 5 == 1:
+                values = torch.rand(size, generator=generator).tolist()  # distinct: the Python sort decides
+            if trial % 5 == 2:
+                values[trial % size] = float("nan")
+            if trial % 5 == 3:
+                values[: size // 2] = [low] * (size // 2)
+            expected = torch.topk(torch.tensor(values, dtype=torch.float32), k).indices.tolist()
+            assert beam_search.top(values, k) == expected, values
+
+
+def tensor_search_steps(settings, fill, eos, batch_size, log_probs_of):
+    """The tensor search (`OpenSentences`, `SearchResults`) as fast_generation ran it before ListBeamSearch:
+    per step the rows each next row continues and the kept positions; then the result."""
+    beams = settings.num_beams
+    state = beam_search.OpenSentences.start(torch.full((batch_size * beams, 1), 1), settings, fill)
+    results = beam_search.SearchResults.start(state)
+    steps, cur_len = [], 1
+    while True:
+        log_probs = log_probs_of(cur_len, len(state.sentences) * beams)
+        scores, sequences, origins = state.expand(log_probs, settings, cur_len)
+        open_count = len(state.sentences)
+        stops = torch.isin(sequences[:, :, cur_len], eos)
+        if cur_len + 1 >= settings.max_length:
+            stops = torch.ones_like(stops)
+        state.advance(scores, sequences, origins, stops, settings, cur_len)
+        parents = state.running_origins[..., cur_len - settings.prompt_length].flatten()
+        cur_len += 1
+        closed = results.closed_sentences(state, stops, settings)
+        if closed is None:
+            steps.append(None)
+            break
+        kept = None
+        if closed.any():
+            kept = results.close(state, closed)
+            parents = parents.view(open_count, beams)[kept].flatten()
+            kept = kept.tolist()
+        steps.append((parents.tolist(), kept))
+    return steps, lambda returned: results.finish(state, returned, settings.prompt_length)
+
+
+def list_search_steps(settings, fill, eos, batch_size, log_probs_of):
+    search = beam_search.ListBeamSearch(batch_size, settings, [1], fill, eos.tolist())
+    steps, cur_len = [], 1
+    while True:
+        outcome = search.step(log_probs_of(cur_len, len(search.open) * settings.num_beams), cur_len)
+        cur_len += 1
+        steps.append(outcome)
+        if outcome is None:
+            return steps, search
+
+
+@pytest.mark.parametrize("beams", [2, 4])
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
+@pytest.mark.parametrize("eos", [[2], [2, 3]])
+def test_list_search_equals_the_tensor_search(beams, early_stopping, eos):
+    """Both searches driven by the same log-probabilities, step by step: the same decoder rows, the same sentences
+    closed, the same result. The log-probabilities have ties (logits in steps of 0.5 over 7 tokens), end tokens
+    often, and rows forced to end (finfo.min but the end tokens, as the per-sentence limit does)."""
+    eos = torch.tensor(eos)
+    low = torch.finfo(torch.float32).min
+    for penalty, seed in itertools.product((0.0, 0.6, 1.0, 2.0), range(4)):
+        config = GenerationConfig(num_beams=beams, length_penalty=penalty, early_stopping=early_stopping)
+        config._eos_token_tensor = eos
+        config.max_length = 9
+        settings = beam_search.BeamSettings.of(config, prompt_length=1)
+
+        def log_probs_of(cur_len: int, rows: int, seed=seed) -> torch.Tensor:
+            generator = torch.Generator().manual_seed(1000 * seed + cur_len)
+            logits = torch.randint(-6, 3, (rows, 7), generator=generator) * 0.5
+            log_probs = torch.log_softmax(logits, dim=-1)
+            forced = torch.rand(rows, generator=generator) < 0.15
+            ends = torch.full_like(log_probs, low)
+            ends[:, eos] = log_probs[:, eos]
+            return torch.where(forced[:, None], ends, log_probs)
+
+        expected, finish = tensor_search_steps(settings, 0, eos, 3, log_probs_of)
+        got, search = list_search_steps(settings, 0, eos, 3, log_probs_of)
+        assert got == expected, (penalty, seed)
+        for returned in range(1, beams + 1):
+            assert torch.equal(search.finish(returned, torch.device("cpu")), finish(returned))
