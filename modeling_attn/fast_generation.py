@@ -18,6 +18,7 @@ D head dim, V target vocabulary, L max_length.
 from __future__ import annotations
 
 import copy
+import functools
 import weakref
 from collections.abc import Callable
 from typing import NamedTuple
@@ -104,19 +105,30 @@ def model_signature(model: nn.Module) -> tuple | None:
     if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
         return None
     signature = []
-    for module in model.modules():
+    append, stack = signature.append, [model]
+    while stack:  # every module once (a stack, not model.modules(): this runs on every call)
+        module = stack.pop()
+        if module is None:  # a child registered as None
+            continue
         if module._forward_hooks or module._forward_pre_hooks or "_hf_hook" in module.__dict__:
             return None
-        if (isinstance(module, nn.Linear) and type(module) is not nn.Linear) or type(module).__module__.startswith(
-            "torch.ao."  # quantized (int8) layers: their own kernels, not F.linear
-        ):
+        if not _plain_type(type(module)):
             return None
-        signature.append(id(module))
+        append(id(module))
         for tensors in (module._parameters, module._buffers):
             for tensor in tensors.values():
                 if tensor is not None:
-                    signature.append((id(tensor), tensor._version))
+                    append((id(tensor), tensor._version))
+        stack.extend(module._modules.values())
     return tuple(signature)
+
+
+@functools.cache
+def _plain_type(module_type: type) -> bool:
+    """Not a Linear subclass and not a quantized (int8) layer: their own kernels, not F.linear."""
+    if issubclass(module_type, nn.Linear) and module_type is not nn.Linear:
+        return False
+    return not module_type.__module__.startswith("torch.ao.")
 
 
 _STEPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # model -> its DecoderStep
@@ -371,6 +383,7 @@ class DecoderStep:
         self.logits_bias = model.final_logits_bias
         self.layers = [LayerWeights.of(layer) for layer in decoder.layers]
         self.first_attention = decoder.layers[0].self_attn
+        self._fuse: dict[int, bool] = {}  # rows -> fusion_is_exact (made per step otherwise)
         self.cross_projections = [
             (_linear(layer.encoder_attn.k_proj), _linear(layer.encoder_attn.v_proj)) for layer in decoder.layers
         ]
@@ -419,7 +432,8 @@ class DecoderStep:
     def _self_attention(self, states, layer: LayerWeights, keys, values, position: int, fuse: bool) -> torch.Tensor:
         """Masked self-attention of the new position over positions 0..position; its keys/values written first."""
         if fuse:
-            query, key, value = _affine(states, layer.qkv_proj).split(self.width, dim=-1)
+            # (R, 3E) as three (R, E) views, as split(E, dim=-1) gives them (unbind: one operation, no Python wrapper)
+            query, key, value = _affine(states, layer.qkv_proj).view(-1, 3, self.width).unbind(1)
         else:
             query, key, value = (_affine(states, proj) for proj in (layer.q_proj, layer.k_proj, layer.v_proj))
         rows = states.shape[0]
@@ -448,7 +462,10 @@ class DecoderStep:
         if self.embed_scale != 1.0:
             hidden = hidden * self.embed_scale
         hidden = hidden + self.positions[position : position + 1].to(hidden.dtype)
-        fuse = fusion_is_exact(self.first_attention, tokens.shape[0])
+        rows = tokens.shape[0]
+        fuse = self._fuse.get(rows)
+        if fuse is None:
+            fuse = self._fuse[rows] = fusion_is_exact(self.first_attention, rows)
         for index, layer in enumerate(self.layers):
             keys, values = self_kv[:, 2 * index], self_kv[:, 2 * index + 1]
             hidden = self._sublayer(
@@ -569,7 +586,9 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
         cur_len += 1
         if outcome is None:
             break
-        parents, kept = torch.tensor(outcome[0], device=device), outcome[1]
+        parents, kept = outcome
+        # the next step's rows: which row each continues, and its token (one tensor made, not two)
+        parents, tokens = torch.tensor(parents + search.last_tokens(), device=device).view(2, -1)
         written = cur_len - 1  # positions 0 .. cur_len - 2 hold keys/values
         if kept is not None:  # sentences closed: their rows leave the caches, the encoder output and the limits
             fresh = step.new_cache(len(parents), self_kv.shape[0], self_kv)
@@ -583,7 +602,6 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
         else:
             torch.index_select(self_kv[:written], 2, parents, out=spare[:written])
             self_kv, spare = spare, self_kv
-        tokens = torch.tensor(search.last_tokens(), dtype=torch.long, device=device)
     return search.finish(plan.num_return_sequences, device)
 
 
