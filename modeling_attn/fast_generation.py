@@ -27,6 +27,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 from transformers import GenerationConfig
+from transformers.masking_utils import create_bidirectional_mask
 
 from .beam_search import ListBeamSearch, beam_settings
 from .generation import (
@@ -36,7 +37,9 @@ from .generation import (
     sentence_limits,
     source_lengths,
 )
+from .inputs import check_attention_mask, check_ids_in_vocabulary
 from .modeling_transformer import AttnTransformerForConditionalGeneration
+from .padding_free import kept_rows
 
 # The generation settings this loop replicates; each must be what generate() merges from the model's
 # generation_config and the call's kwargs. Any other setting away from transformers' default -> None (generate()).
@@ -80,7 +83,7 @@ def fast_generate(
                 step = _STEPS[model] = DecoderStep(model, signature)
             except _NotPlainLinear:  # quantized projections compute otherwise: generate() runs them
                 return None
-        encoded = model.model.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        encoded = step.encode(input_ids, attention_mask)
         if plan.num_beams == 1:
             sequences = greedy_search(step, plan, encoded, attention_mask)
         else:
@@ -352,6 +355,111 @@ def fusion_is_exact(attention: nn.Module, rows: int) -> bool:
     return _FUSION_EXACT[key]
 
 
+class EncoderLayerWeights(NamedTuple):
+    """One encoder layer's parameters, as `LayerWeights` holds a decoder layer's."""
+
+    q_proj: tuple
+    k_proj: tuple
+    v_proj: tuple
+    out_proj: tuple
+    self_attn_layer_norm: tuple
+    fc1: tuple
+    activation: Callable
+    fc2: tuple
+    final_layer_norm: tuple
+    scaling: float
+
+    @classmethod
+    def of(cls, layer: nn.Module) -> EncoderLayerWeights:
+        attention, activation = layer.self_attn, layer.activation_fn
+        return cls(
+            _linear(attention.q_proj),
+            _linear(attention.k_proj),
+            _linear(attention.v_proj),
+            _linear(attention.out_proj),
+            _norm(layer.self_attn_layer_norm),
+            _linear(layer.fc1),
+            F.relu if type(activation) is nn.ReLU else activation,
+            _linear(layer.fc2),
+            _norm(layer.final_layer_norm),
+            attention.scaling,
+        )
+
+
+class EncoderPass:
+    """The model's encoder in eval mode (`AttnTransformerEncoder.forward`) on the same kernels in the same order,
+    without its modules' Python: its output is the encoder's bit for bit (tests/test_fast_generation.py). The ids
+    and the mask are checked by the encoder's own checks (the same errors); the mask SDPA gets is the one
+    transformers' `create_bidirectional_mask` makes for the encoder; on a padded batch the feed-forward network runs
+    on the real tokens' rows only and the others get zeros (`padding_free.each_on_rows`, as the encoder does)."""
+
+    def __init__(self, model: AttnTransformerForConditionalGeneration):
+        encoder = model.model.encoder
+        self.config = model.config
+        self.norm_first = self.config.norm_first
+        self.width, self.heads = self.config.d_model, self.config.num_heads
+        self.head_dim = self.width // self.heads
+        self.embedding = encoder.embed_tokens.weight
+        self.padding_idx = encoder.embed_tokens.padding_idx
+        self.embed_scale = encoder.embed_scale
+        self.positions = encoder.embed_positions.table
+        self.final_norm = _norm(encoder.layer_norm) if encoder.layer_norm is not None else None
+        self.layers = [EncoderLayerWeights.of(layer) for layer in encoder.layers]
+
+    def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The encoder's last hidden state (B, S, E)."""
+        batch_size, length = input_ids.shape
+        check_ids_in_vocabulary(input_ids, self.config.vocab_size, "input_ids")
+        if length > self.positions.shape[0]:
+            raise ValueError(  # AttnTransformerPositionalEncoding's message
+                f"sequence of {length} positions exceeds max_position_embeddings="
+                f"{self.config.max_position_embeddings}; raise it in the config or truncate the input"
+            )
+        hidden = F.embedding(input_ids, self.embedding, self.padding_idx)
+        if self.embed_scale != 1.0:
+            hidden = hidden * self.embed_scale
+        hidden = hidden + self.positions[:length].to(hidden.dtype)
+        check_attention_mask(attention_mask, hidden.shape[:2], "attention_mask", require_token=True)
+        rows = kept_rows(attention_mask)
+        mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
+        for layer in self.layers:
+            hidden = _residual(self.norm_first, hidden, layer.self_attn_layer_norm, self._attention, layer, mask)
+            hidden = _residual(self.norm_first, hidden, layer.final_layer_norm, self._feed_forward, layer, rows)
+        return hidden if self.final_norm is None else F.layer_norm(hidden, *self.final_norm)
+
+    def _attention(self, states: torch.Tensor, layer: EncoderLayerWeights, mask) -> torch.Tensor:
+        """MultiHeadAttention.forward with transformers' sdpa_attention_forward, on (B, S, E) states: nn.Linear
+        flattens them to (B * S, E) for addmm; the heads are views; SDPA's output is transposed back and copied."""
+        batch_size, length, _ = states.shape
+        flat = states.reshape(batch_size * length, self.width)
+        query, key, value = (
+            _affine(flat, projection).view(batch_size, length, self.heads, self.head_dim).transpose(1, 2)
+            for projection in (layer.q_proj, layer.k_proj, layer.v_proj)
+        )
+        output = F.scaled_dot_product_attention(
+            query, key, value, attn_mask=mask, dropout_p=0.0, scale=layer.scaling, is_causal=False
+        )
+        merged = output.transpose(1, 2).contiguous().view(batch_size * length, self.width)
+        return _affine(merged, layer.out_proj).view(batch_size, length, self.width)
+
+    @staticmethod
+    def _feed_forward(states: torch.Tensor, layer: EncoderLayerWeights, rows: torch.Tensor | None) -> torch.Tensor:
+        """Eq. 2 on every position, or (a padded batch) on `rows` of the flattened positions, zeros elsewhere."""
+        flat = states.reshape(-1, states.shape[-1])
+        picked = flat if rows is None else flat.index_select(0, rows)
+        output = _affine(layer.activation(_affine(picked, layer.fc1)), layer.fc2)
+        if rows is not None:
+            output = output.new_zeros(flat.shape[0], output.shape[-1]).index_copy_(0, rows, output)
+        return output.view(states.shape)
+
+
+def _residual(norm_first: bool, hidden, norm: tuple, compute: Callable, *args) -> torch.Tensor:
+    """A residual sublayer: x + Sublayer(LN(x)) when `norm_first`, else LN(x + Sublayer(x)) (Sec. 3.1)."""
+    if norm_first:
+        return hidden + compute(F.layer_norm(hidden, *norm), *args)
+    return F.layer_norm(hidden + compute(hidden, *args), *norm)
+
+
 class DecoderStep:
     """One cached decoder step of the model on R rows: the model's weights through the kernels its modules call, in
     the same order, so that the logits are the model's bit for bit.
@@ -383,6 +491,7 @@ class DecoderStep:
         self.logits_bias = model.final_logits_bias
         self.layers = [LayerWeights.of(layer) for layer in decoder.layers]
         self.first_attention = decoder.layers[0].self_attn
+        self.encode = EncoderPass(model)  # the encoder output these steps decode from
         self._fuse: dict[int, bool] = {}  # rows -> fusion_is_exact (made per step otherwise)
         self.cross_projections = [
             (_linear(layer.encoder_attn.k_proj), _linear(layer.encoder_attn.v_proj)) for layer in decoder.layers
@@ -452,9 +561,7 @@ class DecoderStep:
         return _affine(layer.activation(_affine(states, layer.fc1)), layer.fc2)
 
     def _sublayer(self, hidden, norm: tuple, compute: Callable, *args) -> torch.Tensor:
-        if self.norm_first:  # x + Sublayer(LN(x))
-            return hidden + compute(F.layer_norm(hidden, *norm), *args)
-        return F.layer_norm(hidden + compute(hidden, *args), *norm)  # LN(x + Sublayer(x)), Sec. 3.1
+        return _residual(self.norm_first, hidden, norm, compute, *args)
 
     def __call__(self, tokens, position: int, self_kv, cross_kv, cross_mask) -> torch.Tensor:
         """Logits (R, V) for `tokens` (R,) at decoder `position`."""

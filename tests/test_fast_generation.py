@@ -8,6 +8,7 @@ included); each refused setting returns None.
 from __future__ import annotations
 
 import itertools
+import re
 
 import pytest
 import torch
@@ -143,6 +144,26 @@ def test_a_step_gives_the_models_cached_logits_bit_for_bit(model, rows):
             past = getattr(outputs, CACHE_FIELD)
             logits = step(tokens, position, self_kv, cross_kv, cross_mask)
             assert torch.equal(logits, outputs.logits[:, -1]), (position, (logits - outputs.logits[:, -1]).abs().max())
+
+
+@pytest.mark.parametrize("rows", [1, 4])
+def test_the_encoder_pass_gives_the_encoders_output_bit_for_bit(model, rows):
+    """`EncoderPass` against the model's encoder, one sentence and a padded batch (its feed-forward network on the
+    real tokens only): the same output bit for bit; bad ids and a fully masked row raise the encoder's own errors."""
+    input_ids, attention_mask, _ = padded_batch(seed=7, vocab=model.config.vocab_size, batch=rows)
+    encode = fast_generation.EncoderPass(model)
+    with torch.inference_mode():
+        expected = model.model.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+        assert torch.equal(encode(input_ids, attention_mask), expected)
+        bad_ids = input_ids.clone()
+        bad_ids[0, 0] = model.config.vocab_size
+        empty_row = attention_mask.clone()
+        empty_row[-1] = 0
+        for ids, mask in ((bad_ids, attention_mask), (input_ids, empty_row)):
+            with pytest.raises((IndexError, ValueError)) as expected_error:
+                model.model.encoder(input_ids=ids, attention_mask=mask)
+            with pytest.raises(expected_error.type, match=re.escape(str(expected_error.value))):
+                encode(ids, mask)
 
 
 def test_the_same_ids_with_three_projections(monkeypatch):
