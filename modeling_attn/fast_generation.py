@@ -386,7 +386,28 @@ class EncoderLayerWeights(NamedTuple):
         )
 
 
-class EncoderPass:
+class _StackPass:
+    """What a pass over the encoder or the decoder stack reads of it: sizes, embeddings, positions, final LayerNorm."""
+
+    def __init__(self, config, stack: nn.Module):
+        self.norm_first = config.norm_first
+        self.width, self.heads = config.d_model, config.num_heads
+        self.head_dim = config.d_model // config.num_heads
+        self.embedding = stack.embed_tokens.weight
+        self.padding_idx = stack.embed_tokens.padding_idx
+        self.embed_scale = stack.embed_scale
+        self.positions = stack.embed_positions.table
+        self.final_norm = _norm(stack.layer_norm) if stack.layer_norm is not None else None
+
+    def _embed(self, ids: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """The stack's `_embed` in eval: token embeddings, scaled, plus the given rows of the position table."""
+        hidden = F.embedding(ids, self.embedding, self.padding_idx)
+        if self.embed_scale != 1.0:
+            hidden = hidden * self.embed_scale
+        return hidden + positions.to(hidden.dtype)
+
+
+class EncoderPass(_StackPass):
     """The model's encoder in eval mode (`AttnTransformerEncoder.forward`) on the same kernels in the same order,
     without its modules' Python: its output is the encoder's bit for bit (tests/test_fast_generation.py). The ids
     and the mask are checked by the encoder's own checks (the same errors); the mask SDPA gets is the one
@@ -394,17 +415,9 @@ class EncoderPass:
     on the real tokens' rows only and the others get zeros (`padding_free.each_on_rows`, as the encoder does)."""
 
     def __init__(self, model: AttnTransformerForConditionalGeneration):
-        encoder = model.model.encoder
+        super().__init__(model.config, model.model.encoder)
         self.config = model.config
-        self.norm_first = self.config.norm_first
-        self.width, self.heads = self.config.d_model, self.config.num_heads
-        self.head_dim = self.width // self.heads
-        self.embedding = encoder.embed_tokens.weight
-        self.padding_idx = encoder.embed_tokens.padding_idx
-        self.embed_scale = encoder.embed_scale
-        self.positions = encoder.embed_positions.table
-        self.final_norm = _norm(encoder.layer_norm) if encoder.layer_norm is not None else None
-        self.layers = [EncoderLayerWeights.of(layer) for layer in encoder.layers]
+        self.layers = [EncoderLayerWeights.of(layer) for layer in model.model.encoder.layers]
 
     def __call__(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The encoder's last hidden state (B, S, E)."""
@@ -415,10 +428,7 @@ class EncoderPass:
                 f"sequence of {length} positions exceeds max_position_embeddings="
                 f"{self.config.max_position_embeddings}; raise it in the config or truncate the input"
             )
-        hidden = F.embedding(input_ids, self.embedding, self.padding_idx)
-        if self.embed_scale != 1.0:
-            hidden = hidden * self.embed_scale
-        hidden = hidden + self.positions[:length].to(hidden.dtype)
+        hidden = self._embed(input_ids, self.positions[:length])
         check_attention_mask(attention_mask, hidden.shape[:2], "attention_mask", require_token=True)
         rows = kept_rows(attention_mask)
         mask = create_bidirectional_mask(config=self.config, inputs_embeds=hidden, attention_mask=attention_mask)
@@ -460,7 +470,7 @@ def _residual(norm_first: bool, hidden, norm: tuple, compute: Callable, *args) -
     return F.layer_norm(hidden + compute(hidden, *args), *norm)
 
 
-class DecoderStep:
+class DecoderStep(_StackPass):
     """One cached decoder step of the model on R rows: the model's weights through the kernels its modules call, in
     the same order, so that the logits are the model's bit for bit.
 
@@ -476,17 +486,9 @@ class DecoderStep:
     """
 
     def __init__(self, model: AttnTransformerForConditionalGeneration, signature: tuple | None = None):
-        self.signature = signature
-        config = model.config
         decoder = model.model.decoder
-        self.norm_first = config.norm_first
-        self.width, self.heads = config.d_model, config.num_heads
-        self.head_dim = config.d_model // config.num_heads
-        self.embedding = decoder.embed_tokens.weight
-        self.padding_idx = decoder.embed_tokens.padding_idx
-        self.embed_scale = decoder.embed_scale
-        self.positions = decoder.embed_positions.table
-        self.final_norm = _norm(decoder.layer_norm) if decoder.layer_norm is not None else None
+        super().__init__(model.config, decoder)
+        self.signature = signature
         self.output = _linear(model.lm_head)
         self.logits_bias = model.final_logits_bias
         self.layers = [LayerWeights.of(layer) for layer in decoder.layers]
@@ -565,10 +567,7 @@ class DecoderStep:
 
     def __call__(self, tokens, position: int, self_kv, cross_kv, cross_mask) -> torch.Tensor:
         """Logits (R, V) for `tokens` (R,) at decoder `position`."""
-        hidden = F.embedding(tokens, self.embedding, self.padding_idx)  # (R, E)
-        if self.embed_scale != 1.0:
-            hidden = hidden * self.embed_scale
-        hidden = hidden + self.positions[position : position + 1].to(hidden.dtype)
+        hidden = self._embed(tokens, self.positions[position : position + 1])  # (R, E)
         rows = tokens.shape[0]
         fuse = self._fuse.get(rows)
         if fuse is None:
