@@ -526,6 +526,60 @@ def test_model_reports_the_alignment_setting(alignment_models):
         assert describe_model(model, alignment_models[model_type])["alignment"] == expected
 
 
+def test_the_answer_s_bytes_are_those_fastapi_wrote_from_the_response_model():
+    """`_answer` writes the body itself; the reference is FastAPI's own route returning the response model (as the
+    server did before), on hypotheses with NaN and infinite scores and weights, non-ASCII text, n-best lists and
+    both alignments."""
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    from modeling_attn.api.alignment import AlignedTranslation, WordAlignment
+    from modeling_attn.api.serve_schema import ScoredText, SoftAlignment, TranslateResponse, Translation
+    from modeling_attn.api.server import _answer
+    from modeling_attn.api.translation import Hypothesis
+
+    def as_model(hypotheses, nbest: bool, alignment: str | None) -> TranslateResponse:
+        def scored(hypothesis) -> dict:
+            found = {"text": hypothesis.text, "score": None if math.isnan(hypothesis.score) else hypothesis.score}
+            if alignment == "hard":
+                found["alignment"] = hypothesis.alignment.pairs
+            elif alignment == "soft":
+                found["alignment"] = SoftAlignment(**hypothesis.alignment.soft())
+            return found
+
+        translations = []
+        for found in hypotheses:
+            extra = {"nbest": [ScoredText(**scored(hypothesis)) for hypothesis in found]} if nbest else {}
+            translations.append(Translation(**scored(found[0]), **extra))
+        return TranslateResponse(translations=translations)
+
+    weights = torch.tensor([[0.1234567, 1e-5, 0.0], [math.nan, 2.5e-7, math.inf]])
+    aligned = WordAlignment(["a", "Maß", "c"], ["x", "ÿ"], weights, [(0, 0), (2, 1)])
+    empty = WordAlignment(["a"], [], torch.zeros(0, 1), [])
+    plain = [
+        [Hypothesis("1987-03-03", -0.2069178968667984), Hypothesis('"q"\\ \n ü', -math.inf)],
+        [Hypothesis("", math.nan), Hypothesis("x", 1e16)],
+    ]
+    with_alignments = [
+        [AlignedTranslation("x ÿ", aligned, None, -0.5), AlignedTranslation("x", empty, None, -1e-20)],
+        [AlignedTranslation("", empty, None, math.nan), AlignedTranslation("", empty, None, math.nan)],
+    ]
+    cases = [(plain, nbest, None) for nbest in (False, True)]
+    cases += [(with_alignments, nbest, alignment) for nbest in (False, True) for alignment in ("hard", "soft")]
+    app = FastAPI()
+
+    @app.post("/reference/{case}", response_model=TranslateResponse, response_model_exclude_unset=True)
+    async def reference(case: int) -> TranslateResponse:
+        return as_model(*cases[case])
+
+    with TestClient(app) as client:
+        for index, case in enumerate(cases):
+            expected = client.post(f"/reference/{index}")
+            answer = _answer(*case)
+            assert answer.body == expected.content, case
+            assert answer.headers["content-type"] == expected.headers["content-type"] == "application/json"
+
+
 # -- slow: a real server process and real HTTP clients -----------------------------------------------------------
 
 

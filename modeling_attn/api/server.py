@@ -23,7 +23,8 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
+from pydantic_core import to_json
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
@@ -31,7 +32,7 @@ from .batching import Batcher, Found, Group, QueueFull, ServeLimits
 from .engines import Engine, as_engine
 from .errors import UserError
 from .model_info import describe_model
-from .serve_schema import ScoredText, SoftAlignment, TranslateRequest, TranslateResponse, Translation
+from .serve_schema import TranslateRequest, TranslateResponse
 from .translation import TranslateError, check_nbest, generation_overrides
 
 
@@ -164,20 +165,29 @@ def _token_counts(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, te
     return counts
 
 
-def _answer(hypotheses: list[list[Found]], nbest: bool, alignment: str | None = None) -> TranslateResponse:
+def _answer(hypotheses: list[list[Found]], nbest: bool, alignment: str | None = None) -> Response:
+    """The body of `TranslateResponse` as FastAPI writes it under `response_model_exclude_unset` (the same bytes:
+    tests/test_serve.py), written here: FastAPI's validation and serialization of the response model cost a lone
+    request about 0.1 ms (docs/serve.md). The route keeps `response_model` for its OpenAPI schema; FastAPI sends a
+    returned Response as it is. Fields never set (`alignment`, `nbest`) are left out; a NaN score is null."""
+
     def scored(hypothesis: Found) -> dict[str, Any]:
         found = {"text": hypothesis.text, "score": None if math.isnan(hypothesis.score) else hypothesis.score}
         if alignment == "hard":
             found["alignment"] = hypothesis.alignment.pairs
         elif alignment == "soft":
-            found["alignment"] = SoftAlignment(**hypothesis.alignment.soft())
+            found["alignment"] = hypothesis.alignment.soft()
         return found
 
     translations = []
-    for found in hypotheses:  # `nbest` only when asked for: the response leaves out fields never set
-        extra = {"nbest": [ScoredText(**scored(hypothesis)) for hypothesis in found]} if nbest else {}
-        translations.append(Translation(**scored(found[0]), **extra))
-    return TranslateResponse(translations=translations)
+    for found in hypotheses:
+        translation = scored(found[0])
+        if nbest:
+            translation["nbest"] = [scored(hypothesis) for hypothesis in found]
+        translations.append(translation)
+    # pydantic's own JSON writer, as FastAPI's for a response model: the same numbers, infinities as null
+    body = to_json({"translations": translations}, inf_nan_mode="null")
+    return Response(body, media_type="application/json")
 
 
 def create_app(
