@@ -9,8 +9,11 @@
 3. Server: `attn serve --model M --threads T --engine E` on 127.0.0.1; for each of `--clients`, closed-loop httpx
    clients send one-sentence requests until `--requests` are answered: requests/s, p50 / p99 latency, answers checked.
 4. Stress: `--stress_clients` clients x `--stress_requests` requests, each answered 200 with the reference.
-5. The engine alone (`engine_alone`): the server's engine in this process, one sentence a call, p50 ms: a lone
-   request's time without HTTP, the queue and the worker. `failed(report)`: exit 1 on any lost or wrong answer.
+5. The engine alone (`engine_alone`, before the server starts): the server's engine in this process, one sentence a
+   call, p50 ms: a lone request's time without HTTP, the queue and the worker.
+6. The HTTP floor (`http_floor`): GET /health, a no-op, from one httpx client timed as in 3, p50 ms back to back and
+   after an idle pause as long as step 5's p50; a lone request's latency less the floor is the server's own time.
+`failed(report)`: exit 1 on any lost or wrong answer.
 """
 
 from __future__ import annotations
@@ -209,6 +212,29 @@ def load(
     }
 
 
+def http_floor(url: str, requests: int, idle_s: float) -> dict:
+    """GET /health from one keep-alive httpx client, timed as `load` times a request: p50 ms back to back and after
+    `idle_s` of pause (interleaved): a server idle for a few ms answers slower (on the 2-core VM of issue 48, GET
+    /health over http.client: 0.9 ms back to back, 1.3 ms after 7 ms idle), and a lone request's event loop idles
+    while it decodes."""
+    back_to_back, after_idle = [], []
+    with httpx.Client(timeout=60) as session:
+        session.get(f"{url}/health").raise_for_status()  # connect
+        for _ in range(requests):
+            for seconds, pause in ((after_idle, idle_s), (back_to_back, 0.0)):
+                time.sleep(pause)
+                start = time.perf_counter()
+                response = session.get(f"{url}/health")
+                seconds.append(time.perf_counter() - start)
+                response.raise_for_status()
+    return {
+        "requests": requests,
+        "p50_ms": round(1000 * statistics.median(back_to_back), 2),
+        "idle_ms": round(1000 * idle_s, 2),
+        "p50_ms_after_idle": round(1000 * statistics.median(after_idle), 2),
+    }
+
+
 def engine_alone(args: argparse.Namespace, sentences: list[str], expected: dict[str, str]) -> dict:
     """The server's engine in this process, one sentence a call: p50 ms per sentence (wall clock), and whether it
     gave the reference's translations."""
@@ -240,6 +266,7 @@ def main(argv: list[str]) -> dict:
         folder = Path(tmp)
         print(f"reference: attn translate on {len(pool)} sentences", file=sys.stderr, flush=True)
         expected, baseline = reference(args, pool, folder)
+        alone = engine_alone(args, pool[: args.requests], expected)
         runs = []
         with server(args, folder) as url:
             load(url, 4, 8, pool, expected)  # warm-up
@@ -252,9 +279,9 @@ def main(argv: list[str]) -> dict:
                 f"stress: {args.stress_clients} clients x {args.stress_requests} requests", file=sys.stderr, flush=True
             )
             stress = load(url, args.stress_clients, total, pool, expected)
+            floor = http_floor(url, args.requests, alone["p50_ms"] / 1000)
             health = httpx.get(f"{url}/health").json()
     one = next((run for run in runs if run["clients"] == 1), None)
-    alone = engine_alone(args, pool[: args.requests], expected)
     results = harness.envelope(
         __name__,
         argv,
@@ -271,6 +298,7 @@ def main(argv: list[str]) -> dict:
         stress=stress,
         server_health_at_end=health,
         engine_alone=alone,
+        http_floor=floor,
     )
     harness.write_results(args.output, results, markdown(results))
     return results
@@ -293,6 +321,15 @@ def markdown(results: dict) -> str:
             "",
             f"The engine alone ({alone['engine']}, in the bench's process, one sentence a call, no HTTP): p50 "
             f"{alone['p50_ms']} ms over {alone['sentences']} sentences ({alone['wrong']} unlike the reference).",
+        ]
+    floor, one = results.get("http_floor"), next((run for run in results["serve"] if run["clients"] == 1), None)
+    if floor and one and one["latency_p50_ms"] is not None:
+        lines += [
+            "",
+            f"The HTTP floor (GET /health, a no-op, the same httpx client, {floor['requests']} requests): p50 "
+            f"{floor['p50_ms']} ms back to back, {floor['p50_ms_after_idle']} ms after {floor['idle_ms']} ms idle. "
+            f"1 client's p50 less the floor: {one['latency_p50_ms'] - floor['p50_ms']:.1f} ms "
+            f"({one['latency_p50_ms'] - floor['p50_ms_after_idle']:.1f} ms less the floor after idle).",
         ]
     return "\n".join(lines) + "\n"
 
