@@ -14,6 +14,7 @@ Shapes: N open sentences, K beams, C candidates per sentence and step, L max_len
 from __future__ import annotations
 
 import itertools
+import math
 import struct
 from dataclasses import dataclass, fields
 
@@ -282,9 +283,13 @@ _FLOAT32 = struct.Struct("f")
 
 
 def f32(value: float) -> float:
-    """`value` rounded to the nearest float32 (a float32 sum, quotient or product computed in double and rounded
-    once is the float32 operation's result: double has more than twice float32's precision)."""
-    return _FLOAT32.unpack(_FLOAT32.pack(value))[0]
+    """`value` rounded to the nearest float32, infinite past float32's range (a float32 sum, quotient or product
+    computed in double and rounded once is the float32 operation's result: double has more than twice float32's
+    precision)."""
+    try:
+        return _FLOAT32.unpack(_FLOAT32.pack(value))[0]
+    except OverflowError:  # where struct checks the range (its native "f" casts: inf already)
+        return math.copysign(math.inf, value)
 
 
 def top(values: list[float], k: int) -> list[int]:
@@ -358,7 +363,7 @@ class _Beams:
 
 
 class ListBeamSearch:
-    """`OpenSentences` and `SearchResults` on Python lists and floats, for the fast decoding loop's small batches
+    """`OpenSentences` and `SearchResults` on Python lists and floats, for the fast decoding loop
     (`fast_generation.beam_search`): a tensor step of the search is ~50 operations on (N, 2K) tensors, which at batch
     1 cost more than a small model's decoder step. Per step torch computes the summed scores' top 2K from the
     (N * K, V) log-probabilities; the rest is the tensor search's float32 arithmetic on Python floats (`f32`: each

@@ -184,6 +184,10 @@ def test_f32_rounds_as_torch_float32_operations():
         divisor = length**penalty
         assert beam_search.f32(score / beam_search.f32(divisor)) == (torch.tensor([score]) / divisor).item()
         assert beam_search.f32(score + beam_search.NEG) == (torch.tensor([score]) + beam_search.NEG).item()
+    low = torch.finfo(torch.float32).min  # a forced row's score; a negative length penalty divides it by < 1
+    for divisor in (0.5, 0.9999999, 1.0, 2.0):
+        assert beam_search.f32(low / beam_search.f32(divisor)) == (torch.tensor([low]) / divisor).item()
+        assert beam_search.f32(low + beam_search.NEG) == (torch.tensor([low]) + beam_search.NEG).item()
 
 
 def test_top_is_torch_topk_ties_and_nan_included():
@@ -251,10 +255,11 @@ def list_search_steps(settings, fill, eos, batch_size, log_probs_of):
 def test_list_search_equals_the_tensor_search(beams, early_stopping, eos):
     """Both searches driven by the same log-probabilities, step by step: the same decoder rows, the same sentences
     closed, the same result. The log-probabilities have ties (logits in steps of 0.5 over 7 tokens), end tokens
-    often, and rows forced to end (finfo.min but the end tokens, as the per-sentence limit does)."""
+    often, and sentences and rows forced to end (finfo.min but the end tokens, as the per-sentence limit does; with a
+    negative length penalty their scores overflow float32)."""
     eos = torch.tensor(eos)
     low = torch.finfo(torch.float32).min
-    for penalty, seed in itertools.product((0.0, 0.6, 1.0, 2.0), range(4)):
+    for penalty, seed in itertools.product((-0.5, 0.0, 0.6, 1.0, 2.0), range(4)):
         config = GenerationConfig(num_beams=beams, length_penalty=penalty, early_stopping=early_stopping)
         config._eos_token_tensor = eos
         config.max_length = 9
@@ -264,7 +269,9 @@ def test_list_search_equals_the_tensor_search(beams, early_stopping, eos):
             generator = torch.Generator().manual_seed(1000 * seed + cur_len)
             logits = torch.randint(-6, 3, (rows, 7), generator=generator) * 0.5
             log_probs = torch.log_softmax(logits, dim=-1)
-            forced = torch.rand(rows, generator=generator) < 0.15
+            # whole sentences forced, as the per-sentence limit forces them, and single rows
+            forced = (torch.rand(rows // beams, generator=generator) < 0.2).repeat_interleave(beams)
+            forced |= torch.rand(rows, generator=generator) < 0.1
             ends = torch.full_like(log_probs, low)
             ends[:, eos] = log_probs[:, eos]
             return torch.where(forced[:, None], ends, log_probs)
