@@ -405,6 +405,33 @@ def test_decode_quick_run(tmp_path):
     assert "(1.00x)" in table  # CTranslate2 direct against itself
 
 
+def test_fast_generation_run_on_a_tiny_preset_and_its_ceiling(tmp_path):
+    """fast_generation on the tiny preset (random weights, forced lengths): the same ids as generate() on every
+    sentence, and "the step's matmuls alone" timed on the steps the loop ran, as many as it ran."""
+    module = bench_module("fast_generation")
+    from modeling_attn import fast_generation
+
+    argv = ["--preset", "tiny", "--sentences", "4", "--batch_sizes", "1", "2", "--max_new_tokens", "5", "--reps", "1"]
+    report = module.main([*argv, "--output", str(tmp_path / "f")])
+    assert [(entry["batch_size"], entry["num_beams"]) for entry in report["results"]] == [
+        (1, 1),
+        (1, 4),
+        (2, 1),
+        (2, 4),
+    ]
+    for entry in report["results"]:
+        assert entry["same_ids"] == "4 of 4"
+        assert (
+            entry["ceiling"]
+            == entry["sentences_per_s_cpu"]["matmuls alone"] / entry["sentences_per_s_cpu"]["generate"]
+        )
+    model, sources, encode, extra = module.preset_inputs(module.parse_args(argv))
+    rows = module.step_rows(model, [encode(sources[:1])], {"num_beams": 4, **extra})
+    assert set(rows) == {4} and 1 <= len(rows) <= 5  # the 4 beams of one sentence, at most max_new_tokens steps
+    assert fast_generation.DecoderStep.__call__.__name__ == "__call__"  # the recording undone
+    assert "| the step's matmuls alone | ceiling |" in (tmp_path / "f.md").read_text()
+
+
 @pytest.mark.slow
 def test_engines_quick_run(tmp_path):
     """engines --quick: the five runtimes on the tiny preset; onnxruntime and the compiled model give PyTorch's ids
