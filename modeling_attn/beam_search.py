@@ -224,12 +224,12 @@ class OpenSentences:
         self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
 
 
-def beam_settings(input_ids: torch.Tensor, generation_config: GenerationConfig) -> tuple[BeamSettings, int]:
-    """The search's fixed settings, and the id that fills unused positions of the sequences: as transformers, the pad
-    token, or the end token when the pad id is 0 (its `or`)."""
+def beam_settings(prompt_length: int, generation_config: GenerationConfig) -> tuple[BeamSettings, int]:
+    """The search's fixed settings for prompts of `prompt_length` tokens, and the id that fills unused positions of
+    the sequences: as transformers, the pad token, or the end token when the pad id is 0 (its `or`)."""
     eos_token_id = generation_config._eos_token_tensor
     fill = (generation_config._pad_token_tensor or eos_token_id[0]) if eos_token_id is not None else -1
-    return BeamSettings.of(generation_config, input_ids.shape[1]), fill
+    return BeamSettings.of(generation_config, prompt_length), fill
 
 
 @dataclass
@@ -328,7 +328,7 @@ class _Beams:
         self.may_improve = True
 
     def advance(self, scores, sequences, rows, stops, settings: BeamSettings, cur_len: int) -> None:
-        """`OpenSentences.advance` for this sentence: the same float32 operations in the same order."""
+        """`OpenSentences.advance` for this open sentence: the same float32 operations in the same order."""
         beams, penalty = settings.num_beams, settings.length_penalty
         running_scores = [f32(score + NEG) if stop else score for score, stop in zip(scores, stops, strict=True)]
         best = top(running_scores, beams)
@@ -338,11 +338,9 @@ class _Beams:
 
         just_finished = [stop and index < beams for index, stop in enumerate(stops)]
         divisor = f32((cur_len + 1 - settings.prompt_length) ** penalty)
+        # the tensor search also masks every candidate of a sentence that is full (with early_stopping=True) or can no
+        # longer improve: such a sentence is closed before its next step, so here (open sentences only) never
         ended = [f32(score / divisor) for score in scores]
-        if all(self.is_finished) and settings.early_stopping is True:
-            ended = [f32(score + NEG) for score in ended]
-        if not self.may_improve:
-            ended = [f32(score + NEG) for score in ended]
         ended = [score if just else f32(score + NEG) for score, just in zip(ended, just_finished, strict=True)]
         candidates = self.finished_scores + ended
         merged = top(candidates, beams)
@@ -357,9 +355,7 @@ class _Beams:
             best_length = cur_len + 1 - settings.prompt_length
         best_running = f32(self.running_scores[0] / f32(best_length**penalty))
         worst = min(self.finished_scores)
-        self.may_improve = self.may_improve and any(
-            best_running > (worst if finished else NEG) for finished in self.is_finished
-        )
+        self.may_improve = any(best_running > (worst if finished else NEG) for finished in self.is_finished)
 
 
 class ListBeamSearch:
@@ -400,12 +396,13 @@ class ListBeamSearch:
             sequences = [[*beams.running[parent], token] for parent, token in zip(parents, tokens, strict=True)]
             rows = [parent + position * settings.num_beams for parent in parents]
             beams.advance(scores[position], sequences, rows, stops, settings, cur_len)
-        for beams in self.open:
-            self.may_improve[beams.sentence], self.full[beams.sentence] = beams.may_improve, all(beams.is_finished)
+        full = [all(beams.is_finished) for beams in self.open]
+        for beams, sentence_full in zip(self.open, full, strict=True):
+            self.may_improve[beams.sentence], self.full[beams.sentence] = beams.may_improve, sentence_full
         stopping = settings.early_stopping is True
         if not (any(self.may_improve) and not (all(self.full) and stopping)) or every_stop:
             return None  # `SearchResults.closed_sentences`
-        closed = [not beams.may_improve or (all(beams.is_finished) and stopping) for beams in self.open]
+        closed = [not beams.may_improve or (done and stopping) for beams, done in zip(self.open, full, strict=True)]
         if all(closed):
             return None
         kept = None
@@ -489,7 +486,7 @@ class CompactBeamSearchMixin:
             return super()._beam_search(
                 input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, **model_kwargs
             )
-        settings, fill = beam_settings(input_ids, generation_config)
+        settings, fill = beam_settings(input_ids.shape[1], generation_config)
         state = OpenSentences.start(input_ids, settings, fill)
         results = SearchResults.start(state)
         flat_running = input_ids

@@ -675,7 +675,7 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
     rows = encoded.shape[0]
     # two caches: a step's reorder writes the beams' keys/values into the other one (no copy back)
     self_kv, spare = step.new_cache(rows, max_length - 1, encoded), step.new_cache(rows, max_length - 1, encoded)
-    settings, fill = beam_settings(torch.full((rows, 1), plan.start), plan.config)
+    settings, fill = beam_settings(1, plan.config)  # the prompt: the decoder start token
     search = ListBeamSearch(batch_size, settings, [plan.start], int(fill), plan.eos.tolist())
     limits = None if plan.limits is None else torch.tensor(plan.limits, device=device)
     first_limit = None if plan.limits is None else min(plan.limits) - 1
