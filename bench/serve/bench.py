@@ -214,9 +214,9 @@ def load(
 
 def http_floor(url: str, requests: int, idle_s: float) -> dict:
     """GET /health from one keep-alive httpx client, timed as `load` times a request: p50 ms back to back and after
-    `idle_s` of pause (interleaved): a server idle for a few ms answers slower (on the 2-core VM of issue 48, GET
-    /health over http.client: 0.9 ms back to back, 1.3 ms after 7 ms idle), and a lone request's event loop idles
-    while it decodes."""
+    `idle_s` of pause (interleaved): a server idle for a few ms answers slower
+    (bench/results/serve-dates-auto-floor.md: 2.07 ms back to back, 2.75 ms after 6.2 ms), and a lone request's event
+    loop idles while it decodes."""
     back_to_back, after_idle = [], []
     with httpx.Client(timeout=60) as session:
         session.get(f"{url}/health").raise_for_status()  # connect
