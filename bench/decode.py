@@ -8,10 +8,15 @@ Engines (`--engines`): torch, ctranslate2, onnxruntime and auto opened with `loa
 `--quantize int8` where the engine has it; "generate()", the model's `generate()` as `translate_batch` ran it before
 the torch engine's own loop; and the peer, "CTranslate2 direct" (float32, int8): the same export in a
 `ctranslate2.Translator` called as its documentation shows, the reference of every ratio. Greedy and beam 4, batch 1
-and `--batch_size`, all engines in interleaved rounds; sentences/s = sentences over the median CPU time of this
-process (`--threads`, one by default); "same" = translations equal to the torch engine's. `--model` takes a trained
-folder and the dates task's test sources; `--preset` random weights, a word-level tokenizer, Multi30k-like lengths and
-exactly `--max_new_tokens` tokens (a random model almost never ends a sentence).
+and `--batch_size`, all engines in interleaved rounds; "same" = translations equal to the torch engine's. `--model`
+takes a trained folder and the dates task's test sources; `--preset` random weights, a word-level tokenizer,
+Multi30k-like lengths and exactly `--max_new_tokens` tokens (a random model almost never ends a sentence).
+
+Threads (`--threads`, one by default): each setting given is a row of every engine. A number N is what `--threads N`
+does (torch.set_num_threads(N) and `threads=N`; the peer with `intra_threads=N`); `default` is what a user who names
+none gets (torch's own count, `threads=None`; the peer as CTranslate2's documentation calls it, with its own default
+threads). With one thread, sentences/s = sentences over the median CPU time of this process (free of the time spent
+waiting for a core on a shared machine); with any other setting, over the median wall-clock time (what a user waits).
 """
 
 from __future__ import annotations
@@ -50,7 +55,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--single", type=int, default=None, help="sentences of the batch-1 runs (default: all)")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--max_new_tokens", type=int, default=30, help="with --preset: tokens decoded per sentence")
-    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument(
+        "--threads", nargs="+", default=["1"], type=thread_setting, help="numbers and/or `default` (default: 1)"
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
     parser.add_argument("--settings", nargs="+", default=list(SETTINGS), choices=list(SETTINGS))
@@ -66,6 +73,19 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     name = Path(args.model).name if args.model else args.preset
     args.output = args.output or harness.RESULTS / f"decode-{name}{'-quick' if args.quick else ''}"
     return args
+
+
+def thread_setting(value: str) -> str:
+    if value != "default" and not (value.isdigit() and int(value) > 0):
+        raise argparse.ArgumentTypeError(f"{value!r}: a number of threads or `default`")
+    return value
+
+
+def labelled(label: str, setting: str, settings: list[str]) -> str:
+    """The row of `label` at thread `setting` (the label alone with one setting, as the records before it)."""
+    if len(settings) == 1:
+        return label
+    return f"{label} ({'no --threads' if setting == 'default' else f'--threads {setting}'})"
 
 
 def dates_sentences(count: int) -> list[str]:
@@ -102,8 +122,25 @@ def random_preset_folder(preset: str, sentences: int, max_new_tokens: int) -> tu
     return folder, texts
 
 
-def open_engines(folder: Path, labels: list[str], threads: int) -> dict[str, Callable[[list[str], dict], list[str]]]:
-    """label -> translate(sentences, options) for each engine asked for (exports made now, before timing)."""
+def open_engines(folder: Path, labels: list[str], settings: list[str]) -> dict[str, Callable]:
+    """label -> translate(sentences, options) for each engine asked for at each thread setting (exports made now,
+    before timing); each call first sets torch's threads as that setting's command would (its number, or torch's
+    own count)."""
+    own = torch.get_num_threads()
+    opened = {}
+    for setting in settings:
+        threads = None if setting == "default" else int(setting)
+        for label, run in open_at(folder, labels, threads).items():
+
+            def call(batch, options, run=run, count=threads or own):
+                torch.set_num_threads(count)
+                return run(batch, options)
+
+            opened[labelled(label, setting, settings)] = call
+    return opened
+
+
+def open_at(folder: Path, labels: list[str], threads: int | None) -> dict[str, Callable[[list[str], dict], list[str]]]:
     from modeling_attn.api import translation
     from modeling_attn.api.engines import load_translator
 
@@ -128,15 +165,16 @@ def open_engines(folder: Path, labels: list[str], threads: int) -> dict[str, Cal
     return opened
 
 
-def direct_ctranslate2(folder: Path, compute_type: str, threads: int) -> Callable[[list[str], dict], list[str]]:
-    """CTranslate2 on the engine's export, called directly: tokenize, translate_batch, decode."""
+def direct_ctranslate2(folder: Path, compute_type: str, threads: int | None) -> Callable[[list[str], dict], list[str]]:
+    """CTranslate2 on the engine's export, called directly: tokenize, translate_batch, decode (`threads` None:
+    CTranslate2's own default, `intra_threads=0`)."""
     import ctranslate2
     from transformers import AutoTokenizer, GenerationConfig
 
     from modeling_attn.api.engines import load_translator
 
     export = load_translator(str(folder), engine="ctranslate2", device="cpu").export  # made (or found) once
-    translator = ctranslate2.Translator(str(export), compute_type=compute_type, intra_threads=threads)
+    translator = ctranslate2.Translator(str(export), compute_type=compute_type, intra_threads=threads or 0)
     tokenizer = AutoTokenizer.from_pretrained(folder)
     config = GenerationConfig.from_pretrained(folder)
 
@@ -157,17 +195,17 @@ def direct_ctranslate2(folder: Path, compute_type: str, threads: int) -> Callabl
     return translate
 
 
-def run_setting(engines: dict, sentences: list[str], batch_size: int, options: dict, reps: int) -> dict:
+def run_setting(engines: dict, sentences: list[str], batch_size: int, options: dict, reps: int, clock: str) -> dict:
     chunks = [sentences[start : start + batch_size] for start in range(0, len(sentences), batch_size)]
     outputs = {label: [text for chunk in chunks for text in run(chunk, options)] for label, run in engines.items()}
     tasks = {label: (lambda run=run: [run(chunk, options) for chunk in chunks]) for label, run in engines.items()}
     seconds = harness.interleaved_clocks(tasks, reps)
-    reference = outputs.get("torch") or next(iter(outputs.values()))
+    reference = next((outputs[label] for label in outputs if label.partition(" (")[0] == "torch"), None)
+    reference = reference or next(iter(outputs.values()))
     results = {}
     for label in engines:
-        cpu = statistics.median(seconds[label]["cpu"])
         results[label] = {
-            "sentences_per_s": len(sentences) / cpu,
+            "sentences_per_s": len(sentences) / statistics.median(seconds[label][clock]),
             "cpu_s": seconds[label]["cpu"],
             "wall_s": seconds[label]["wall"],
             "same_as_torch": sum(a == b for a, b in zip(outputs[label], reference, strict=True)),
@@ -177,10 +215,13 @@ def run_setting(engines: dict, sentences: list[str], batch_size: int, options: d
 
 def markdown(report: dict) -> str:
     columns = list(report["results"])
+    settings = report["threads"] if isinstance(report["threads"], list) else [str(report["threads"])]
+    clock = "CPU time" if report.get("clock", "cpu") == "cpu" else "wall-clock time"
     lines = [
-        f"{report['sentences']} sentences ({report['single']} at batch 1), {report['threads']} thread(s), "
-        "sentences/s by CPU time (median of the rounds); x = against CTranslate2 direct in the same column (an int8 "
-        "row: against CTranslate2 direct int8); same = translations equal to the torch engine's.",
+        f"{report['sentences']} sentences ({report['single']} at batch 1), threads: {', '.join(settings)}; "
+        f"sentences/s by {clock} (median of the rounds); x = against CTranslate2 direct at the same thread setting "
+        "in the same column (an int8 row: against CTranslate2 direct int8); same = translations equal to the torch "
+        "engine's.",
         "",
         "| engine | " + " | ".join(columns) + " |",
         "| --- | " + " | ".join("---:" for _ in columns) + " |",
@@ -192,7 +233,9 @@ def markdown(report: dict) -> str:
             if entry is None:
                 cells.append("")
                 continue
-            peer = report["results"][column].get(PEER + (" int8" if label.endswith("int8") else ""))
+            engine, _, setting = label.partition(" (")
+            peer_label = PEER + (" int8" if engine.endswith("int8") else "") + (f" ({setting}" if setting else "")
+            peer = report["results"][column].get(peer_label)
             ratio = f" ({entry['sentences_per_s'] / peer['sentences_per_s']:.2f}x)" if peer else ""
             total = report["single"] if column.startswith("batch 1 ") else report["sentences"]
             cells.append(f"{entry['sentences_per_s']:.1f}{ratio}, same {entry['same_as_torch']}/{total}")
@@ -203,7 +246,7 @@ def markdown(report: dict) -> str:
 def main(argv: list[str] | None = None) -> dict:
     argv = list(argv or [])
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+    clock = "cpu" if args.threads == ["1"] else "wall"
     if args.model:
         folder, sentences = Path(args.model), dates_sentences(args.sentences)
     else:
@@ -218,6 +261,7 @@ def main(argv: list[str] | None = None) -> dict:
         sentences=len(sentences),
         single=len(single),
         threads=args.threads,
+        clock=clock,
         engines=list(engines),
         results={},
     )
@@ -226,7 +270,7 @@ def main(argv: list[str] | None = None) -> dict:
             column = f"batch {batch_size} {setting}"
             harness.log(f"{column} ...")
             texts = single if batch_size == 1 else sentences
-            report["results"][column] = run_setting(engines, texts, batch_size, SETTINGS[setting], args.reps)
+            report["results"][column] = run_setting(engines, texts, batch_size, SETTINGS[setting], args.reps, clock)
             harness.write_results(args.output, report, markdown(report), quiet=True)
     harness.write_results(args.output, report, markdown(report))
     return report

@@ -84,15 +84,23 @@ def test_given_fp16_keeps_fp16(tmp_path, monkeypatch, fp16_allowed):
 
 
 def test_the_run_says_which_settings_it_trained_with(tmp_path, capsys):
+    """... and --threads sets torch's threads for the run (recorded as cpu_threads), the process's own after it."""
     small = ["--max_steps", "2", "--eval_strategy", "no", "--max_predict_samples", "4", "--generation_max_length", "8"]
-    recipe, args = parse_args([*TINY, *QUIET, "--output_dir", str(tmp_path / "run"), *small])
-    run(recipe, args)
+    recipe, args = parse_args([*TINY, *QUIET, "--output_dir", str(tmp_path / "run"), *small, "--threads", "1"])
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        run(recipe, args)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
     expected = {
         "device": "cpu",
         "mixed_precision": "no",
         "optim": "adamw_torch_fused",
         "tf32": False,
         "torch_compile": False,
+        "cpu_threads": 1,
     }
     results = json.loads((tmp_path / "run" / "all_results.json").read_text())
     assert {key: results[f"train_{key}"] for key in expected} == expected

@@ -121,6 +121,14 @@ class RecipeArguments:
             "range": COUNT,
         },
     )
+    threads: int | None = field(
+        default=None,
+        metadata={
+            "help": "CPU threads for torch in each training process (torch.set_num_threads; default: torch's own "
+            "choice, the cores the process may run on). Two runs side by side on 2 cores: --threads 1 each.",
+            "range": COUNT,
+        },
+    )
     streaming: bool = field(
         default=False,
         metadata={

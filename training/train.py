@@ -26,6 +26,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import pyarrow.compute as pc
+import torch
 import transformers
 from transformers import (
     AutoConfig,
@@ -128,6 +129,7 @@ class TrainingRun:
         self.model: PreTrainedModel | None = None  # build_model
         self.tokenized: datasets.DatasetDict | None = None  # tokenize
         self.trainer_args: Seq2SeqTrainingArguments | None = None  # build_trainer_arguments
+        self.threads_before: int | None = None  # setup: torch's threads before --threads
         self.speed_settings: dict | None = None  # build_trainer_arguments: what makes the training fast, as chosen
         self.train_dataset = None  # build_training_set; with guided alignment, collate
         self.collator = None  # collate
@@ -137,9 +139,9 @@ class TrainingRun:
 
     def setup(self) -> None:
         """Logging, the Hub names the run reads answered for (`check_hub_names`), the Hub repository of --push_to_hub
-        (created before any work; its id is `repo_id`), the
-        checkpoints --overwrite_output_dir deletes, the seed, and TF32 matmuls under --tf32 (which `validate` may
-        have chosen on a GPU: `resolve_cuda_fast_path`).
+        (created before any work; its id is `repo_id`), the checkpoints --overwrite_output_dir deletes, the seed,
+        torch's threads (--threads), and TF32 matmuls under --tf32 (which `validate` may have chosen on a GPU:
+        `resolve_cuda_fast_path`).
 
         With --push_to_hub the recipe pushes the files of `attn push` (code, card), not Trainer's raw folder: Trainer's
         own pushes are off (`build_trainer_arguments`), `CheckpointPush` pushes the checkpoints of --hub_strategy and
@@ -155,6 +157,9 @@ class TrainingRun:
         if self.recipe.overwrite_output_dir and self.args.do_train:
             self._clear_output_dir()
         set_seed(self.args.seed)
+        self.threads_before = torch.get_num_threads()
+        if self.recipe.threads:
+            torch.set_num_threads(self.recipe.threads)  # for this run; `cleanup` restores the process's setting
         if self.args.tf32:
             enable_tf32(True)
 
@@ -281,6 +286,7 @@ class TrainingRun:
             "optim": str(getattr(self.args.optim, "value", self.args.optim)),
             "tf32": bool(self.args.tf32),
             "torch_compile": self.args.torch_compile,
+            "cpu_threads": torch.get_num_threads(),  # --threads, or torch's own choice
         }
         logger.info(
             f"model {self.model.config.model_type}: {self.model.num_parameters() / 1e6:.2f}M parameters, "
@@ -480,9 +486,12 @@ class TrainingRun:
         logger.info(f"pushed {output_dir} to {url}")
 
     def cleanup(self) -> None:
-        """Record what the run wrote into --output_dir (`record_written`), also after an error."""
+        """Record what the run wrote into --output_dir (`record_written`), also after an error; torch's threads as
+        they were before --threads."""
         if self.args.process_index == 0:
             record_written(self.output_dir, self.started)
+        if self.threads_before is not None:
+            torch.set_num_threads(self.threads_before)
 
 
 # -- what the steps call: values in, no flags read ------------------------------------------------------------------

@@ -6,7 +6,8 @@
 1. Sentences: distinct dates of the embedded dates task (`training.synthetic.generate_pairs`, seed 12345), one each.
 2. Reference: `attn translate --model M --input pool.txt` (a subprocess): every request's right answer and the
    offline baseline (wall time with and without start and load; once per sentence on `--per_process` sentences).
-3. Server: `attn serve --model M --threads T --engine E` on 127.0.0.1; for each of `--clients`, closed-loop httpx
+3. Server: `attn serve --model M [--threads T] --engine E` on 127.0.0.1 (`--threads default`: no --threads given to
+   any command, the default users get); for each of `--clients`, closed-loop httpx
    clients send one-sentence requests until `--requests` are answered: requests/s, p50 / p99 latency, answers checked.
 4. Stress: `--stress_clients` clients x `--stress_requests` requests, each answered 200 with the reference.
 5. The engine alone (`engine_alone`, before the server starts): the server's engine in this process, one sentence a
@@ -48,7 +49,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--stress_clients", type=int, default=32)
     parser.add_argument("--stress_requests", type=int, default=500, help="requests per stress client (500)")
     parser.add_argument("--per_process", type=int, default=3, help="sentences for the process-per-sentence baseline")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of the server and attn translate (1)")
+    parser.add_argument(
+        "--threads",
+        default="1",
+        type=thread_setting,
+        help="--threads of the server, attn translate and the engine alone (1); `default`: none given",
+    )
     parser.add_argument("--engine", default="auto", help="the server's --engine, and the engine timed alone (auto)")
     parser.add_argument("--serve_flags", default="", help="more `attn serve` flags, e.g. '--max_wait_ms 5'")
     parser.add_argument("--quick", action="store_true", help="a short check of the script")
@@ -58,6 +64,17 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         args.pool, args.clients, args.requests = 64, [1, 8], 16
         args.stress_clients, args.stress_requests, args.per_process = 8, 10, 1
     return args
+
+
+def thread_setting(value: str) -> str:
+    if value != "default" and not (value.isdigit() and int(value) > 0):
+        raise argparse.ArgumentTypeError(f"{value!r}: a number of threads or `default`")
+    return value
+
+
+def thread_flags(args: argparse.Namespace) -> list[str]:
+    """The commands' --threads flag (none for `default`)."""
+    return [] if args.threads == "default" else ["--threads", args.threads]
 
 
 def attn(*arguments: str) -> list[str]:
@@ -70,9 +87,7 @@ def reference(args: argparse.Namespace, pool: list[str], folder: Path) -> tuple[
     source.write_text("".join(f"{line}\n" for line in pool))
     start = time.perf_counter()
     done = subprocess.run(
-        attn(
-            "translate", "--model", args.model, "--input", str(source), "--no_progress", "--threads", str(args.threads)
-        ),
+        attn("translate", "--model", args.model, "--input", str(source), "--no_progress", *thread_flags(args)),
         capture_output=True,
         text=True,
         check=True,
@@ -92,7 +107,7 @@ def reference(args: argparse.Namespace, pool: list[str], folder: Path) -> tuple[
     start = time.perf_counter()
     for line in pool[: args.per_process]:
         subprocess.run(
-            attn("translate", "--model", args.model, "--no_progress", "--threads", str(args.threads), line),
+            attn("translate", "--model", args.model, "--no_progress", *thread_flags(args), line),
             check=True,
             capture_output=True,
         )
@@ -121,8 +136,7 @@ def server(args: argparse.Namespace, folder: Path) -> Iterator[str]:
             args.model,
             "--port",
             str(port),
-            "--threads",
-            str(args.threads),
+            *thread_flags(args),
             "--engine",
             args.engine,
             "--log_level",
@@ -242,8 +256,10 @@ def engine_alone(args: argparse.Namespace, sentences: list[str], expected: dict[
 
     from modeling_attn.api.engines import load_translator
 
-    torch.set_num_threads(args.threads)
-    engine = load_translator(args.model, engine=args.engine, device="cpu", threads=args.threads)
+    threads = None if args.threads == "default" else int(args.threads)
+    if threads:
+        torch.set_num_threads(threads)
+    engine = load_translator(args.model, engine=args.engine, device="cpu", threads=threads)
     engine.translate_batch(sentences[:4])  # warm-up
     seconds, wrong = [], 0
     for line in sentences:
@@ -306,7 +322,8 @@ def main(argv: list[str]) -> dict:
 
 def markdown(results: dict) -> str:
     lines = [
-        f"Model {results['model']}, {results['threads']} thread(s).",
+        f"Model {results['model']}, "
+        + ("no --threads (the default)." if results["threads"] == "default" else f"{results['threads']} thread(s)."),
         "",
         "| clients | requests | problems | requests/s | p50 latency ms | p99 latency ms |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",

@@ -29,6 +29,7 @@ from .. import __version__
 from ..generation import per_sentence_offset, sentence_limits
 from .errors import ExportError, FlagError
 from .export_cache import ExportCacheError
+from .threads import ctranslate2_threads, onnxruntime_threads, split_size, torch_threads, torch_threads_for
 from .translation import (
     Hypothesis,
     check_nbest,
@@ -104,13 +105,21 @@ def _seed_torch(seed: int) -> None:
     set_seed(seed)
 
 
+def _threads_for(model: PreTrainedModel, given: int | None, sentences: list[str], n: int, options: dict[str, Any]):
+    """torch's threads for a call on `sentences` (`threads.torch_threads_for`: by its decoder rows, sentences x the
+    beams or returned sequences, unless the user gave a number) as a context."""
+    beams = options.get("num_beams") or model.generation_config.num_beams or 1
+    return torch_threads(torch_threads_for(len(sentences) * max(beams, n), given))
+
+
 class TorchEngine:
-    """The model itself (the module docstring); `model` may be an `AttnEnsemble`, quantized."""
+    """The model itself (the module docstring); `model` may be an `AttnEnsemble`, quantized. `threads`: torch's
+    intra-op threads for every call; None: by each call's size (`threads.torch_threads_for`)."""
 
     name = "torch"
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase):
-        self.model, self.tokenizer = model, tokenizer
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, threads: int | None = None):
+        self.model, self.tokenizer, self.threads = model, tokenizer, threads
 
     def refusal(self, options: dict[str, Any], alignments: bool = False) -> str | None:
         return None
@@ -123,21 +132,24 @@ class TorchEngine:
         _seed_torch(seed)
 
     def translate_batch(self, sentences: list[str], **options: Any) -> list[str]:
-        return translate_batch(self.model, self.tokenizer, sentences, **options)[0]
+        n = options.get("num_return_sequences") or 1
+        with _threads_for(self.model, self.threads, sentences, n, options):
+            return translate_batch(self.model, self.tokenizer, sentences, **options)[0]
 
     def translate_nbest(self, sentences: list[str], n: int = 1, **options: Any) -> list[list[Hypothesis]]:
-        return translate_nbest(self.model, self.tokenizer, sentences, n, **options)
+        with _threads_for(self.model, self.threads, sentences, n, options):
+            return translate_nbest(self.model, self.tokenizer, sentences, n, **options)
 
     def translate_aligned(self, sentences: list[str], words: str = "whitespace", **options: Any):
         from .alignment import translate_aligned
 
-        with eager_attention(self.model):
+        with eager_attention(self.model), _threads_for(self.model, self.threads, sentences, 1, options):
             return translate_aligned(self.model, self.tokenizer, sentences, words=words, **options)
 
     def translate_aligned_nbest(self, sentences: list[str], n: int = 1, words: str = "whitespace", **options: Any):
         from .alignment import translate_aligned_nbest
 
-        with eager_attention(self.model):
+        with eager_attention(self.model), _threads_for(self.model, self.threads, sentences, n, options):
             return translate_aligned_nbest(self.model, self.tokenizer, sentences, n, words=words, **options)
 
     def describe(self) -> dict[str, Any]:
@@ -157,8 +169,8 @@ class _ExportEngine:
     sampling = False
     alignments = False  # word alignments (`translate_aligned`), from the attention the engine returns
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, export: Path):
-        self.model, self.tokenizer, self.export = model, tokenizer, export
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, export: Path, threads: int | None):
+        self.model, self.tokenizer, self.export, self.threads = model, tokenizer, export, threads
 
     def refusal(self, options: dict[str, Any], alignments: bool = False) -> str | None:
         if alignments and not self.alignments:
@@ -204,7 +216,8 @@ class _ExportEngine:
         rows, ids = self._sources(sentences, options)
         if not rows:
             return hypotheses
-        found = self._decode(ids, n, scored, options)  # per row: n (target ids, score or None)
+        with _threads_for(self.model, self.threads, sentences, n, options):  # the torch model's scoring
+            found = self._decode(ids, n, scored, options)  # per row: n (target ids, score or None)
         for row, block in zip(rows, found, strict=True):
             texts = self.tokenizer.batch_decode([target for target, _ in block], skip_special_tokens=True)
             block = [Hypothesis(text, score) for text, (_, score) in zip(texts, block, strict=True)]
@@ -245,14 +258,18 @@ class CTranslate2Engine(_ExportEngine):
     ):
         from .export_ctranslate2 import CTranslate2Translator
 
-        super().__init__(model, tokenizer, export)
+        super().__init__(model, tokenizer, export, threads)
         self.compute_type = compute_type
+        # `threads.ctranslate2_threads`: the user's number of threads on one worker, else a worker of one thread per
+        # core, each call's sentences shared out between them (`_split`)
+        intra_threads, self.workers = ctranslate2_threads(threads) if device.type == "cpu" else (threads or 0, 1)
         self._open = lambda: CTranslate2Translator(
             export,
             device=device.type,
             device_index=device.index or 0,
             compute_type=compute_type,
-            intra_threads=threads or torch.get_num_threads(),
+            intra_threads=intra_threads,
+            inter_threads=self.workers,
         )
         self.translator = self._open()
         self.ends = set(self.translator.options().get("end_token", []))
@@ -343,6 +360,7 @@ class CTranslate2Engine(_ExportEngine):
             return_end_token=True,
             return_scores=True,
             return_attention=attention,
+            max_batch_size=self._split(len(tokens)),
             **ct2,
         )
         if attention and ct2["beam_size"] > 1:
@@ -427,11 +445,18 @@ class CTranslate2Engine(_ExportEngine):
         penalty = self._length_penalty(options)
         sources = [tokens[row] for row, _ in missing]
         targets = [[self.translator.target_tokens[i] for i in results[row][index][0]] for row, index in missing]
-        scored = self.translator.translator.score_batch(sources, targets, max_input_length=0)
+        scored = self.translator.translator.score_batch(
+            sources, targets, max_input_length=0, max_batch_size=self._split(len(sources))
+        )
         for (row, index), result in zip(missing, scored, strict=True):
             target, ended, _, weights = results[row][index]
             log_probs = result.log_probs if ended else result.log_probs[:-1]
             results[row][index] = (target, ended, sum(log_probs) / max(len(log_probs), 1) ** penalty, weights)
+
+    def _split(self, count: int) -> int:
+        """max_batch_size for `count` sentences: a share for each worker (CTranslate2 sorts them by length and runs
+        the parts on its workers in parallel); 0 (the call whole) with one worker."""
+        return split_size(count, self.workers) if self.workers > 1 else 0
 
     def describe(self) -> dict[str, Any]:
         return {**super().describe(), "compute_type": self.compute_type}
@@ -448,8 +473,8 @@ class OnnxEngine(_ExportEngine):
     ):
         from .onnx_generation import OnnxTranslator
 
-        super().__init__(model, tokenizer, export)
-        self.translator = OnnxTranslator(export, threads=threads or torch.get_num_threads())
+        super().__init__(model, tokenizer, export, threads)
+        self.translator = OnnxTranslator(export, threads=onnxruntime_threads(threads))
 
     def _decode(self, ids: list[list[int]], n: int, scored: bool, options: dict[str, Any]):
         pad = self.tokenizer.pad_token_id or 0
@@ -603,7 +628,7 @@ def open_engine(
         from .ensemble import each_member
 
         quantized = each_member(model, lambda member: quantize_model(member, quantize, int8_engine))
-        return TorchEngine(quantized, tokenizer)
+        return TorchEngine(quantized, tokenizer, threads)
 
     if engine == "torch":
         return on_torch()

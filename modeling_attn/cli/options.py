@@ -61,7 +61,9 @@ class RuntimeArguments:
     threads: int | None = field(
         default=None,
         metadata={
-            "help": "CPU threads for torch (torch.set_num_threads; default: torch's own choice).",
+            "help": "CPU threads for every call (torch.set_num_threads, CTranslate2's and onnxruntime's intra-op "
+            "threads). Default: chosen per engine (docs/speed.md, 'Threads'): CTranslate2 one thread per core, each "
+            "with its share of a batch; torch one thread per 64 decoder rows of a batch, at most its own count.",
             "range": COUNT,
         },
     )
