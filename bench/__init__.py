@@ -19,6 +19,7 @@ BENCHES: dict[str, str] = {
     "fast_generation": "bench.fast_generation",
     "engines": "bench.engines",
     "decode": "bench.decode",
+    "threads": "bench.threads",
     "int8": "bench.int8",
     "ensemble": "bench.ensemble",
     "gpu": "bench.gpu",

@@ -11,12 +11,9 @@ the torch engine's own loop; and the peer, "CTranslate2 direct" (float32, int8):
 and `--batch_size`, all engines in interleaved rounds; "same" = translations equal to the torch engine's. `--model`
 takes a trained folder and the dates task's test sources; `--preset` random weights, a word-level tokenizer,
 Multi30k-like lengths and exactly `--max_new_tokens` tokens (a random model almost never ends a sentence).
-
-Threads (`--threads`, one by default): each setting given is a row of every engine. A number N is what `--threads N`
-does (torch.set_num_threads(N) and `threads=N`; the peer with `intra_threads=N`); `default` is what a user who names
-none gets (torch's own count, `threads=None`; the peer as CTranslate2's documentation calls it, with its own default
-threads). With one thread, sentences/s = sentences over the median CPU time of this process (free of the time spent
-waiting for a core on a shared machine); with any other setting, over the median wall-clock time (what a user waits).
+`--threads` (1 by default): each setting is a row of every engine; N is what `--threads N` does (the peer:
+`intra_threads=N`), `default` what a user naming none gets (the peer: CTranslate2's own default). Sentences/s: over
+the median CPU time of this process with one thread, else over the median wall-clock time (what a user waits).
 """
 
 from __future__ import annotations

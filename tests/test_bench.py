@@ -554,3 +554,22 @@ def test_the_readme_index_has_a_row_for_every_bench():
     rows = [line for line in index.splitlines() if line.startswith("| `")]
     assert [line.split("`")[1] for line in rows] == list(BENCHES)
     assert all(f"`python -m bench {name}" in row for name, row in zip(BENCHES, rows, strict=True))
+
+
+def test_threads_quick_run(tmp_path):
+    """bench/threads.py --quick on a saved tiny model: every row (translate at two batch sizes, serve, load_translator
+    at batch 1 and 32) measured at each setting in a pinned process, and the default's share of the best computed
+    from the medians."""
+    pytest.importorskip("fastapi")
+    from test_serve import save_model
+
+    module = bench_module("threads")
+    model = save_model(tmp_path / "model")
+    argv = ["--model", str(model), "--quick", "--cpus", "0", "--settings", "default", "1"]
+    report = module.main([*argv, "--output", str(tmp_path / "t")])
+    assert len(report["rows"]) == 5
+    for row, entries in report["rows"].items():
+        assert list(entries) == ["default", "1"] and all(entry["median"] > 0 for entry in entries.values()), row
+    assert module.default_ratio("x (sentences/s), CPUs 0", {"default": 90.0, "1": 100.0}) == 0.9
+    assert module.default_ratio("x (ms), CPUs 0", {"default": 10.0, "1": 5.0}) == 0.5
+    assert "| default / best |" in (tmp_path / "t.md").read_text()

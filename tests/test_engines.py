@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -303,6 +304,7 @@ def test_a_folder_attn_did_not_write_is_never_touched(reverser_dir):
     said = []
     auto = open_engine(model, tokenizer, str(reverser_dir), "auto", say=said.append)  # auto goes on, on torch
     assert auto.name == "torch" and any("attn did not write" in line for line in said)
+    assert "attn did not write" in auto.describe()["why"]  # the reason goes with the engine, for the JSON
     (entry / "notes.txt").unlink()
     entry.rmdir()
 
@@ -464,3 +466,85 @@ def test_the_torch_engine_takes_threads_by_the_size_of_each_call():
     seen.clear()
     engines.TorchEngine(rnn, letter_tokenizer()).translate_nbest(many, 2, num_beams=8, max_new_tokens=3)
     assert set(seen) == {1}
+
+
+def sampling_copy(reverser_dir: Path, folder: Path) -> Path:
+    """The reverser saved with a generation config that samples: every request that sets nothing samples."""
+    shutil.copytree(reverser_dir, folder)
+    config = json.loads((folder / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**config, "do_sample": True, "num_beams": 1}))
+    return folder
+
+
+def test_the_bar_and_the_json_name_the_engine_that_ran_the_request(reverser_dir, tmp_path, capsys):
+    """Under auto a request that samples runs on torch: the progress bar, `attn evaluate`'s JSON and `attn serve`'s
+    `GET /model` (for a model whose requests sample unless told not to) say torch and why, not the fast engine auto
+    opened; a request that does not sample still names ctranslate2."""
+    sources, references = tmp_path / "src.txt", tmp_path / "ref.txt"
+    sources.write_text("\n".join(SENTENCES[:4]) + "\n")
+    references.write_text("\n".join(SENTENCES[:4]) + "\n")
+    argv = ["translate", "--model", str(reverser_dir), "--input", str(sources), "--do_sample", "--seed", "3"]
+    assert cli(argv) == 0
+    err = capsys.readouterr().err
+    assert "translating with torch (auto)" in err and "ctranslate2" not in err
+    sampling = sampling_copy(reverser_dir, tmp_path / "sampling")
+    flags = ["--sources_file", str(sources), "--references_file", str(references)]
+    assert cli(["evaluate", "--model", str(sampling), *flags]) == 0
+    out, err = capsys.readouterr()
+    assert "translating with torch (auto)" in err and "ctranslate2" not in err
+    engine = json.loads(out)["engine"]
+    assert engine == {
+        "engine": "torch",
+        "chosen_by": "auto",
+        "why": "sampling runs on torch (the same seed gives the same samples whatever is installed)",
+        "otherwise": "ctranslate2",
+    }
+    assert cli(["evaluate", "--model", str(reverser_dir), *flags]) == 0
+    out, err = capsys.readouterr()
+    assert "translating with ctranslate2 (auto)" in err and json.loads(out)["engine"]["engine"] == "ctranslate2"
+    pytest.importorskip("fastapi", reason="create_app needs the serve extra")
+    from fastapi.testclient import TestClient
+
+    from modeling_attn.api.server import create_app
+
+    model, tokenizer = load_model(str(sampling), "cpu")
+    with TestClient(create_app(open_engine(model, tokenizer, str(sampling), "auto"))) as client:
+        assert client.get("/model").json()["engine"] == engine  # what a request that sets nothing runs on
+
+
+def attn_lines(err: str) -> list[str]:
+    """attn's own lines on stderr (transformers' weight-loading bar left out)."""
+    return [line for line in err.splitlines() if line.startswith("attn")]
+
+
+def test_auto_s_fallback_is_one_stderr_line_off_a_terminal_and_in_the_json(
+    reverser_dir, tmp_path, capsys, monkeypatch
+):
+    """An export cache that cannot be written: auto decodes on torch, and says why in one line on stderr though
+    stderr is no terminal (captured here, as in a script or a log), in `attn evaluate`'s JSON beside "engine", and
+    in what `attn serve`'s `GET /model` answers (`create_app` on the engine)."""
+    (tmp_path / "a-file").write_text("not a folder\n")
+    cache = tmp_path / "a-file" / "cache"  # no folder can be made under a file, whoever runs this
+    monkeypatch.setenv(export_cache.CACHE_ENV, str(cache))
+    why = (
+        f"ctranslate2 cannot be used: {cache / 'exports'}: the export cache cannot be written (Not a directory); set "
+        f"{export_cache.CACHE_ENV} to a folder this user can write, or use --engine torch"
+    )
+    sources, references = tmp_path / "src.txt", tmp_path / "ref.txt"
+    sources.write_text("\n".join(SENTENCES[:4]) + "\n")
+    references.write_text("\n".join(SENTENCES[:4]) + "\n")
+    assert cli(["translate", "--model", str(reverser_dir), "--input", str(sources), "--no_progress"]) == 0
+    assert attn_lines(capsys.readouterr().err) == [f"attn: engine: torch (auto: {why})"]
+    flags = ["--sources_file", str(sources), "--references_file", str(references), "--no_progress"]
+    assert cli(["evaluate", "--model", str(reverser_dir), *flags]) == 0
+    out, err = capsys.readouterr()
+    assert attn_lines(err) == [f"attn: engine: torch (auto: {why})"]
+    assert json.loads(out)["engine"] == {"engine": "torch", "chosen_by": "auto", "why": why}
+    pytest.importorskip("fastapi", reason="create_app needs the serve extra")
+    from fastapi.testclient import TestClient
+
+    from modeling_attn.api.server import create_app
+
+    model, tokenizer = load_model(str(reverser_dir), "cpu")
+    with TestClient(create_app(open_engine(model, tokenizer, str(reverser_dir), "auto"))) as client:
+        assert client.get("/model").json()["engine"] == {"engine": "torch", "chosen_by": "auto", "why": why}

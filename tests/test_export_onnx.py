@@ -26,6 +26,8 @@ from modeling_attn.api.export_onnx import (
     verify_export,
 )
 from modeling_attn.api.hub import paper_generation_config
+from modeling_attn.api.outputs import foreign_files
+from modeling_attn.cli.main import main as attn
 
 TEST_DATES = 200
 
@@ -211,6 +213,34 @@ def test_overwrite_writes_over_a_folder_and_keeps_other_files(tmp_path):
         export_onnx_model(model, tmp_path / "onnx")
     export_onnx_model(model, tmp_path / "onnx", overwrite=True)
     assert (tmp_path / "onnx" / "notes.txt").read_text() == "mine" and (tmp_path / "onnx" / ENCODER_FILE).is_file()
+
+
+@pytest.mark.slow
+def test_a_python_export_leaves_a_folder_that_attn_export_writes_over(tmp_path, capsys):
+    """`export_onnx(..., overwrite=True)` over a folder of `attn export --onnx` records what it wrote as the command
+    records its own files: the command then exports into the folder again without --force (it refused: "holds files
+    that attn export did not write"), and every file there counts as attn's."""
+    pytest.importorskip("onnxscript", reason='the ONNX export needs pip install "modeling-attn[onnx]"')
+    torch.manual_seed(0)
+    model = AttnTransformerForConditionalGeneration(
+        AttnTransformerConfig(
+            vocab_size=30,
+            d_model=16,
+            encoder_layers=1,
+            decoder_layers=1,
+            num_heads=2,
+            d_ff=32,
+            max_position_embeddings=16,
+        )
+    )
+    model.save_pretrained(tmp_path / "model")
+    command = ["export", str(tmp_path / "model"), "--onnx", str(tmp_path / "onnx")]
+    assert attn(command) == 0
+    export_onnx(tmp_path / "model", tmp_path / "onnx", overwrite=True)
+    assert foreign_files(tmp_path / "onnx") == []
+    capsys.readouterr()
+    assert attn(command) == 0, capsys.readouterr().err
+    assert foreign_files(tmp_path / "onnx") == []
 
 
 # ----------------------------------------------------------------------------------------------------------------

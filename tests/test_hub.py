@@ -10,21 +10,24 @@ translation pipeline; a second branch and a pinned code revision must load what 
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
+import time
 
 import pytest
 import torch
 from hub_server import commit_folder, olah_server
-from huggingface_hub import EvalResult, ModelCard, ModelCardData, get_token
+from huggingface_hub import EvalResult, ModelCard, ModelCardData, constants, get_token
 from huggingface_hub.repocard_data import eval_results_to_model_index, model_index_to_eval_results
 from isolation import run_isolated
+from runs import free_port
 from test_translate import CORPUS, SENTENCES, save_tiny_model
 from tiny import padded_batch, tiny_model
 from transformers import AutoModelForSeq2SeqLM, AutoTokenizer, pipeline
 
 from modeling_attn import AttnRNNForConditionalGeneration, AttnTransformerForConditionalGeneration
-from modeling_attn.api.errors import ResultsError
+from modeling_attn.api.errors import HubUnreachableError, ResultsError
 from modeling_attn.api.hub import (
     EMBEDDED_TASK,
     hub_id,
@@ -575,3 +578,25 @@ def test_attn_push_with_a_results_file_that_is_not_json_is_one_line(tmp_path, ca
         f"attn push: error: {results}: the evaluation results (the JSON of `attn evaluate --output`) is not valid "
         "JSON (Expecting value at line 1, column 1)"
     )
+
+
+@pytest.mark.parametrize("offline", [False, True], ids=["no-network", "HF_HUB_OFFLINE"])
+def test_push_to_hub_with_no_hub_is_one_user_error_line_at_once(offline, tmp_path, monkeypatch):
+    """The README's Python `push_to_hub` on a machine with no network (`HF_ENDPOINT` at a closed loopback port) or
+    with the Hub switched off: one `UserError` in one line that names the Hub and the way out, as `attn push` says
+    it, within seconds, with no HTTP client's traceback chained to it."""
+    save_tiny_model(tmp_path / "model", "attn_transformer")
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+    started = time.monotonic()
+    with pytest.raises(HubUnreachableError) as raised:  # a UserError, and a ConnectionError for Python callers
+        push_to_hub(tmp_path / "model", "me/dates", token="hf_unused")
+    assert time.monotonic() - started < 15
+    expected = (
+        r"the Hub is switched off \(HF_HUB_OFFLINE\) \(.*\)"
+        if offline
+        else rf"the Hub \({endpoint}\) could not be reached: .+; check the network or HF_ENDPOINT"
+    )
+    assert re.fullmatch(expected, str(raised.value)), str(raised.value)
+    assert raised.value.__cause__ is None and raised.value.__suppress_context__

@@ -31,6 +31,7 @@ import inspect
 import re
 import runpy
 import shlex
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from functools import cache
@@ -38,6 +39,7 @@ from pathlib import Path
 from unittest import mock
 
 import pytest
+from runs import NO_EVAL, tiny_on
 
 from bench import BENCHES
 from modeling_attn.cli.main import COMMANDS
@@ -538,3 +540,24 @@ def test_the_readme_python_runs(tmp_path, monkeypatch, capsys):
         }
         trained = load_file(folder / "model.safetensors")
         assert trained.keys() == start.keys() and any(not trained[k].equal(start[k]) for k in start)
+
+
+@pytest.mark.slow  # two tiny `attn train` runs and an ensemble: a minute on a loaded 2-core machine
+def test_the_readme_s_ensemble_runs_share_a_tokenizer_as_it_says(tmp_path):
+    """The README's ensemble (`attn translate --model RUN_A --model RUN_B`) says how its runs share a tokenizer: its
+    `attn train --tokenizer_name_or_path RUN_A` line, run as shown (with a tiny run's flags and RUN_B's folder),
+    gives RUN_B the tokenizer of RUN_A, and the two decode as one ensemble."""
+    from modeling_attn.cli.main import main as attn
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "attn translate --model RUN_A --model RUN_B" in readme
+    shown = [span for span in inline_spans(readme) if re.match(r"attn train .*--tokenizer_name_or_path RUN_A", span)]
+    assert len(shown) == 1, "README.md does not say how RUN_A and RUN_B share a tokenizer"
+    tiny = [*tiny_on(120), "--max_steps", "5", *NO_EVAL]
+    train = [sys.executable, "-m", TRAINING_MODULE]
+    for argv in (["--output_dir", "RUN_A", "--seed", "1"], [*shlex.split(shown[0])[2:], "--output_dir", "RUN_B"]):
+        done = subprocess.run([*train, *argv, *tiny], cwd=tmp_path, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-2000:]
+    runs = [tmp_path / "RUN_A", tmp_path / "RUN_B"]
+    assert (runs[0] / "tokenizer.json").read_bytes() == (runs[1] / "tokenizer.json").read_bytes()
+    assert attn(["translate", "--model", str(runs[0]), "--model", str(runs[1]), "May 2, 2030", "--no_progress"]) == 0

@@ -6,9 +6,8 @@
 1. Sentences: distinct dates of the embedded dates task (`training.synthetic.generate_pairs`, seed 12345), one each.
 2. Reference: `attn translate --model M --input pool.txt` (a subprocess): every request's right answer and the
    offline baseline (wall time with and without start and load; once per sentence on `--per_process` sentences).
-3. Server: `attn serve --model M [--threads T] --engine E` on 127.0.0.1 (`--threads default`: no --threads given to
-   any command, the default users get); for each of `--clients`, closed-loop httpx
-   clients send one-sentence requests until `--requests` are answered: requests/s, p50 / p99 latency, answers checked.
+3. Server: `attn serve --model M [--threads T|default: none] --engine E` on 127.0.0.1; for each of `--clients`,
+   closed-loop httpx clients send one-sentence requests until `--requests` are answered: requests/s, p50/p99, checks.
 4. Stress: `--stress_clients` clients x `--stress_requests` requests, each answered 200 with the reference.
 5. The engine alone (`engine_alone`, before the server starts): the server's engine in this process, one sentence a
    call, p50 ms: a lone request's time without HTTP, the queue and the worker.

@@ -9,7 +9,8 @@ made once per weights and kept (`export_cache`); `auto` (the default) takes the 
 the model and gives the torch engine's translations (`AutoEngine`: what the fast engine lacks, and sampling, run on
 torch). A named engine refuses what it cannot do in one line naming itself and the setting (`EngineError`).
 docs/export.md, "Engines", says what each engine has and why; each engine holds the torch model it was opened with
-(`engine.model`), and `engine.describe()` says which engine runs.
+(`engine.model`), and `engine.describe(options)` and `engine.label_for(options)` say which engine runs a request with
+those options (under auto, and why).
 """
 
 from __future__ import annotations
@@ -118,8 +119,15 @@ class TorchEngine:
 
     name = "torch"
 
-    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, threads: int | None = None):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        threads: int | None = None,
+        why: str | None = None,
+    ):
         self.model, self.tokenizer, self.threads = model, tokenizer, threads
+        self.why = why  # opened by auto after a faster engine could not be used: why (`open_engine`)
 
     def refusal(self, options: dict[str, Any], alignments: bool = False) -> str | None:
         return None
@@ -152,13 +160,21 @@ class TorchEngine:
         with eager_attention(self.model), _threads_for(self.model, self.threads, sentences, n, options):
             return translate_aligned_nbest(self.model, self.tokenizer, sentences, n, words=words, **options)
 
-    def describe(self) -> dict[str, Any]:
-        return {"engine": self.name}
+    def describe(self, options: dict[str, Any] | None = None, alignments: bool = False) -> dict[str, Any]:
+        """The engine that runs a request with `options` (`alignments`: with word alignments), as `attn evaluate`'s
+        JSON and `attn serve`'s `GET /model` name it."""
+        if self.why is None:
+            return {"engine": self.name}
+        return {"engine": self.name, "chosen_by": "auto", "why": self.why}
+
+    def label_for(self, options: dict[str, Any] | None = None, alignments: bool = False) -> str:
+        """The engine that runs a request with `options`, as a progress bar names it."""
+        return self.name if self.why is None else f"{self.name} (auto)"
 
     @property
     def label(self) -> str:
-        """The engine's name, as a progress bar shows it."""
-        return self.name
+        """`label_for` a request with no options."""
+        return self.label_for()
 
 
 class _ExportEngine:
@@ -231,12 +247,15 @@ class _ExportEngine:
         penalty = options.get("length_penalty", self.model.generation_config.length_penalty)
         return 1.0 if penalty is None else float(penalty)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, options: dict[str, Any] | None = None, alignments: bool = False) -> dict[str, Any]:
         return {"engine": self.name, "export": str(self.export)}
+
+    def label_for(self, options: dict[str, Any] | None = None, alignments: bool = False) -> str:
+        return self.name
 
     @property
     def label(self) -> str:
-        return self.name
+        return self.label_for()
 
 
 class CTranslate2Engine(_ExportEngine):
@@ -458,7 +477,7 @@ class CTranslate2Engine(_ExportEngine):
         the parts on its workers in parallel); 0 (the call whole) with one worker."""
         return split_size(count, self.workers) if self.workers > 1 else 0
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, options: dict[str, Any] | None = None, alignments: bool = False) -> dict[str, Any]:
         return {**super().describe(), "compute_type": self.compute_type}
 
 
@@ -500,11 +519,17 @@ class AutoEngine:
         self.fast, self.fallback, self.why = fast, fallback, why
         self.model, self.tokenizer = fallback.model, fallback.tokenizer
 
-    def _for(self, options: dict[str, Any], alignments: bool = False):
+    def _on_torch(self, options: dict[str, Any], alignments: bool = False) -> str | None:
+        """Why a request with `options` runs on torch; None: it runs on the fast engine."""
         # Sampling stays on torch: another engine draws from its own random stream, so the same seed would give
         # other samples depending on what is installed; auto never changes a result, only the speed.
-        sampling = options.get("do_sample", self.model.generation_config.do_sample)
-        return self.fast if not sampling and self.fast.refusal(options, alignments) is None else self.fallback
+        if options.get("do_sample", self.model.generation_config.do_sample):
+            return "sampling runs on torch (the same seed gives the same samples whatever is installed)"
+        reason = self.fast.refusal(options, alignments)
+        return None if reason is None else f"{self.fast.name} {reason}"
+
+    def _for(self, options: dict[str, Any], alignments: bool = False):
+        return self.fast if self._on_torch(options, alignments) is None else self.fallback
 
     def refusal(self, options: dict[str, Any], alignments: bool = False) -> str | None:
         return None
@@ -527,12 +552,20 @@ class AutoEngine:
     def translate_aligned_nbest(self, sentences: list[str], n: int = 1, words: str = "whitespace", **options: Any):
         return self._for(options, alignments=True).translate_aligned_nbest(sentences, n, words, **options)
 
-    def describe(self) -> dict[str, Any]:
+    def describe(self, options: dict[str, Any] | None = None, alignments: bool = False) -> dict[str, Any]:
+        """The engine that runs a request with `options` (default: a request that sets none), why, and the engine of
+        the other requests."""
+        on_torch = self._on_torch(options or {}, alignments)
+        if on_torch is not None:
+            return {**self.fallback.describe(), "chosen_by": "auto", "why": on_torch, "otherwise": self.fast.name}
         return {**self.fast.describe(), "chosen_by": "auto", "why": self.why, "otherwise": "torch"}
+
+    def label_for(self, options: dict[str, Any] | None = None, alignments: bool = False) -> str:
+        return f"{self._for(options or {}, alignments).name} (auto)"
 
     @property
     def label(self) -> str:
-        return f"{self.fast.name} (auto)"
+        return self.label_for()
 
 
 ENGINE_CLASSES = (TorchEngine, CTranslate2Engine, OnnxEngine, AutoEngine)
@@ -615,7 +648,7 @@ def open_engine(
     """The engine `engine` for `model` (as loaded, not quantized; an ensemble's `model_name_or_path` is None),
     quantized by `quantize` on that engine. `say` is told of an export being made and of auto's choice (default:
     this module's logger, at INFO: `attn serve` logs it; `attn translate` and `attn evaluate` print it on a
-    terminal).
+    terminal, and why auto fell back to torch wherever stderr goes: `cli.options.engine_for`).
     `torch_only` names a flag of the request that only torch serves (attention pictures): auto opens torch, a named
     export engine refuses it."""
     from .quantize import quantize as quantize_model
@@ -624,11 +657,11 @@ def open_engine(
         raise EngineError(f"--engine {engine}: not an engine; choose one of {', '.join(ENGINES)}")
     device = model.device
 
-    def on_torch() -> TorchEngine:
+    def on_torch(why: str | None = None) -> TorchEngine:
         from .ensemble import each_member
 
         quantized = each_member(model, lambda member: quantize_model(member, quantize, int8_engine))
-        return TorchEngine(quantized, tokenizer, threads)
+        return TorchEngine(quantized, tokenizer, threads, why)
 
     if engine == "torch":
         return on_torch()
@@ -651,8 +684,9 @@ def open_engine(
         try:
             opened = _open_export(fast, model, tokenizer, folder, device, quantize, threads, say)
         except (ExportError, ExportCacheError) as error:  # a config the export cannot map; a cache it cannot write
-            say(f"engine: torch (auto: {fast} cannot be used: {error})")
-            break
+            why = f"{fast} cannot be used: {' '.join(str(error).split())}"
+            say(f"engine: torch (auto: {why})")
+            return on_torch(why)  # the reason goes with it (`describe`), for the commands to show off a terminal too
         say(f"engine: {fast} (auto: the fastest installed engine for this model; torch for what it cannot do)")
         return AutoEngine(opened, on_torch(), "the fastest installed engine for this model")
     return on_torch()

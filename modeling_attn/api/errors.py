@@ -10,6 +10,8 @@ so that the core's own `WeightsError` can be one; this module is where the rest 
 
 from __future__ import annotations
 
+import importlib
+
 from ..loading import UserError, WeightsError
 
 
@@ -35,4 +37,43 @@ class ResultsError(UserError, ValueError):
     """An evaluation results file (`attn push --results`) that is not JSON or holds no score; the message names it."""
 
 
-__all__ = ["CommandLineError", "ExplainError", "ExportError", "FlagError", "ResultsError", "UserError", "WeightsError"]
+class HubUnreachableError(UserError, ConnectionError):
+    """No answer from the Hugging Face Hub (no network, no such host, a timeout, HF_HUB_OFFLINE); `unreachable_hub`
+    words it."""
+
+
+def hub_transport_error() -> type[BaseException] | tuple[()]:
+    """The error class of the HTTP client huggingface_hub reaches the Hub with (its session's package's
+    `TransportError`: no connection, no name, a timeout), whichever client that is; () if it has none."""
+    from huggingface_hub import get_session
+
+    client = importlib.import_module(type(get_session()).__module__.split(".")[0])
+    return getattr(client, "TransportError", ())
+
+
+def unreachable_hub(error: BaseException) -> HubUnreachableError:
+    """`error`, a transport error of `hub_transport_error` or huggingface_hub's `OfflineModeIsEnabled`, as the one
+    line that the commands and the Python `push_to_hub` say: the Hub's address, the reason and the way out."""
+    from huggingface_hub import constants
+    from huggingface_hub.errors import OfflineModeIsEnabled
+
+    reason = next((line.strip() for line in str(error).splitlines() if line.strip()), type(error).__name__)
+    if isinstance(error, OfflineModeIsEnabled):
+        return HubUnreachableError(f"the Hub is switched off (HF_HUB_OFFLINE) ({reason})")
+    return HubUnreachableError(
+        f"the Hub ({constants.ENDPOINT}) could not be reached: {reason}; check the network or HF_ENDPOINT"
+    )
+
+
+__all__ = [
+    "CommandLineError",
+    "ExplainError",
+    "ExportError",
+    "FlagError",
+    "HubUnreachableError",
+    "ResultsError",
+    "UserError",
+    "WeightsError",
+    "hub_transport_error",
+    "unreachable_hub",
+]

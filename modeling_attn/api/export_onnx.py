@@ -35,6 +35,7 @@ from ..attention import split_heads
 from ..modeling_transformer import AttnTransformerForConditionalGeneration
 from ..registry import MODEL_TYPES
 from .errors import ExportError, UserError
+from .outputs import output_folder
 
 ENCODER_FILE = "encoder_model.onnx"
 DECODER_FILE = "decoder_model.onnx"
@@ -290,16 +291,8 @@ def export_onnx_model(
     return output_dir
 
 
-def export_onnx(
-    model_dir: str | Path,
-    output_dir: str | Path,
-    overwrite: bool = False,
-    opset_version: int | None = None,
-    verify: bool = True,
-) -> Path:
-    """Export a saved attn_transformer folder (with its tokenizer, when it has one) to ONNX in `output_dir`, which
-    must be empty or absent unless `overwrite`. Returns `output_dir`. attn_rnn models are refused."""
-    model_dir = Path(model_dir)
+def _exported_class(model_dir: Path) -> type[AttnTransformerForConditionalGeneration]:
+    """The class to load the saved model in `model_dir` with; refused (one line) unless ONNX exports its type."""
     if not (model_dir / "config.json").is_file():
         raise FileNotFoundError(f"{model_dir}: no config.json, not a saved model folder")
     model_type = AutoConfig.from_pretrained(model_dir).model_type
@@ -313,11 +306,42 @@ def export_onnx(
             f"{model_dir}: {model_type} models are not exported to ONNX yet: {refusal}; export a "
             f"{' or '.join(exported)} model"
         )
-    check_output_dir(Path(output_dir), overwrite)  # before the (slow) loading and tracing
-    model = MODEL_TYPES[model_type].generation_class.from_pretrained(model_dir)
+    return MODEL_TYPES[model_type].generation_class
+
+
+def load_exported(
+    model_dir: str | Path,
+) -> tuple[AttnTransformerForConditionalGeneration, PreTrainedTokenizerBase | None]:
+    """The saved attn_transformer in `model_dir` and its tokenizer (None if the folder has none), for
+    `export_onnx_model`; a folder ONNX does not export is refused in one line."""
+    model_dir = Path(model_dir)
+    model = _exported_class(model_dir).from_pretrained(model_dir)
     has_tokenizer = any((model_dir / name).exists() for name in ("tokenizer_config.json", "tokenizer.json"))
-    tokenizer = AutoTokenizer.from_pretrained(model_dir) if has_tokenizer else None
-    return export_onnx_model(model, output_dir, tokenizer, overwrite, opset_version, verify)
+    return model, AutoTokenizer.from_pretrained(model_dir) if has_tokenizer else None
+
+
+def export_onnx(
+    model_dir: str | Path,
+    output_dir: str | Path,
+    overwrite: bool = False,
+    opset_version: int | None = None,
+    verify: bool = True,
+) -> Path:
+    """Export a saved attn_transformer folder (with its tokenizer, when it has one) to ONNX in `output_dir`, which
+    must be empty or absent unless `overwrite`. Returns `output_dir`. attn_rnn models are refused.
+
+    The files are written as `attn export --onnx` writes them (`outputs.output_folder`): staged and moved into place,
+    other files kept, and recorded in `.attn-written.json` as that command's export of this model, so that the
+    command exports into the folder again without --force."""
+    _exported_class(Path(model_dir))  # a model ONNX does not export: refused before the output folder is looked at
+    check_output_dir(Path(output_dir), overwrite)  # before the (slow) loading and tracing
+    model, tokenizer = load_exported(model_dir)
+    # `sources`: the writer as the command records it; no `inputs`, so a folder inside the model's is allowed, as ever
+    with output_folder(
+        output_dir, "attn export", force=True, output_name="output_dir", sources={"--model": model_dir}
+    ) as staging:
+        export_onnx_model(model, staging, tokenizer, opset_version=opset_version, verify=verify)
+    return Path(output_dir)
 
 
 __all__ = [
@@ -332,5 +356,6 @@ __all__ = [
     "export_onnx_model",
     "graph_names",
     "import_onnxruntime",
+    "load_exported",
     "verify_export",
 ]

@@ -26,14 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from huggingface_hub import EvalResult, HfApi, ModelCard, ModelCardData
-from huggingface_hub.errors import HFValidationError
+from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalTokenNotFoundError, OfflineModeIsEnabled
 from huggingface_hub.utils import validate_repo_id
 from transformers import GenerationConfig, PreTrainedConfig, PreTrainedModel
 
 from ..generation import SOURCE_LIMIT_FIELD
 from ..pipeline_translation import TranslationPipeline
 from ..registry import MODEL_TYPES
-from .errors import ResultsError
+from .errors import ResultsError, UserError, hub_transport_error, unreachable_hub
 from .model_folder import read_json
 from .translation import load_model
 
@@ -454,19 +454,28 @@ def push_to_hub(
     commit_message: str | None = None,
 ) -> str:
     """Upload the model in `model_dir` to the Hub repository `repo_id` (created if needed; `revision` is a branch,
-    created from main if needed). Returns the URL of the commit."""
+    created from main if needed). Returns the URL of the commit.
+
+    What the Hub's answer makes impossible is one `UserError` line, as `attn push` reports it: no network
+    (`HubUnreachableError`, naming the Hub and the way out), no token, no access, a refusal."""
     api = HfApi(token=token)
     with tempfile.TemporaryDirectory() as folder:
         save_for_hub(model_dir, folder, repo_id, results_file)
-        api.create_repo(repo_id, private=private, exist_ok=True)
-        if revision is not None:
-            api.create_branch(repo_id, branch=revision, exist_ok=True)
-        commit = api.upload_folder(
-            repo_id=repo_id,
-            folder_path=folder,
-            revision=revision,
-            commit_message=commit_message or f"Upload {Path(model_dir).name} with modeling-attn",
-        )
+        try:
+            api.create_repo(repo_id, private=private, exist_ok=True)
+            if revision is not None:
+                api.create_branch(repo_id, branch=revision, exist_ok=True)
+            commit = api.upload_folder(
+                repo_id=repo_id,
+                folder_path=folder,
+                revision=revision,
+                commit_message=commit_message or f"Upload {Path(model_dir).name} with modeling-attn",
+            )
+        # `from None`: the HTTP client's traceback (some 70 lines) says nothing the line does not
+        except (hub_transport_error(), OfflineModeIsEnabled) as error:
+            raise unreachable_hub(error) from None
+        except (HfHubHTTPError, LocalTokenNotFoundError) as error:  # no token, no access: the Hub's answer
+            raise UserError(f"the upload to {repo_id} failed: {str(error).strip().splitlines()[0]}") from None
     return commit.commit_url
 
 

@@ -1,17 +1,15 @@
 """The CPU threads an engine decodes with when nobody names a number (`--threads`, `threads=`).
 
-The rule, measured on 2-core machines (docs/speed.md, "Threads"): a decoding step of a translation model is many
-small matrix products, too small for several threads to share one without spending more time waiting for each other
-than computing; and a thread that waits at such a barrier while another program holds its core stalls the others
-(with two CTranslate2 threads on two cores the dates model decoded 15-25x slower than with one). So:
+Measured on 2-core machines (docs/speed.md, "Threads"): a decoding step is many small matrix products, too small
+for threads to share one without waiting for each other longer than they compute, and a thread waiting while another
+program holds its core stalls the rest (two CTranslate2 threads on two cores: 15-25x slower than one). So:
 
 - CTranslate2 runs one thread per batch (`intra_threads=1`) and one worker per core (`inter_threads`), and a call's
   sentences are split between the workers (`max_batch_size`): the cores work on separate sentences and never wait
   for each other, as Marian's CPU workers and CTranslate2's own advice for throughput do.
-- torch (the torch engine, and the torch model that scores n-best lists) takes one intra-op thread per
-  `ROWS_PER_THREAD` decoder rows (sentences x beams) of a call, at least one and at most torch's own setting
-  (`torch.get_num_threads()`: the cores this process may run on, or what `OMP_NUM_THREADS`, `--threads` or the
-  user's `torch.set_num_threads` made it).
+- torch (the torch engine; the torch model scoring n-best lists) takes one intra-op thread per `ROWS_PER_THREAD`
+  decoder rows (sentences x beams) of a call, at least one, at most `torch.get_num_threads()` (the cores this
+  process may use, or what `OMP_NUM_THREADS` or `torch.set_num_threads` made it).
 - onnxruntime: one intra-op thread.
 
 A number given (`--threads N`, `threads=N`) is used as it is, as before: N intra-op threads for every call.

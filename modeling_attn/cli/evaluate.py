@@ -149,7 +149,7 @@ def evaluate(
             chunks,
             total=-(-len(sources) // batch_size),
             unit="batch",
-            desc=f"translating with {engine.label}",
+            desc=f"translating with {engine.label_for(generate_kwargs)}",
             file=sys.stderr,
         )
     hypotheses: list[str] = []
@@ -305,7 +305,7 @@ def _evaluate(args: SimpleNamespace) -> int:
         settings = decoding_settings(model.generation_config, overrides)  # as attn train records it, for attn push
         named = describe_ensemble(model) if isinstance(model, AttnEnsemble) else args.model[0]
         result = {"model": named, **tests.details, "sentences": len(hypotheses), **scores, "generation": settings}
-        result["engine"] = engine.describe()
+        result["engine"] = engine.describe(overrides)  # the engine that ran, and under auto why
     result["seconds"] = round(time.perf_counter() - start, 2)
     text = json.dumps(result, indent=2)
     inputs = _inputs(args)

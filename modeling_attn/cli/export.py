@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from ..api.export_ctranslate2 import QUANTIZATIONS, export_ctranslate2, import_ctranslate2
-from ..api.export_onnx import export_onnx, import_onnxruntime
+from ..api.export_onnx import export_onnx_model, import_onnxruntime, load_exported
 from ..api.model_folder import check_config
 from ..api.outputs import output_folder
 from .parser import parse_command
@@ -55,7 +55,8 @@ def _export(args) -> str:
         if args.ctranslate2:
             export_ctranslate2(args.model, staging, quantization=args.quantization, force=True)
         else:
-            export_onnx(args.model, staging, overwrite=True)
+            model, tokenizer = load_exported(args.model)
+            export_onnx_model(model, staging, tokenizer)
     return f"CTranslate2 ({args.quantization})" if args.ctranslate2 else "ONNX"
 
 

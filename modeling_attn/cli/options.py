@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
-from ..api.engines import ENGINES, Engine, open_engine
+from ..api.engines import ENGINES, Engine, TorchEngine, open_engine
 from ..api.ensemble import COMBINATIONS, each_member, load_ensemble, member_paths, parse_weights
 from ..api.quantize import INT8_ENGINES, QUANTIZE_CHOICES, quantize, quantize_device
 from ..api.translation import load_model
@@ -173,14 +173,18 @@ def engine_for(
     """`model` (loaded by `load_models(args, quantized=False)`) on the --engine (`engines.open_engine`), quantized
     by --quantize on that engine. `torch_only`: a flag given that only the torch engine serves (auto then opens
     torch; a named export engine refuses it). `say(line)` is told of an export being made (it takes seconds) and of
-    auto's choice; by default a person at a terminal is."""
+    auto's choice; by default a person at a terminal is, and anyone of why auto fell back to torch (one line on
+    stderr, a terminal or not: a log or a script sees why it runs slower)."""
     paths = member_paths(args.model, args.last_checkpoints)
     name = paths[0] if len(paths) == 1 and args.ensemble_weights is None else None
-    if say is None and sys.stderr.isatty():
-        say = lambda line: print(f"attn: {line}", file=sys.stderr)  # noqa: E731
-    said = {} if say is None else {"say": say}
+    told = say is not None or sys.stderr.isatty()
+    say = say or (lambda line: print(f"attn: {line}", file=sys.stderr))
     flags = (args.engine, args.quantize, args.int8_engine, args.threads)
-    return open_engine(model, tokenizer, name, *flags, torch_only=torch_only, **said)
+    engine = open_engine(model, tokenizer, name, *flags, torch_only=torch_only, **({"say": say} if told else {}))
+    # auto's fallback to torch, which open_engine tells `say`: said off a terminal too
+    if not told and isinstance(engine, TorchEngine) and engine.why is not None:
+        say(f"engine: torch (auto: {engine.why})")
+    return engine
 
 
 def quantize_members(model: Any, args: SimpleNamespace) -> Any:

@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalTokenNotFoundError
+from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
-from ..api.errors import FlagError, UserError
+from ..api.errors import FlagError
 from ..api.hub import RESULTS_FILE, push_to_hub, save_for_hub
 from ..api.model_folder import check_folder
 from ..api.outputs import output_folder
@@ -74,12 +74,10 @@ def push(argv: Sequence[str] | None) -> int:
             written = sorted(path.name for path in staging.iterdir())
         print(f"wrote {', '.join(written)} to {args.save_to}")
         return 0
-    try:
-        url = push_to_hub(
-            args.model, args.repo_id, args.private, args.revision, args.token, args.results, args.commit_message
-        )
-    except (HfHubHTTPError, LocalTokenNotFoundError) as error:  # no token, no access, no network: the Hub's answer
-        raise UserError(f"the upload to {args.repo_id} failed: {str(error).strip().splitlines()[0]}") from error
+    # the Hub's answer (no network, no token, no access) is push_to_hub's one UserError line
+    url = push_to_hub(
+        args.model, args.repo_id, args.private, args.revision, args.token, args.results, args.commit_message
+    )
     print(f"pushed {args.model} to {url}")
     return 0
 

@@ -12,14 +12,12 @@ error in the command line itself (those, and `CommandLineError`) ends with `(see
 from __future__ import annotations
 
 import errno
-import importlib
 import os
 import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from huggingface_hub import constants, get_session
 from huggingface_hub.errors import (
     GatedRepoError,
     HfHubHTTPError,
@@ -33,7 +31,7 @@ from huggingface_hub.errors import (
 )
 from safetensors import SafetensorError
 
-from ..api.errors import CommandLineError, UserError
+from ..api.errors import CommandLineError, UserError, hub_transport_error, unreachable_hub
 from ..api.outputs import not_writable
 
 DEBUG_VARIABLE = "ATTN_DEBUG"
@@ -79,7 +77,7 @@ INPUT_ERRORS: dict[type[BaseException], Callable] = {
     RevisionNotFoundError: lambda error: f"no such revision on the Hub ({_first_line(error)})",
     RepositoryNotFoundError: lambda error: f"no such Hub repository, or no access to it ({_first_line(error)})",
     LocalTokenNotFoundError: lambda error: "not logged in to the Hub: run `hf auth login`, or give --token",
-    OfflineModeIsEnabled: lambda error: f"the Hub is switched off (HF_HUB_OFFLINE) ({_first_line(error)})",
+    OfflineModeIsEnabled: lambda error: str(unreachable_hub(error)),
     LocalEntryNotFoundError: lambda error: f"not found locally and the Hub cannot be reached ({_first_line(error)})",
     HfHubHTTPError: lambda error: f"the Hub refused: {_first_line(error)}",
     HFValidationError: lambda error: f"not a folder or a Hub repository id: {_first_line(error)}",
@@ -92,13 +90,6 @@ INPUT_ERRORS: dict[type[BaseException], Callable] = {
 }
 
 
-def hub_transport_error() -> type[BaseException] | tuple[()]:
-    """The error class of the HTTP client huggingface_hub reaches the Hub with (its session's package's
-    `TransportError`: no connection, no name, a timeout), whichever client that is; () if it has none."""
-    client = importlib.import_module(type(get_session()).__module__.split(".")[0])
-    return getattr(client, "TransportError", ())
-
-
 def user_error_line(error: BaseException) -> str | None:
     """The one line that reports `error` to the user, or None if it is not a user error (a bug)."""
     for kind, describe in INPUT_ERRORS.items():
@@ -106,9 +97,8 @@ def user_error_line(error: BaseException) -> str | None:
             return describe(error)
     if isinstance(error, OSError) and error.errno == errno.EROFS and error.filename:  # a write outside api/outputs.py
         return str(not_writable(error, error.filename))
-    if isinstance(error, hub_transport_error()):  # attn push, a Hub id, with no network
-        reason = _first_line(error)
-        return f"the Hub ({constants.ENDPOINT}) could not be reached: {reason}; check the network or HF_ENDPOINT"
+    if isinstance(error, hub_transport_error()):  # a Hub call outside `push_to_hub` with no network
+        return str(unreachable_hub(error))
     return None
 
 

@@ -428,7 +428,7 @@ def _translate(args: SimpleNamespace) -> int:
         if args.progress and (total is not None or not interactive):
             from tqdm.auto import tqdm
 
-            desc = f"translating with {engine.label}"
+            desc = f"translating with {engine.label_for(overrides, alignments=args.align)}"  # the engine that runs
             progress = files.enter_context(tqdm(total=total, unit="sent", desc=desc, file=sys.stderr))
         number = 0
         for batch in batches(lines, batch_size):
