@@ -430,6 +430,9 @@ def test_default_threads_share_a_call_between_ctranslate2_workers(reverser_dir):
     whole = load_translator(str(reverser_dir), engine="ctranslate2", device="cpu", threads=1)
     assert (shared.workers, shared.translator.translator.num_translators) == (2, 2)
     assert (whole.workers, whole.translator.translator.num_translators) == (1, 1)
+    # CTranslate2 sets the opening thread's OpenMP threads to its intra_threads: torch's setting is kept
+    assert torch.get_num_threads() == 2
+    assert load_translator(str(reverser_dir), engine="ctranslate2", device="cpu").workers == 2
     assert (shared._split(24), shared._split(1), whole._split(24)) == (12, 1, 0)
     for settings in ({"num_beams": 1}, {"num_beams": 4}):
         found, expected = shared.translate_batch(SENTENCES, **settings), whole.translate_batch(SENTENCES, **settings)
