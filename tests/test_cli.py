@@ -20,6 +20,7 @@ from test_training_averaging import save_checkpoints
 from tiny import tiny_model
 
 import modeling_attn
+from modeling_attn.api.hub import RESULTS_FILE
 from modeling_attn.api.presets import load_preset
 from modeling_attn.cli.main import COMMANDS
 from modeling_attn.cli.main import main as attn
@@ -93,6 +94,70 @@ def test_help_lists_every_command_and_version_prints_the_package_version():
 )
 def test_an_unknown_command_is_one_line(argv, expected):
     assert expected in one_line_error(argv)
+
+
+# -- what needs no model answers at once --------------------------------------------------------------------------
+
+# Command lines that need no model: `attn` answers them without importing torch or transformers (issue 55: 4 s each,
+# when importing the package loaded both). Not `attn train`: its flags are transformers' Seq2SeqTrainingArguments.
+WITHOUT_A_MODEL = [
+    ["--help"],
+    ["--version"],
+    ["tarnslate", "--model", "m"],
+    ["preset"],
+    ["preset", "tyny"],
+    *([command, "--help"] for command in COMMANDS if command != "train"),
+    *([command, "--bogus"] for command in COMMANDS if command != "train"),
+    ["translate", "--model", "m", "--batch_size", "0"],  # out of its declared range
+    ["serve", "--model", "m", "--engine", "tensorflow"],  # not one of the choices
+    ["evaluate", "--model", "m", "--num_beams", "two"],  # not a number
+]
+
+
+def fresh_attn(argv: list[str], module: bool = False) -> tuple[int, str, list[str], set[str]]:
+    """`attn ARGV` in a fresh process, as the console script (or `python -m modeling_attn.cli.main`): its exit status,
+    stdout, stderr lines, and the top-level packages it imported (Python's -X importtime report)."""
+    executable = Path(sys.executable).with_name("attn")
+    command = [sys.executable, "-m", "modeling_attn.cli.main"] if module else [str(executable)]
+    assert module or executable.exists(), "the attn console script is not installed (pip install -e .)"
+    env = {**os.environ, "PYTHONPROFILEIMPORTTIME": "1", "HF_HUB_OFFLINE": "1"}
+    result = subprocess.run([*command, *argv], capture_output=True, text=True, env=env, timeout=300)
+    report = [line for line in result.stderr.splitlines() if line.startswith("import time:")]
+    imported = {line.rsplit("|", 1)[1].strip().split(".")[0] for line in report[1:]}  # [0] is the header
+    messages = [line for line in result.stderr.splitlines() if not line.startswith("import time:")]
+    return result.returncode, result.stdout, messages, imported
+
+
+@pytest.mark.parametrize("argv", WITHOUT_A_MODEL, ids=" ".join)
+def test_help_presets_and_command_line_errors_import_neither_torch_nor_transformers(argv):
+    status, stdout, messages, imported = fresh_attn(argv)
+    assert "modeling_attn" in imported  # the report is read
+    assert not {"torch", "transformers"} & imported
+    if messages:  # a command-line error: one line, exit status 2
+        assert (status, len(messages)) == (2, 1) and ": error: " in messages[0], messages
+    else:
+        assert status == 0 and stdout
+
+
+def test_python_m_answers_without_torch_too_and_a_model_command_still_registers_the_models(tmp_path):
+    status, stdout, _, imported = fresh_attn(["export", "--help"], module=True)
+    assert status == 0 and "--ctranslate2" in stdout and not {"torch", "transformers"} & imported
+    status, _, messages, imported = fresh_attn(["translate", "--bogus"], module=True)
+    assert status == 2 and len(messages) == 1 and not {"torch", "transformers"} & imported
+    # printing a preset builds its config: transformers is imported, and the check above would see it
+    status, stdout, _, imported = fresh_attn(["preset", "tiny"])
+    assert status == 0 and json.loads(stdout)["model_type"] == "attn_transformer" and "transformers" in imported
+
+
+def test_importing_the_package_elsewhere_registers_the_models_at_once():
+    """`import modeling_attn` in any process but the `attn` command's registers the model types and the pipeline."""
+    code = (
+        "import modeling_attn\n"
+        "from transformers import AutoConfig, pipelines\n"
+        "print(type(AutoConfig.for_model('attn_rnn')).__name__, pipelines.check_task('translation_en_to_de')[2])\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.stdout.split() == ["AttnRNNConfig", "('en',", "'de')"], result.stderr[-2000:]
 
 
 # For each command: an unknown flag, a misspelt flag (named with its closest valid flag), bad values.
@@ -295,6 +360,8 @@ def test_help_shows_the_defaults_that_apply():
     assert status == 0 and "(default: 5)" in stdout.split("--last LAST")[-1]
     status, stdout, _ = run(["export", "--help"])
     assert status == 0 and "(default: float32)" in stdout
+    status, stdout, _ = run(["push", "--help"])  # the file it names without importing the API
+    assert status == 0 and f"(default: the model folder's {RESULTS_FILE})" in " ".join(stdout.split())
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:

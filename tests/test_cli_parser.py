@@ -1,18 +1,23 @@
 """The `attn` command-line convention (modeling_attn/cli/parser.py): both spellings of a flag, flags files, and user
-errors as one line with exit status 2 while parsing (`CommandParser`, with the declared ranges of number flags).
+errors as one line with exit status 2 while parsing (`CommandParser`, with the declared ranges of number flags), and
+the flags built as transformers' `HfArgumentParser` builds them (compared on every command's dataclasses).
 
 What a command reports once it runs is tested in tests/test_cli_report.py."""
 
 from __future__ import annotations
 
+import copy
 import json
+import types
 from dataclasses import dataclass, field
 
 import pytest
+from transformers import HfArgumentParser
 
 from modeling_attn.api.errors import CommandLineError
 from modeling_attn.api.values import COUNT, PROBABILITY
-from modeling_attn.cli.parser import CommandParser
+from modeling_attn.cli.main import COMMANDS
+from modeling_attn.cli.parser import CommandParser, _HelpFormatter
 from modeling_attn.cli.report import run_command
 
 
@@ -171,3 +176,105 @@ def test_a_flags_file_list_repeats_a_flag_that_is_given_several_times(tmp_path):
     path = tmp_path / "flags.yaml"
     path.write_text("model: m\nmember: [a, b]\n")
     assert parser.config_file_flags(path) == ["--model", "m", "--member", "a", "--member", "b"]
+
+
+# -- the flags are those transformers' HfArgumentParser makes --------------------------------------------------
+
+
+class HfReference(HfArgumentParser):
+    """What `CommandParser` was built on before issue 55 (it then imported transformers for `--help`): transformers'
+    own parser, with a field's declared `range` kept on its action as `CommandParser` keeps it."""
+
+    def __init__(self, dataclass_types, **kwargs):
+        super().__init__(dataclass_types, allow_abbrev=False, formatter_class=_HelpFormatter, **kwargs)
+
+    @staticmethod
+    def _parse_dataclass_field(parser, field):
+        declared = field.metadata.get("range")
+        if declared is not None:
+            field = copy.copy(field)
+            field.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k != "range"})
+        HfArgumentParser._parse_dataclass_field(parser, field)
+        if declared is not None:
+            parser._option_string_actions[f"--{field.name}"].range = declared
+
+
+# what a flag's type is given: numbers, booleans in every spelling, words, a JSON mapping
+TYPE_SAMPLES = ["0", "1", "-3", "2.5", "nan", "true", "False", "yes", "n", "x", "int8", "steps", "{}", ""]
+
+
+def _what_type_does(convert):
+    """A flag's type as what it gives for each sample (or the exception's class): functions made per parser compare."""
+    if convert is None or isinstance(convert, type):
+        return convert
+    given = []
+    for sample in TYPE_SAMPLES:
+        try:
+            given.append(convert(sample))
+        except Exception as error:  # noqa: BLE001 (the class is what is compared)
+            given.append(type(error))
+    return given
+
+
+def flag_table(parser) -> list:
+    """Everything argparse knows of each flag, and the groups."""
+    rows = [
+        (
+            type(action).__name__,
+            action.option_strings,
+            action.dest,
+            action.nargs,
+            action.const,
+            repr(action.default),
+            list(action.choices) if action.choices is not None else None,
+            action.required,
+            action.help,
+            action.metavar,
+            getattr(action, "range", None),
+            _what_type_does(action.type),
+        )
+        for action in parser._actions
+    ]
+    return rows + [(group.title, [action.dest for action in group._group_actions]) for group in parser._action_groups]
+
+
+def command_dataclasses() -> dict[str, tuple]:
+    """The flag dataclasses of every `attn` command (and of this file)."""
+    from modeling_attn.training.arguments import RecipeArguments
+    from transformers import Seq2SeqTrainingArguments
+
+    from modeling_attn.cli import average, convert, evaluate, explain, export, options, preset, push, serve, translate
+
+    shared = (options.DecodingArguments, options.RuntimeArguments, options.EnsembleArguments)
+    return {
+        "translate": translate.TRANSLATE_ARGUMENTS,
+        "evaluate": (evaluate.EvaluateArguments, *shared),
+        "serve": (serve.ServeArguments, options.RuntimeArguments, options.EnsembleArguments),
+        "explain": (explain.ExplainArguments,),
+        "preset": (preset.PresetArguments,),
+        "average": (average.AverageArguments,),
+        "convert": (convert.ConvertArguments,),
+        "export": (export.ExportArguments,),
+        "push": (push.PushArguments,),
+        "train": (RecipeArguments, Seq2SeqTrainingArguments),
+        "test": (Flags,),
+    }
+
+
+@pytest.mark.parametrize("command", [*COMMANDS, "test"])
+def test_the_flags_are_those_of_transformers_hf_argument_parser(command):
+    """`CommandParser` builds its flags without transformers (so that `attn COMMAND --help` and a mistyped flag need
+    no torch); each command's flags, their types, defaults, groups and its --help text are what HfArgumentParser
+    made of the same dataclasses."""
+    dataclass_types = command_dataclasses()[command]
+    ours = CommandParser(dataclass_types, prog=f"attn {command}")
+    reference = HfReference(dataclass_types, prog=f"attn {command}")
+    assert flag_table(ours) == flag_table(reference)
+    assert ours.format_help() == reference.format_help()
+
+
+def test_the_parsed_dataclasses_are_those_of_transformers_hf_argument_parser():
+    argv = ["--model", "m", "--batch-size", "4", "--sizes", "1", "2", "--lowercase", "--splits", "a", "b"]
+    assert CommandParser(Flags).parse_args_into_dataclasses(argv) == HfReference(Flags).parse_args_into_dataclasses(
+        argv, look_for_args_file=False
+    )

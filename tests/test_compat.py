@@ -114,6 +114,53 @@ def test_remote_code_equals_the_package(folders, remote, tmp_path):
         assert unexpected == []
 
 
+# The tokenizer alone, without the package and with stdin closed: what it printed and logged while loading, the
+# folder's own modules imported (transformers_modules.*), its class and ids; then AutoTokenizer with no
+# trust_remote_code, the question it asks (transformers 5 reads config.json, the model's code, before the tokenizer's).
+TOKENIZER_ALONE = """
+import contextlib, io, json, logging, os, sys
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+warnings = []
+class Record(logging.Handler):
+    def emit(self, record):
+        warnings.append(record.getMessage())
+logging.getLogger("transformers").addHandler(Record())
+sys.stdin = open(os.devnull)
+folder, sentences = sys.argv[1], json.loads(sys.argv[2])
+printed = io.StringIO()
+with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(folder)
+alone = {
+    "printed": printed.getvalue(),
+    "warnings": list(warnings),
+    "folder_code": sorted(name for name in sys.modules if name.startswith("transformers_modules")),
+    "tokenizer": type(tokenizer).__module__,
+    "ids": tokenizer(sentences)["input_ids"],
+}
+with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed):
+    AutoTokenizer.from_pretrained(folder)
+print(json.dumps({"alone": alone, "auto": printed.getvalue()[len(alone["printed"]):], "auto_warnings": warnings}))
+"""
+
+
+def test_the_tokenizer_loads_without_the_package_and_with_no_code_of_the_models(folders, tmp_path):
+    """As docs/hub.md gives it: transformers' own class reads the tokenizer files, with no question, no warning and no
+    code from the folder, and tokenizes as the package's tokenizer does. (AutoTokenizer without trust_remote_code
+    asks to run the folder's code, whatever the folder holds: docs/hub.md says so.)"""
+    documented = (Path(__file__).parent.parent / "docs" / "hub.md").read_text(encoding="utf-8")
+    assert 'PreTrainedTokenizerFast.from_pretrained("you/dates-iso")' in documented
+    for name, folder in folders.items():
+        code = TOKENIZER_ALONE.replace("sys.argv[1]", repr(str(folder)))
+        result = run_isolated(code.replace("sys.argv[2]", repr(json.dumps(SENTENCES))), tmp_path)
+        alone = result["alone"]
+        assert (alone["printed"], alone["warnings"], alone["folder_code"]) == ("", [], []), name
+        assert alone["tokenizer"].startswith("transformers.")
+        assert alone["ids"] == AutoTokenizer.from_pretrained(folder)(SENTENCES)["input_ids"]
+        assert "Do you wish to run the custom code?" in result["auto"]
+        assert any("instantiate a model of type" in message for message in result["auto_warnings"])
+
+
 def test_attn_translate_and_the_pipeline_with_the_package(folders, remote, tmp_path, capsys):
     for name, folder in folders.items():
         (tmp_path / "input.txt").write_text("\n".join(SENTENCES) + "\n")

@@ -22,12 +22,11 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from transformers.hf_argparser import string_to_bool
 
 from modeling_attn.api.values import FINITE, Range
 from modeling_attn.cli.main import COMMANDS
 from modeling_attn.cli.main import main as attn
-from modeling_attn.cli.parser import CommandParser
+from modeling_attn.cli.parser import CommandParser, string_to_bool
 
 BOOLEAN_WORDS = {"yes", "no", "true", "false", "t", "f", "y", "n", "1", "0"}
 WORDS = st.text(alphabet="abcdefghijklmnopqrstuvwxyz_", min_size=1, max_size=12)

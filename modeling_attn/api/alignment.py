@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -29,12 +28,10 @@ import torch
 from transformers import BatchEncoding, PreTrainedModel, PreTrainedTokenizerBase
 
 from ..encoder_decoder import alignment_attention
+from .choices import ALIGN_FORMATS, WORD_PATTERNS
 from .ensemble import AttnEnsemble
 from .heatmaps import TranslationAttention, attention_from_generate
 from .translation import TranslateError, _encode, batches, check_nbest, sequence_scores
-
-WORD_PATTERNS = {"whitespace": re.compile(r"\S+"), "alnum": re.compile(r"[^\w\s]*\w+[^\w\s]*|[^\w\s]+")}
-ALIGN_FORMATS = ("hard", "soft")
 
 Span = tuple[int, int]
 Pair = tuple[int, int]  # (source word, target word)

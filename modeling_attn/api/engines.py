@@ -28,6 +28,7 @@ from transformers import GenerationConfig, PreTrainedModel, PreTrainedTokenizerB
 
 from .. import __version__
 from ..generation import per_sentence_offset, sentence_limits
+from .choices import ENGINES
 from .errors import ExportError, FlagError
 from .export_cache import ExportCacheError
 from .threads import ctranslate2_threads, onnxruntime_threads, split_size, torch_threads, torch_threads_for
@@ -43,7 +44,6 @@ from .translation import (
 
 logger = logging.getLogger(__name__)
 
-ENGINES = ("auto", "torch", "ctranslate2", "onnxruntime")
 # auto's order of preference among the engines that can serve a request (torch serves every request).
 FAST_ENGINES = ("ctranslate2",)
 PACKAGES = {"ctranslate2": ("ctranslate2", "fast"), "onnxruntime": ("onnxruntime", "onnx")}

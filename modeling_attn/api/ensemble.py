@@ -36,9 +36,9 @@ from ..beam_search import CompactBeamSearchMixin, rows_can_leave
 from ..compat import CACHE_FIELD, cache_argument
 from ..generation import SourceRelativeLengthMixin
 from ..registry import MODEL_TYPES
+from .choices import COMBINATIONS
 from .translation import TranslateError, load_model
 
-COMBINATIONS = ("log_linear", "linear")
 # decoding settings that must agree between members for the first member's generation_config to fit them all
 SHARED_TOKENS = ("pad_token_id", "eos_token_id", "decoder_start_token_id")
 

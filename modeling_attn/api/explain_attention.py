@@ -20,10 +20,9 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from .choices import ATTENTION_KINDS
 from .errors import ExplainError
 from .explain_numbers import values_data, weights_data
-
-ATTENTION_KINDS = ("cross", "encoder", "decoder")
 
 
 def _keep(store: list, module: nn.Module, args: tuple, kwargs: dict, output: Any) -> None:

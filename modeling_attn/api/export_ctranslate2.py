@@ -23,9 +23,9 @@ from transformers import AutoConfig, AutoTokenizer, GenerationConfig, PreTrained
 from ..configuration_transformer import AttnTransformerConfig
 from ..generation import SOURCE_LIMIT_FIELD
 from ..modeling_transformer import AttnTransformerForConditionalGeneration
+from .choices import QUANTIZATIONS
 from .errors import ExportError, UserError
 
-QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 TOKENIZER_SUBFOLDER = "tokenizer"  # the HF tokenizer, saved apart from CTranslate2's config.json
 
 # ACT2FN names and the CTranslate2 activation computing the same function (ctranslate2.specs.Activation names).

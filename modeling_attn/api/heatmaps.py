@@ -27,11 +27,10 @@ from typing import IO, TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from .choices import ALIGNMENT_MODES, STACKS
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-
-ALIGNMENT_MODES = ("average", "layers")
-STACKS = ("encoder", "decoder")
 
 
 @dataclass

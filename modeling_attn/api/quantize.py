@@ -23,10 +23,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from .choices import INT8_ENGINES, QUANTIZE_CHOICES
 from .translation import TranslateError
-
-QUANTIZE_CHOICES = ("int8", "int8_rowwise")
-INT8_ENGINES = ("auto", "x86", "fbgemm", "onednn", "qnnpack")  # `--int8_engine`; torch builds have some of them
 
 
 class QuantizeError(TranslateError):

@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..api.errors import FlagError
-from ..api.model_folder import check_config, check_folder
 from ..api.outputs import output_folder
 from ..api.values import COUNT
-from ..training.averaging import average_checkpoints, find_checkpoints
 from .parser import parse_command
 from .report import run_command
 
@@ -50,6 +48,9 @@ def average(argv: Sequence[str] | None) -> int:
         "inputs",
         "*",
     )
+    from ..api.model_folder import check_config, check_folder
+    from ..training.averaging import average_checkpoints, find_checkpoints
+
     checkpoints = []
     for path in args.inputs:
         check_folder(path)  # ModelFolderError: no such model folder (did you mean ...?), or a file

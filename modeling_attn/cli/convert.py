@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..api.convert_marian import convert_attn_folder, convert_marian_folder
-from ..api.model_folder import check_config, check_hub_reachable, looks_local
 from ..api.outputs import output_folder
 from .parser import parse_command
 from .report import run_command
@@ -49,6 +47,9 @@ def convert(argv: Sequence[str] | None) -> int:
     args = parse_command(
         ConvertArguments, argv, "attn convert", "Convert Marian (OPUS-MT) checkpoints to attn_transformer and back."
     )
+    from ..api.convert_marian import convert_attn_folder, convert_marian_folder
+    from ..api.model_folder import check_config, check_hub_reachable, looks_local
+
     source, flag = (
         (args.from_marian, "--from_marian") if args.from_marian is not None else (args.to_marian, "--to_marian")
     )

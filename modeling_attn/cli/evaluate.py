@@ -22,20 +22,19 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Literal
-
-from transformers import PreTrainedModel, PreTrainedTokenizerBase
+from typing import TYPE_CHECKING, Any, Literal
 
 from ..api.corpus import SPLIT_STEMS, DataError, paired_sentences, read_folder_split, split_stems, text_pair_rows
-from ..api.engines import Engine, as_engine
-from ..api.ensemble import AttnEnsemble, describe_ensemble
-from ..api.hub import EMBEDDED_TASK, decoding_settings, local_or_hub
 from ..api.outputs import OutputError, check_output_file, output_file
-from ..api.translation import SentenceTooLong, TranslateError, batches, generation_overrides
 from ..api.values import COUNT
 from . import options
 from .parser import CommandParser
 from .report import run_command
+
+if TYPE_CHECKING:  # the rest of the API imports torch: imported where the command runs, after parsing
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from ..api.engines import Engine
 
 
 @dataclass
@@ -137,7 +136,9 @@ def evaluate(
     translations themselves. A model whose tokenizer lowercases is scored case-insensitively (signatures `case:lc`),
     as is any model with `lowercase`. `model` is a model (with its `tokenizer`), or an engine of
     `modeling_attn.api.engines` (`tokenizer` None: the engine's)."""
+    from ..api.engines import as_engine
     from ..api.metrics import translation_scores, writes_lowercase
+    from ..api.translation import SentenceTooLong, batches
 
     engine = as_engine(model, tokenizer)
     tokenizer = engine.tokenizer
@@ -184,6 +185,8 @@ class EvaluationSet:
 
 def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> EvaluationSet | None:
     """The pairs of files `{stem}.*` in `folder` (`api.corpus.read_folder_split`), or None if none."""
+    from ..api.hub import local_or_hub
+
     found = read_folder_split(folder, stem, args.split, args.source_lang, args.target_lang)
     if found is None:
         return None
@@ -195,6 +198,7 @@ def _read_folder_split(folder: Path, stem: str, args: SimpleNamespace) -> Evalua
 
 def _loaded_split(args: SimpleNamespace) -> EvaluationSet:
     """The split through the training recipe's loader (embedded task, save_to_disk folder, dataset name)."""
+    from ..api.hub import EMBEDDED_TASK, local_or_hub
     from ..training.data import load_parallel_data
 
     parallel = load_parallel_data(args.data, args.source_lang, args.target_lang, args.data_config)
@@ -264,7 +268,10 @@ def _inputs(args: SimpleNamespace) -> dict[str, str | None]:
 
 
 def _evaluate(args: SimpleNamespace) -> int:
+    from ..api.ensemble import AttnEnsemble, describe_ensemble
+    from ..api.hub import decoding_settings
     from ..api.metrics import translation_scores
+    from ..api.translation import SentenceTooLong, TranslateError, generation_overrides
 
     if args.threads:
         import torch

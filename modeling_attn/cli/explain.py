@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..api.choices import ATTENTION_KINDS
 from ..api.errors import CommandLineError
-from ..api.explain import ATTENTION_KINDS, write_explainer
 from ..api.values import COUNT
 from .options import parse_flags, shown_defaults
 from .parser import CommandParser
@@ -91,6 +91,8 @@ def explain(argv: list[str] | None) -> int:
         raise CommandLineError("the following arguments are required: --output")
     if len(args.sentence) != 1:
         raise CommandLineError(f"give the sentence as one argument (quote it); got {len(args.sentence)} arguments")
+    from ..api.explain import write_explainer
+
     generation = {name: getattr(args, name) for name in ("num_beams", "length_penalty", "max_new_tokens")}
     layer = None if args.walkthrough_layer is None else args.walkthrough_layer - 1
     path = write_explainer(

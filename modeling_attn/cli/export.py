@@ -7,9 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..api.export_ctranslate2 import QUANTIZATIONS, export_ctranslate2, import_ctranslate2
-from ..api.export_onnx import export_onnx_model, import_onnxruntime, load_exported
-from ..api.model_folder import check_config
+from ..api.choices import QUANTIZATIONS
 from ..api.outputs import output_folder
 from .parser import parse_command
 from .report import run_command
@@ -50,6 +48,9 @@ class ExportArguments:
 
 def _export(args) -> str:
     """Write the export into a staging folder that replaces only its own files at the target (api/outputs.py)."""
+    from ..api.export_ctranslate2 import export_ctranslate2
+    from ..api.export_onnx import export_onnx_model, load_exported
+
     target, flag = (args.ctranslate2, "--ctranslate2") if args.ctranslate2 else (args.onnx, "--onnx")
     with output_folder(target, "attn export", {"--model": args.model}, args.force, flag) as staging:
         if args.ctranslate2:
@@ -67,6 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def export(argv: Sequence[str] | None) -> int:
     args = parse_command(ExportArguments, argv, "attn export", "Export a saved model to CTranslate2 or ONNX.", "model")
+    from ..api.export_ctranslate2 import import_ctranslate2
+    from ..api.export_onnx import import_onnxruntime
+    from ..api.model_folder import check_config
+
     check_config(args.model, local=True)  # ModelFolderError naming the folder (did you mean ...?) and what is wrong
     import_ctranslate2() if args.ctranslate2 else import_onnxruntime()  # a UserError naming the missing extra
     kind = _export(args)

@@ -5,6 +5,7 @@ take these from here (as fairseq keeps its shared argument groups in `options.py
 imports another. `parse_flags` parses a command's dataclasses into one namespace (`parser.CommandParser`);
 `load_models` loads the `--model` flags as one model or an ensemble (`modeling_attn.api.ensemble`), quantized by
 `--quantize` (`modeling_attn.api.quantize`); `load_engine` opens them on the `--engine` (`modeling_attn.api.engines`).
+The flags import no torch (their choices: `modeling_attn.api.choices`); the loaders import it when they run.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..api.engines import ENGINES, Engine, TorchEngine, open_engine
-from ..api.ensemble import COMBINATIONS, each_member, load_ensemble, member_paths, parse_weights
-from ..api.quantize import INT8_ENGINES, QUANTIZE_CHOICES, quantize, quantize_device
-from ..api.translation import load_model
+from ..api.choices import COMBINATIONS, ENGINES, INT8_ENGINES, QUANTIZE_CHOICES
 from ..api.values import COUNT
 from .parser import CommandParser
+
+if TYPE_CHECKING:
+    from ..api.engines import Engine
 
 
 @dataclass
@@ -85,7 +86,10 @@ class RuntimeArguments:
     )
 
     def __post_init__(self) -> None:
-        quantize_device(self.device, self.quantize)  # a GPU with --quantize: one line, before any loading
+        if self.quantize is not None:  # a GPU with --quantize: one line, before any loading
+            from ..api.quantize import quantize_device
+
+            quantize_device(self.device, self.quantize)
         if self.int8_engine is not None and self.quantize != "int8":
             raise ValueError(
                 f"--int8_engine {self.int8_engine}: picks the kernels of --quantize int8, which is not given; "
@@ -151,6 +155,10 @@ def model_inputs(args: SimpleNamespace) -> dict[str, str]:
 def load_models(args: SimpleNamespace, eager: bool = False, quantized: bool = True) -> tuple[Any, Any]:
     """The model and tokenizer of the --model flags (one model, or an `AttnEnsemble` of several or of the run's
     --last_checkpoints), each member quantized by --quantize unless not `quantized` (`quantize_members` later)."""
+    from ..api.ensemble import load_ensemble, member_paths, parse_weights
+    from ..api.quantize import quantize_device
+    from ..api.translation import load_model
+
     paths = member_paths(args.model, args.last_checkpoints)
     device = quantize_device(args.device, args.quantize)
     if len(paths) == 1 and args.ensemble_weights is None:
@@ -175,6 +183,9 @@ def engine_for(
     torch; a named export engine refuses it). `say(line)` is told of an export being made (it takes seconds) and of
     auto's choice; by default a person at a terminal is, and anyone of why auto fell back to torch (one line on
     stderr, a terminal or not: a log or a script sees why it runs slower)."""
+    from ..api.engines import TorchEngine, open_engine
+    from ..api.ensemble import member_paths
+
     paths = member_paths(args.model, args.last_checkpoints)
     name = paths[0] if len(paths) == 1 and args.ensemble_weights is None else None
     told = say is not None or sys.stderr.isatty()
@@ -189,6 +200,9 @@ def engine_for(
 
 def quantize_members(model: Any, args: SimpleNamespace) -> Any:
     """The model, or each member of an ensemble, quantized by --quantize (and --int8_engine)."""
+    from ..api.ensemble import each_member
+    from ..api.quantize import quantize
+
     return each_member(model, lambda member: quantize(member, args.quantize, args.int8_engine))
 
 

@@ -1,35 +1,38 @@
-"""The command-line convention of every `attn` subcommand, on transformers' `HfArgumentParser`.
+"""The command-line convention of every `attn` subcommand: flags declared as dataclasses, parsed by argparse.
 
 A command declares its flags as dataclasses (as `run_translation.py` and `Seq2SeqTrainingArguments` do) and parses
 them with `CommandParser.parse`:
-- `--a_b` and `--a-b` are the same flag (HfArgumentParser registers both spellings);
+- each field is the flag transformers' `HfArgumentParser` makes of it, built here without importing transformers
+  (`add_dataclass_flags`; tests/test_cli_parser.py compares the two): `--a_b` and `--a-b` are the same flag;
 - `attn COMMAND flags.yaml` (or `.json`) reads the flags from a file; flags given after the file override it;
 - a number flag declares its values (`"range": COUNT` in its field's metadata, `modeling_attn.api.values`), checked
   once right after parsing, before any dataclass is built; a float flag with no declaration must be finite;
 - argparse's own errors (a bad value, a missing required flag) end in `CommandParser.error`; every check of ours (an
   unknown flag, named with the closest valid one; a declared range; a flags file; a combination a dataclass refuses
   in its `__post_init__`; a positional argument given twice) raises `CommandLineError` for `report.run_command`. Both
-  print one line, `attn COMMAND: error: ... (see attn COMMAND --help)` (`report.print_user_error`), exit status 2.
-Every command of `modeling_attn.cli` uses this convention (docs/training.md, "Flags"). The model package, the Python
-API and the recipe parse no command lines.
+  print one line, `attn COMMAND: error: ... (see attn COMMAND --help)` (`report.print_user_error`), exit status 2;
+- a valid command line registers the models (`modeling_attn.register_models`: the `attn` process does not at import,
+  so `--help` and these errors need no torch), unless the command needs none (`CommandParser(models=False)`).
+Every command of `modeling_attn.cli` uses this convention (docs/training.md, "Flags").
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import dataclasses
 import difflib
+import enum
 import json
 import sys
 import types
-from collections.abc import Mapping, Sequence
+import typing
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 import yaml
-from transformers import HfArgumentParser
 
+from .. import register_models
 from ..api.errors import CommandLineError
 from ..api.values import FINITE, Range
 from .report import print_user_error
@@ -45,27 +48,104 @@ class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return action.help if action.default is None else super()._get_help_string(action)
 
 
-class CommandParser(HfArgumentParser):
-    """`HfArgumentParser` with the `attn` convention (see the module docstring). Flags are never abbreviated: an
-    abbreviation is an unknown flag (argparse would take `--out` for `--output_dir`, and a later flag could make it
-    ambiguous)."""
+def string_to_bool(value: str | bool) -> bool:
+    """A boolean flag's value: yes/no, true/false, t/f, y/n, 1/0, any case (HfArgumentParser's)."""
+    if isinstance(value, bool):
+        return value
+    if value.lower() in ("yes", "true", "t", "y", "1"):
+        return True
+    if value.lower() in ("no", "false", "f", "n", "0"):
+        return False
+    raise argparse.ArgumentTypeError(
+        f"Truthy value expected: got {value} but expected one of yes/no, true/false, t/f, y/n, 1/0 (case insensitive)."
+    )
 
-    def __init__(self, dataclass_types: Any, **kwargs: Any):
+
+def _choice_type(choices: Sequence[Any]) -> Callable[[str], Any]:
+    """A choice flag's type: each choice's string gives the choice itself (an Enum member's value, a Literal's)."""
+    by_text = {str(choice): choice for choice in choices}
+    return lambda text: by_text.get(text, text)
+
+
+def _flag_arguments(field: dataclasses.Field, hint: Any) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """`add_argument`'s keyword arguments for a dataclass field of type `hint` (HfArgumentParser's rules), and those
+    of its `--no_FIELD` complement (a boolean field that defaults to True), or None."""
+    kwargs = {key: value for key, value in field.metadata.items() if key not in ("aliases", "range")}
+    origin = typing.get_origin(hint) or hint
+    if origin is typing.Union or origin is types.UnionType:
+        members = typing.get_args(hint)
+        if str not in members and (len(members) != 2 or type(None) not in members):
+            raise TypeError(f"field {field.name!r}: a flag takes one type, or None (Optional[X]), or str")
+        if type(None) not in members:  # `X | str`: X
+            hint = members[0] if members[1] is str else members[1]
+        elif bool not in members:  # `X | None`: X (`bool | None` stays, below)
+            hint = members[0] if members[1] is type(None) else members[1]
+        origin = typing.get_origin(hint) or hint
+    complement = None
+    if origin is typing.Literal or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+        kwargs["choices"] = typing.get_args(hint) if origin is typing.Literal else [member.value for member in hint]
+        kwargs["type"] = _choice_type(kwargs["choices"])
+        if field.default is dataclasses.MISSING:
+            kwargs["required"] = True
+        else:
+            kwargs["default"] = field.default
+    elif hint is bool or hint == bool | None:
+        if field.default is True:
+            complement = {**kwargs, "default": False}
+        kwargs["type"] = string_to_bool
+        if hint is bool or field.default not in (None, dataclasses.MISSING):
+            kwargs.update(default=False if field.default is dataclasses.MISSING else field.default, nargs="?")
+            kwargs["const"] = True
+    elif isinstance(origin, type) and issubclass(origin, list):
+        kwargs.update(type=typing.get_args(hint)[0], nargs="+")
+        if field.default_factory is not dataclasses.MISSING:
+            kwargs["default"] = field.default_factory()
+        elif field.default is dataclasses.MISSING:
+            kwargs["required"] = True
+    else:
+        kwargs["type"] = hint
+        if field.default is not dataclasses.MISSING:
+            kwargs["default"] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            kwargs["default"] = field.default_factory()
+        else:
+            kwargs["required"] = True
+    return kwargs, complement
+
+
+class CommandParser(argparse.ArgumentParser):
+    """An argparse parser of dataclasses with the `attn` convention (see the module docstring). Flags are never
+    abbreviated: an abbreviation is an unknown flag (argparse would take `--out` for `--output_dir`, and a later flag
+    could make it ambiguous). `models=False`: the command needs no model, and `parse` registers none."""
+
+    def __init__(self, dataclass_types: Any, models: bool = True, **kwargs: Any):
         kwargs.setdefault("allow_abbrev", False)
         kwargs.setdefault("formatter_class", _HelpFormatter)
-        super().__init__(dataclass_types, **kwargs)
+        super().__init__(**kwargs)
+        self.dataclass_types = list(dataclass_types) if isinstance(dataclass_types, Sequence) else [dataclass_types]
+        self.models = models
+        for dataclass_type in self.dataclass_types:
+            self.add_dataclass_flags(dataclass_type)
 
-    @staticmethod
-    def _parse_dataclass_field(parser: argparse._ActionsContainer, field: dataclasses.Field) -> None:
-        """HfArgumentParser's, with the field's declared `range` taken out of the metadata (argparse would refuse it
-        as an argument) and kept on the flag's action, for `check_ranges`."""
-        declared = field.metadata.get("range")
-        if declared is not None:
-            field = copy.copy(field)
-            field.metadata = types.MappingProxyType({k: v for k, v in field.metadata.items() if k != "range"})
-        HfArgumentParser._parse_dataclass_field(parser, field)
-        if declared is not None:
-            parser._option_string_actions[f"--{field.name}"].range = declared
+    def add_dataclass_flags(self, dataclass_type: type) -> None:
+        """A flag for each field of `dataclass_type` (in its `_argument_group_name` group, if it names one); a field's
+        declared `range` is kept on its flag's action, for `check_ranges`."""
+        group = getattr(dataclass_type, "_argument_group_name", None)
+        container = self.add_argument_group(group) if group else self
+        hints = typing.get_type_hints(dataclass_type)
+        for field in dataclasses.fields(dataclass_type):
+            if not field.init:
+                continue
+            kwargs, complement = _flag_arguments(field, hints[field.name])
+            spellings = [f"--{field.name}"] + ([f"--{field.name.replace('_', '-')}"] if "_" in field.name else [])
+            aliases = field.metadata.get("aliases", [])
+            spellings += [aliases] if isinstance(aliases, str) else aliases
+            action = container.add_argument(*spellings, **kwargs)
+            if complement is not None:  # after the flag itself: argparse keeps the first default of a destination
+                negative = [f"--no_{field.name}", f"--no-{field.name.replace('_', '-')}"]
+                container.add_argument(*negative, action="store_false", dest=field.name, **complement)
+            if "range" in field.metadata:
+                action.range = field.metadata["range"]
 
     def declare_ranges(self, ranges: Mapping[str, Range]) -> None:
         """Declare the values of flags whose dataclass is not ours (transformers' `Seq2SeqTrainingArguments`)."""
@@ -174,9 +254,21 @@ class CommandParser(HfArgumentParser):
             self._unknown(unknown)
         self.check_ranges(namespace)
         try:
-            return tuple(self.parse_args_into_dataclasses(args=argv))
+            parsed = self.parse_args_into_dataclasses(argv)
         except ValueError as error:  # a dataclass's __post_init__ refused a value or a combination
             raise CommandLineError(str(error).strip().splitlines()[0]) from error
+        if self.models:
+            register_models()
+        return parsed
+
+    def parse_args_into_dataclasses(self, argv: Sequence[str]) -> tuple[Any, ...]:
+        """An instance of each dataclass, filled from `argv`, then a Namespace of the other arguments, if any."""
+        namespace = self.parse_args(argv)
+        parsed = []
+        for dataclass_type in self.dataclass_types:
+            names = {field.name for field in dataclasses.fields(dataclass_type) if field.init}
+            parsed.append(dataclass_type(**{name: vars(namespace).pop(name) for name in names}))
+        return (*parsed, namespace) if vars(namespace) else tuple(parsed)
 
 
 def _takes_value(action: argparse.Action, argument: str) -> bool:
@@ -209,13 +301,14 @@ def parse_command(
     positional: str | None = None,
     nargs: str = "?",
     required: bool = True,
+    models: bool = True,
 ) -> Any:
-    """The `arguments` dataclass filled from `argv` by `CommandParser`.
+    """The `arguments` dataclass filled from `argv` by `CommandParser` (`models`: see there).
 
     `positional`: a field that may also be given without its flag, as the command's first argument(s); it must
     default to None (nargs "?") or an empty list (nargs "*"), and is `required` one way or the other.
     """
-    parser = CommandParser(arguments, prog=prog, description=description)
+    parser = CommandParser(arguments, models=models, prog=prog, description=description)
     if positional is not None:
         metavar = positional.upper()
         parser.add_argument(
@@ -234,4 +327,4 @@ def parse_command(
     return args
 
 
-__all__ = ["CONFIG_SUFFIXES", "CommandParser", "parse_command"]
+__all__ = ["CONFIG_SUFFIXES", "CommandParser", "parse_command", "string_to_bool"]

@@ -1,4 +1,7 @@
-"""`attn preset`: the model presets (configuration/*.json), listed or printed as a config JSON."""
+"""`attn preset`: the model presets (configuration/*.json), listed or printed as a config JSON.
+
+It loads no model: listing the presets, `--help` and a mistyped name answer without importing torch or transformers
+(`CommandParser(models=False)`; only printing one builds its config class)."""
 
 from __future__ import annotations
 
@@ -26,9 +29,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def preset(argv: Sequence[str] | None) -> int:
-    args = parse_command(
-        PresetArguments, argv, "attn preset", "List the model presets, or print one.", "name", required=False
-    )
+    description = "List the model presets, or print one."
+    args = parse_command(PresetArguments, argv, "attn preset", description, "name", required=False, models=False)
     name = args.name
     presets = available_presets()
     if name is None:

@@ -10,8 +10,6 @@ from huggingface_hub.errors import HFValidationError
 from huggingface_hub.utils import validate_repo_id
 
 from ..api.errors import FlagError
-from ..api.hub import RESULTS_FILE, push_to_hub, save_for_hub
-from ..api.model_folder import check_folder
 from ..api.outputs import output_folder
 from .parser import parse_command
 from .report import run_command
@@ -35,7 +33,9 @@ class PushArguments:
         default=None, metadata={"help": "branch to push to, created if needed (default: main)"}
     )
     results: str | None = field(
-        default=None, metadata={"help": f"evaluation JSON for the card (default: the model folder's {RESULTS_FILE})"}
+        # the file is modeling_attn.api.hub.RESULTS_FILE (not imported here: the API imports torch)
+        default=None,
+        metadata={"help": "evaluation JSON for the card (default: the model folder's test_results.json)"},
     )
     token: str | None = field(
         default=None, metadata={"help": "Hub token (default: the one of `hf auth login` or HF_TOKEN)"}
@@ -60,6 +60,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def push(argv: Sequence[str] | None) -> int:
     args = parse_command(PushArguments, argv, "attn push", "Upload a trained model to the Hugging Face Hub.")
+    from ..api.hub import push_to_hub, save_for_hub
+    from ..api.model_folder import check_folder
+
     check_folder(args.model)  # ModelFolderError: no such model folder (did you mean ...?), or a file
     try:
         validate_repo_id(args.repo_id)

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..api.errors import UserError
-from ..api.quantize import describe_quantization
 from ..api.values import COUNT, NON_NEGATIVE, Range
 from .options import EnsembleArguments, RuntimeArguments, engine_for, load_models, parse_flags
 from .parser import CommandParser
@@ -128,6 +127,7 @@ def serve(argv: list[str] | None) -> int:
         raise UserError(f"{error.name} is not installed; pip install 'modeling-attn[serve]'") from error
     from ..api.batching import ServeLimits
     from ..api.model_info import describe_model
+    from ..api.quantize import describe_quantization
 
     if args.threads:
         import torch

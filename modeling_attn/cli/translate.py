@@ -24,33 +24,12 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ..api.alignment import ALIGN_FORMATS, WORD_PATTERNS, aligned_line
+from ..api.choices import ALIGN_FORMATS, ALIGNMENT_MODES, STACKS, WORD_PATTERNS
 from ..api.corpus import decode_lines
-from ..api.ensemble import member_paths
-from ..api.heatmaps import (
-    ALIGNMENT_MODES,
-    STACKS,
-    TranslationAttention,
-    bertviz_json,
-    figure_class,
-    picture_formats,
-    plot_alignment,
-    plot_self_attention,
-    save_figure,
-)
 from ..api.outputs import check_output_file, output_file
-from ..api.translation import (
-    SentenceTooLong,
-    TranslateError,
-    batches,
-    check_nbest,
-    generation_overrides,
-    translate_batch,
-)
 from ..api.values import COUNT, POSITIVE, Range
-from ..registry import MODEL_TYPES
 from .options import (
     DecodingArguments,
     EnsembleArguments,
@@ -62,6 +41,9 @@ from .options import (
 )
 from .parser import CommandParser
 from .report import run_command
+
+if TYPE_CHECKING:  # the rest of the API imports torch: imported where the command runs, after parsing
+    from ..api.heatmaps import TranslationAttention
 
 SAMPLING_FLAGS = ("top_k", "top_p", "temperature", "seed")
 PICTURE_FLAGS = ("attention_png", "self_attention_png", "attention_json")
@@ -296,6 +278,9 @@ class Pictures:
     def check(self, inputs: dict[str, str | None]) -> None:
         """Before any work: a picture flag's format, and each file it would write as `output_file` checks it (never
         an input or inside one, never over a file attn did not write unless --overwrite; its folder exists)."""
+        from ..api.heatmaps import picture_formats
+        from ..api.translation import TranslateError
+
         for flag in ("attention_png", "self_attention_png"):
             if template := getattr(self.args, flag):
                 suffix = Path(template).suffix.lstrip(".").lower()
@@ -308,6 +293,8 @@ class Pictures:
             check_output_file(path, inputs, self.args.overwrite, f"--{flag}")
 
     def write(self, number: int, attention: TranslationAttention | None, inputs: dict[str, str | None]) -> None:
+        from ..api.heatmaps import bertviz_json, plot_alignment, plot_self_attention, save_figure
+
         if attention is None:
             if any("{n}" in template for template in self.templates):
                 print(f"attn translate: sentence {number} is empty: no attention picture for it", file=sys.stderr)
@@ -345,6 +332,9 @@ def translate(argv: list[str] | None) -> int:
 
 
 def _check_combinations(args: SimpleNamespace) -> None:
+    from ..api.ensemble import member_paths
+    from ..api.translation import TranslateError
+
     if args.text and args.input is not None:
         raise TranslateError("give the sentences as arguments or with --input, not both")
     if args.input not in (None, "-") and not Path(args.input).is_file():
@@ -373,6 +363,9 @@ def _translate_batch(
 ) -> tuple[str, list[TranslationAttention | None] | None]:
     """The output of one batch whose first sentence is sentence `number` (translations, n-best blocks or aligned
     lines), and the attention of each sentence when pictures want it."""
+    from ..api.alignment import aligned_line
+    from ..api.translation import translate_batch
+
     args, pictures, overrides = request
     if args.num_return_sequences:
         nbest = engine.translate_nbest(batch, args.num_return_sequences, **overrides)
@@ -396,6 +389,10 @@ def _translate_batch(
 
 
 def _translate(args: SimpleNamespace) -> int:
+    from ..api.heatmaps import figure_class
+    from ..api.translation import SentenceTooLong, TranslateError, batches, check_nbest, generation_overrides
+    from ..registry import MODEL_TYPES
+
     _check_combinations(args)
     pictures = Pictures(args)
     if args.attention_png or args.self_attention_png:
