@@ -309,3 +309,10 @@ def training_flops(config, batch: Batch) -> float:
 def peak_flops(device: str) -> float | None:
     """The dense bf16 peak of this CUDA GPU (`modeling_attn.training.throughput.PEAK_BF16_FLOPS`), else None."""
     return peak_bf16_flops(torch.cuda.get_device_name()) if device == "cuda" else None
+
+
+def dates_sentences(count: int) -> list[str]:
+    """The first `count` sources of the embedded dates task's test split (what `attn evaluate` scores)."""
+    from modeling_attn.training.data import load_parallel_data
+
+    return list(load_parallel_data(None).splits["test"]["source"][:count])

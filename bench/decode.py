@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from . import harness
+from . import common, harness
 
 ENGINES = [
     "CTranslate2 direct",
@@ -83,13 +83,6 @@ def labelled(label: str, setting: str, settings: list[str]) -> str:
     if len(settings) == 1:
         return label
     return f"{label} ({'no --threads' if setting == 'default' else f'--threads {setting}'})"
-
-
-def dates_sentences(count: int) -> list[str]:
-    """The first `count` sources of the embedded dates task's test split (what `attn evaluate` scores)."""
-    from modeling_attn.training.data import load_parallel_data
-
-    return list(load_parallel_data(None).splits["test"]["source"][:count])
 
 
 def random_preset_folder(preset: str, sentences: int, max_new_tokens: int) -> tuple[Path, list[str]]:
@@ -245,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     clock = "cpu" if args.threads == ["1"] else "wall"
     if args.model:
-        folder, sentences = Path(args.model), dates_sentences(args.sentences)
+        folder, sentences = Path(args.model), common.dates_sentences(args.sentences)
     else:
         folder, sentences = random_preset_folder(args.preset, args.sentences, args.max_new_tokens)
     single = sentences[: args.single or len(sentences)]

@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from . import harness
-from .decode import dates_sentences
+from .common import dates_sentences
 
 INNER = "bench.threads"  # `python -m bench.threads --inner ...`: the load_translator measurement in its own process
 
