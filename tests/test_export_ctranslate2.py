@@ -241,3 +241,22 @@ def test_converted_marian_aligns_with_its_last_layer_first_head(tmp_path):
         ours = selected_attention(attention, model.config)[: theirs.shape[0]]
         torch.testing.assert_close(theirs, ours, rtol=0, atol=2e-5)
         torch.testing.assert_close(ours, attention.cross_attention[-1, 0, : theirs.shape[0]])
+
+
+def test_force_replaces_the_export_s_files_and_keeps_the_others(reverser, exported, tmp_path):
+    """Python `export_ctranslate2(..., force=True)` into a folder holding an export and a file of the user's: the
+    export's files are new, the user's file stays (CTranslate2's own `force` deletes the whole folder); without
+    `force` an existing folder is refused before anything is written."""
+    folder = tmp_path / "ct2"
+    export_ctranslate2(reverser, folder)
+    (folder / "notes.txt").write_text("mine")
+    with pytest.raises(RuntimeError, match="already exists"):
+        export_ctranslate2(reverser, folder, quantization="int8")
+    export_ctranslate2(reverser, folder, quantization="int8", force=True)
+    assert (folder / "notes.txt").read_text() == "mine"
+    assert (folder / "model.bin").stat().st_size < (exported / "model.bin").stat().st_size  # int8 now
+    assert sorted(path.name for path in folder.iterdir()) == sorted(
+        [path.name for path in exported.iterdir()] + ["notes.txt"]
+    )
+    assert not [path for path in tmp_path.iterdir() if path.name.startswith(".ct2-export-")]  # no staging left
+    assert CTranslate2Translator(folder).translate_ids([[3, 4, 5, EOS]])  # the replaced export loads and decodes

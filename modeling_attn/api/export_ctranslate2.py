@@ -14,6 +14,9 @@ to them and back, and takes its decoding defaults from the generation config sav
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -201,7 +204,9 @@ def export_ctranslate2(
 
     `quantization` is the weight type CTranslate2 stores ("float32", "int8", "int8_float16", "float16"...).
     The folder gets CTranslate2's model.bin, config.json and vocabularies, the model's generation_config.json and,
-    when there is a tokenizer, the tokenizer in `tokenizer/`. Returns the folder.
+    when there is a tokenizer, the tokenizer in `tokenizer/`. Returns the folder. An existing folder is refused
+    unless `force`, which replaces those files only: the export is written beside the folder first and moved in
+    (CTranslate2's own `force` deletes the whole folder, files it did not write too).
     """
     ctranslate2 = import_ctranslate2()
     if quantization not in QUANTIZATIONS:
@@ -228,12 +233,23 @@ def export_ctranslate2(
                 spec.config.unk_token = unknown
             return spec
 
-    with torch.no_grad():
-        _Converter().convert(str(output_dir), quantization=quantization, force=force)
-    model.generation_config.save_pretrained(output_dir)
-    if tokenizer is not None:
-        tokenizer.save_pretrained(Path(output_dir) / TOKENIZER_SUBFOLDER)
-    return Path(output_dir)
+    target = Path(output_dir)
+    if target.exists() and not force:
+        raise RuntimeError(f"output directory {target} already exists, use force=True to replace the export's files")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-export-") as scratch:
+        staging = Path(scratch) / "export"
+        with torch.no_grad():
+            _Converter().convert(str(staging), quantization=quantization)
+        model.generation_config.save_pretrained(staging)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(staging / TOKENIZER_SUBFOLDER)
+        target.mkdir(exist_ok=True)
+        for path in staging.iterdir():  # the export's own files replace their namesakes; nothing else is touched
+            if (target / path.name).is_dir():
+                shutil.rmtree(target / path.name)
+            os.replace(path, target / path.name)
+    return target
 
 
 class CTranslate2Translator:
