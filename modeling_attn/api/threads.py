@@ -10,7 +10,7 @@ program holds its core stalls the rest (two CTranslate2 threads on two cores: 15
 - torch (the torch engine; the torch model scoring n-best lists) takes one intra-op thread per `ROWS_PER_THREAD`
   decoder rows (sentences x beams) of a call, at least one, at most `torch.get_num_threads()` (the cores this
   process may use, or what `OMP_NUM_THREADS` or `torch.set_num_threads` made it).
-- onnxruntime: one intra-op thread.
+- onnxruntime: one intra-op thread (by the same reasoning; not measured).
 
 A number given (`--threads N`, `threads=N`) is used as it is, as before: N intra-op threads for every call.
 """
@@ -23,8 +23,8 @@ from contextlib import contextmanager
 
 import torch
 
-# Decoder rows (sentences x beams) per torch intra-op thread: below 64 rows (batch 16 at beam 4) a second thread did
-# not pay for itself on the dates model; at 128 rows (batch 32, beam 4) it gained about 20% (docs/speed.md).
+# Decoder rows (sentences x beams) per torch intra-op thread: at 16 rows a second thread cost 24x on the dates model
+# (another job on the other core); at 128 rows it gained 20% in one run and lost 8% in another (docs/speed.md).
 ROWS_PER_THREAD = 64
 
 
