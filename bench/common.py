@@ -6,11 +6,16 @@ generation tasks and the FLOP count for MFU. Timing, the report's envelope and i
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import gzip
 import math
+import socket
 import statistics
-from collections.abc import Callable
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -316,3 +321,33 @@ def dates_sentences(count: int) -> list[str]:
     from modeling_attn.training.data import load_parallel_data
 
     return list(load_parallel_data(None).splits["test"]["source"][:count])
+
+
+@contextlib.contextmanager
+def attn_server(flags: Sequence[str], log: Path, prefix: Sequence[str] = ()) -> Iterator[str]:
+    """`attn serve FLAGS` on a free loopback port (its command after `prefix`, e.g. a `taskset`), its output in `log`:
+    the URL once GET /health answers (at most 300 s; its log in the error if it ends first), stopped after it."""
+    import httpx
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [*prefix, sys.executable, "-m", "modeling_attn.cli.main", "serve", "--port", str(port), *flags]
+    with open(log, "w") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while True:
+            if process.poll() is not None:
+                raise RuntimeError(log.read_text())
+            with contextlib.suppress(httpx.TransportError):
+                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                    break
+            if time.monotonic() > deadline:
+                raise TimeoutError("attn serve did not start in 300 s")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=120)

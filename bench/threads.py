@@ -15,9 +15,7 @@ setting (issue 55's target: >= 0.90).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import socket
 import statistics
 import subprocess
 import sys
@@ -26,7 +24,7 @@ import time
 from pathlib import Path
 
 from . import harness
-from .common import dates_sentences
+from .common import attn_server, dates_sentences
 
 INNER = "bench.threads"  # `python -m bench.threads --inner ...`: the load_translator measurement in its own process
 
@@ -74,35 +72,15 @@ def serve_run(args: argparse.Namespace, cpus: str, setting: str, sentences: list
     """p50 ms of one client's one-sentence requests to `attn serve` (started, warmed with 4 requests, stopped)."""
     import httpx
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    command = attn("serve", "--model", args.model, "--port", str(port), "--log_level", "warning", *flags(setting))
-    with open(folder / "serve.log", "w") as log:
-        process = subprocess.Popen(pinned(cpus, command), stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError((folder / "serve.log").read_text())
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError("attn serve did not start in 300 s")
-            time.sleep(0.2)
+    serve_flags = ["--model", args.model, "--log_level", "warning", *flags(setting)]
+    with attn_server(serve_flags, folder / "serve.log", pinned(cpus, [])) as url, httpx.Client(timeout=600) as client:
         seconds = []
-        with httpx.Client(timeout=600) as client:
-            for index, line in enumerate([*sentences[:4], *sentences]):
-                start = time.perf_counter()
-                client.post(f"{url}/translate", json={"text": [line]}).raise_for_status()
-                if index >= 4:
-                    seconds.append(time.perf_counter() - start)
-        return 1000 * statistics.median(seconds)
-    finally:
-        process.terminate()
-        process.wait(timeout=120)
+        for index, line in enumerate([*sentences[:4], *sentences]):
+            start = time.perf_counter()
+            client.post(f"{url}/translate", json={"text": [line]}).raise_for_status()
+            if index >= 4:
+                seconds.append(time.perf_counter() - start)
+    return 1000 * statistics.median(seconds)
 
 
 def python_run(args: argparse.Namespace, cpus: str, setting: str, batch_size: int, count: int) -> float:

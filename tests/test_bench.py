@@ -436,8 +436,8 @@ def test_fast_generation_run_on_a_tiny_preset_and_its_ceiling(tmp_path):
 def test_engines_quick_run(tmp_path):
     """engines --quick: the five runtimes on the tiny preset; onnxruntime and the compiled model give PyTorch's ids
     for every sentence (CTranslate2 runs its own search: its share is reported, not required)."""
-    pytest.importorskip("ctranslate2")
-    pytest.importorskip("onnxruntime")
+    pytest.importorskip("ctranslate2", reason="the fast extra's ctranslate2 is not installed")
+    pytest.importorskip("onnxruntime", reason="the onnx extra's onnxruntime is not installed")
     module = bench_module("engines")
     report = module.main(["--quick", "--output", str(tmp_path / "e")])
     (result,) = report["results"]
@@ -455,7 +455,7 @@ def test_int8_quick_run(tmp_path):
     """bench/int8.py --quick: float32, each engine's int8 copy and CTranslate2 timed with lengths forced both ways
     (each run checks that every output has the forced length), and the quality part on a saved model: every run
     scored, the int8 runs' changes counted against float32."""
-    pytest.importorskip("ctranslate2")
+    pytest.importorskip("ctranslate2", reason="the fast extra's ctranslate2 is not installed")
     from test_serve import save_model
 
     module = bench_module("int8")
@@ -560,7 +560,7 @@ def test_threads_quick_run(tmp_path):
     """bench/threads.py --quick on a saved tiny model: every row (translate at two batch sizes, serve, load_translator
     at batch 1 and 32) measured at each setting in a pinned process, and the default's share of the best computed
     from the medians."""
-    pytest.importorskip("fastapi")
+    pytest.importorskip("fastapi", reason="the serve extra's fastapi is not installed")
     from test_serve import save_model
 
     module = bench_module("threads")

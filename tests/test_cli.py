@@ -287,7 +287,7 @@ CASES = [
 @pytest.mark.parametrize(("argv", "expected"), CASES)
 def test_a_user_error_is_one_line_with_exit_status_2(argv, expected, world):
     if argv(world)[0] in ("export",):
-        pytest.importorskip("ctranslate2")
+        pytest.importorskip("ctranslate2", reason="the fast extra's ctranslate2 is not installed")
     assert expected.format(w=world) in one_line_error(argv(world))
 
 
@@ -396,7 +396,7 @@ def test_preset_name_as_argument_flag_or_file(tmp_path):
 
 def test_export_takes_the_model_as_argument_as_flag_or_from_a_file(world, tmp_path):
     """`attn export MODEL --ctranslate2 DIR` (the old form), `--model MODEL`, and a JSON flags file: one export."""
-    pytest.importorskip("ctranslate2")
+    pytest.importorskip("ctranslate2", reason="the fast extra's ctranslate2 is not installed")
     model = str(world / "model")
     assert run(["export", model, "--ctranslate2", str(tmp_path / "a")])[0] == 0
     assert run(["export", "--model", model, "--ctranslate2", str(tmp_path / "b"), "--quantization", "float32"])[0] == 0
@@ -409,7 +409,7 @@ def test_export_takes_the_model_as_argument_as_flag_or_from_a_file(world, tmp_pa
 
 def test_push_save_to_takes_both_spellings(world, tmp_path):
     """`--repo-id` / `--repo_id`, `--save-to` / `--save_to`: the same files (no upload)."""
-    pytest.importorskip("tokenizers")
+    pytest.importorskip("tokenizers", reason="needs the tokenizers package (a dependency of transformers)")
     from test_translate import save_tiny_model
 
     model = save_tiny_model(tmp_path / "model", "attn_transformer")

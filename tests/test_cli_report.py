@@ -278,7 +278,7 @@ def folder_mistakes(root: Path) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("command", sorted(MODEL_COMMANDS))
 def test_a_missing_and_a_mistyped_model_folder_read_the_same_on_every_command(command, tmp_path, monkeypatch, capsys):
     if command == "serve":
-        pytest.importorskip("fastapi")
+        pytest.importorskip("fastapi", reason="the serve extra's fastapi is not installed")
     monkeypatch.chdir(tmp_path)
     for model, message in folder_mistakes(tmp_path):
         argv = [argument.format(model=model, out=tmp_path / "out") for argument in MODEL_COMMANDS[command]]

@@ -192,21 +192,19 @@ def test_settings_the_onnxruntime_search_does_not_reproduce_are_refused(dates, s
         translator.generate(input_ids, attention_mask, **settings)
 
 
+def small_model() -> AttnTransformerForConditionalGeneration:
+    """A random 1+1-layer attn_transformer, d_model 16, 30 tokens (seed 0): quick to export."""
+    torch.manual_seed(0)
+    config = AttnTransformerConfig(
+        vocab_size=30, d_model=16, encoder_layers=1, decoder_layers=1, num_heads=2, d_ff=32, max_position_embeddings=16
+    )
+    return AttnTransformerForConditionalGeneration(config)
+
+
 @pytest.mark.slow
 def test_overwrite_writes_over_a_folder_and_keeps_other_files(tmp_path):
     pytest.importorskip("onnxscript", reason='the ONNX export needs pip install "modeling-attn[onnx]"')
-    torch.manual_seed(0)
-    model = AttnTransformerForConditionalGeneration(
-        AttnTransformerConfig(
-            vocab_size=30,
-            d_model=16,
-            encoder_layers=1,
-            decoder_layers=1,
-            num_heads=2,
-            d_ff=32,
-            max_position_embeddings=16,
-        )
-    )
+    model = small_model()
     (tmp_path / "onnx").mkdir()
     (tmp_path / "onnx" / "notes.txt").write_text("mine")
     with pytest.raises(FileExistsError):
@@ -221,18 +219,7 @@ def test_a_python_export_leaves_a_folder_that_attn_export_writes_over(tmp_path, 
     records its own files: the command then exports into the folder again without --force (it refused: "holds files
     that attn export did not write"), and every file there counts as attn's."""
     pytest.importorskip("onnxscript", reason='the ONNX export needs pip install "modeling-attn[onnx]"')
-    torch.manual_seed(0)
-    model = AttnTransformerForConditionalGeneration(
-        AttnTransformerConfig(
-            vocab_size=30,
-            d_model=16,
-            encoder_layers=1,
-            decoder_layers=1,
-            num_heads=2,
-            d_ff=32,
-            max_position_embeddings=16,
-        )
-    )
+    model = small_model()
     model.save_pretrained(tmp_path / "model")
     command = ["export", str(tmp_path / "model"), "--onnx", str(tmp_path / "onnx")]
     assert attn(command) == 0

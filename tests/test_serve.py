@@ -47,9 +47,9 @@ from modeling_attn.api.translation import load_model, translate_nbest
 from modeling_attn.cli.translate import main as translate_main
 from modeling_attn.encoder_decoder import alignment_attention
 
-httpx = pytest.importorskip("httpx")
-pytest.importorskip("fastapi")
-pytest.importorskip("uvicorn")
+httpx = pytest.importorskip("httpx", reason="the server tests' client is httpx (the test extra)")
+pytest.importorskip("fastapi", reason="the serve extra's fastapi is not installed")
+pytest.importorskip("uvicorn", reason="the serve extra's uvicorn is not installed")
 
 CORPUS = [
     "the cat sat on the mat",

@@ -23,20 +23,18 @@ import contextlib
 import json
 import random
 import shlex
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 from modeling_attn.training.synthetic import generate_pairs
 
-from .. import harness
+from .. import common, harness
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -122,46 +120,9 @@ def reference(args: argparse.Namespace, pool: list[str], folder: Path) -> tuple[
     return dict(zip(pool, translations, strict=True)), timings
 
 
-@contextlib.contextmanager
-def server(args: argparse.Namespace, folder: Path) -> Iterator[str]:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    log = open(folder / "serve.log", "w")  # noqa: SIM115 (closed below)
-    process = subprocess.Popen(
-        attn(
-            "serve",
-            "--model",
-            args.model,
-            "--port",
-            str(port),
-            *thread_flags(args),
-            "--engine",
-            args.engine,
-            "--log_level",
-            "warning",
-            *shlex.split(args.serve_flags),
-        ),
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while True:
-            if process.poll() is not None:
-                raise RuntimeError((folder / "serve.log").read_text())
-            with contextlib.suppress(httpx.TransportError):
-                if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                raise TimeoutError("attn serve did not start in 300 s")
-            time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(timeout=120)
-        log.close()
+def server(args: argparse.Namespace, folder: Path) -> contextlib.AbstractContextManager[str]:
+    flags = ["--model", args.model, *thread_flags(args), "--engine", args.engine, "--log_level", "warning"]
+    return common.attn_server([*flags, *shlex.split(args.serve_flags)], folder / "serve.log")
 
 
 def load(

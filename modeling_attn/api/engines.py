@@ -282,21 +282,14 @@ class CTranslate2Engine(_ExportEngine):
         # `threads.ctranslate2_threads`: the user's number of threads on one worker, else a worker of one thread per
         # core, each call's sentences shared out between them (`_split`)
         intra_threads, self.workers = ctranslate2_threads(threads) if device.type == "cpu" else (threads or 0, 1)
-
-        def open_translator() -> CTranslate2Translator:
-            # CTranslate2 sets the OpenMP threads of the thread that opens it to its intra_threads, which torch reads
-            # as its own setting: kept as it was (else torch, and the next engine's `available()`, would see one)
-            with torch_threads(torch.get_num_threads()):
-                return CTranslate2Translator(
-                    export,
-                    device=device.type,
-                    device_index=device.index or 0,
-                    compute_type=compute_type,
-                    intra_threads=intra_threads,
-                    inter_threads=self.workers,
-                )
-
-        self._open = open_translator
+        self._open = lambda: CTranslate2Translator(
+            export,
+            device=device.type,
+            device_index=device.index or 0,
+            compute_type=compute_type,
+            intra_threads=intra_threads,
+            inter_threads=self.workers,
+        )
         self.translator = self._open()
         self.ends = set(self.translator.options().get("end_token", []))
 

@@ -28,6 +28,7 @@ from ..generation import SOURCE_LIMIT_FIELD
 from ..modeling_transformer import AttnTransformerForConditionalGeneration
 from .choices import QUANTIZATIONS
 from .errors import ExportError, UserError
+from .threads import torch_threads
 
 TOKENIZER_SUBFOLDER = "tokenizer"  # the HF tokenizer, saved apart from CTranslate2's config.json
 
@@ -267,7 +268,12 @@ class CTranslate2Translator:
     def __init__(self, model_dir: str | Path, device: str = "cpu", compute_type: str = "default", **kwargs):
         ctranslate2 = import_ctranslate2()
         self.model_dir = Path(model_dir)
-        self.translator = ctranslate2.Translator(str(model_dir), device=device, compute_type=compute_type, **kwargs)
+        # CTranslate2 sets the OpenMP threads of the thread that opens it to its intra_threads, which torch reads as
+        # its own setting: kept as it was (else torch, and the next engine's `threads.available()`, would see one)
+        with torch_threads(torch.get_num_threads()):
+            self.translator = ctranslate2.Translator(
+                str(model_dir), device=device, compute_type=compute_type, **kwargs
+            )
         if (self.model_dir / "shared_vocabulary.json").exists():
             self.source_tokens = self.target_tokens = self._read_json("shared_vocabulary.json")
         else:
