@@ -26,6 +26,7 @@ from modeling_attn.api.quantize import (
     RowwiseInt8Linear,
     describe_quantization,
     int8_engine,
+    int_mm_is_exact,
     quantize_device,
     quantize_int8,
     quantize_int8_rowwise,
@@ -200,6 +201,41 @@ def test_each_rowwise_int8_layer_equals_its_arithmetic_written_out(make):
         assert not torch.equal(found.float(), linear(inputs).reshape(found.shape)), name  # it is quantized
 
 
+def saturating_int_mm(rows: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """An s8s8 gemm as oneDNN computes it without VNNI: rows + 128 as u8, products summed in pairs in int16 with
+    saturation (vpmaddubsw), then the 128 * column sums taken back off."""
+    shifted, weight = rows.long() + 128, weight.long()
+    products = shifted[:, :, None] * weight[None, :, :]  # [rows, in, out]
+    pairs = products[:, 0::2] + torch.nn.functional.pad(products[:, 1::2], (0, 0, 0, products.shape[1] % 2))
+    sums = pairs.clamp(-32768, 32767).sum(dim=1) - 128 * weight.sum(dim=0)
+    return sums.int()
+
+
+def test_the_int_mm_check_finds_a_saturating_kernel_and_passes_an_exact_one():
+    exact = lambda rows, weight: (rows.long() @ weight.long()).int()  # noqa: E731
+    assert int_mm_is_exact(24, 8, exact)
+    assert not int_mm_is_exact(24, 8, saturating_int_mm)
+    small = torch.tensor([[1, -2, 3]], dtype=torch.int8), torch.tensor([[4], [5], [-6]], dtype=torch.int8)
+    assert torch.equal(saturating_int_mm(*small), exact(*small))  # it is the same arithmetic where nothing saturates
+
+
+@pytest.mark.parametrize("exact_int_mm", [None, False], ids=["as this CPU allows", "float32 sums"])
+def test_a_rowwise_int8_linear_on_either_kernel_equals_its_arithmetic_written_out(exact_int_mm):
+    torch.manual_seed(0)
+    linear = nn.Linear(96, 40)
+    inputs = torch.randn(7, 96) * torch.logspace(-2, 2, 7)[:, None]
+    layer = RowwiseInt8Linear(linear, exact_int_mm=exact_int_mm)
+    assert layer.uses_int_mm == (int_mm_is_exact(96, 40) if exact_int_mm is None else exact_int_mm)
+    weight, rows = linear.weight.detach().double(), inputs.double()
+    weight_scale = weight.abs().amax(dim=1, keepdim=True) / 127
+    row_scale = rows.abs().amax(dim=1, keepdim=True) / 127
+    sums = torch.round(rows / row_scale) @ torch.round(weight / weight_scale).T
+    expected = sums * row_scale * weight_scale.T + linear.bias.detach().double()
+    with torch.no_grad():
+        found = layer(inputs).double()
+    torch.testing.assert_close(found, expected, rtol=1e-5, atol=1e-5 * expected.abs().max().item())
+
+
 def test_a_rowwise_int8_row_is_the_same_in_any_batch_and_a_per_tensor_one_is_not():
     """One row computed alone, and in a batch beside a row of 100x its range: bit for bit the same with int8_rowwise;
     with per-tensor input scales (int8) the other row's range coarsens this row's steps 100-fold."""
@@ -217,7 +253,9 @@ def test_the_kernels_are_named():
     assert describe_quantization(None) is None
     assert describe_quantization("int8", "x86") == "int8 (x86 kernels)"
     assert describe_quantization("int8") == f"int8 ({int8_engine()} kernels)"
-    assert describe_quantization("int8_rowwise") == "int8_rowwise (torch._int_mm)"
+    assert describe_quantization("int8_rowwise") == (
+        "int8_rowwise (torch._int_mm)" if int_mm_is_exact() else "int8_rowwise (float32 sums: inexact torch._int_mm)"
+    )
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,8 @@ int8, and each input is quantized to 8 bits with a scale computed from that inpu
 "Quantization and Training of Neural Networks for Efficient Integer-Arithmetic-Only Inference"; PyTorch's "dynamic
 quantization"). Embeddings, LayerNorms and the RNN cells stay float32; nothing is trained or calibrated.
 `int8` has one scale per tensor (`torch.ao.quantization.quantize_dynamic`, whose deprecation warnings this module
-silences); `int8_rowwise` one per row (`torch._int_mm`), so that a translation does not change with its batch.
+silences); `int8_rowwise` one per row (`torch._int_mm`), so that a translation does not change with its batch; where
+this CPU's `torch._int_mm` gives inexact sums (`int_mm_is_exact`), a float32 matmul of the same int8 values.
 `engine` picks torch's quantized engine (`int8_engine`: onednn on a CPU with AMX, else torch's own).
 docs/serve.md, "`--quantize int8`", gives the measurements behind each choice.
 
@@ -17,6 +18,7 @@ makes the commands load the model on the CPU when `--quantize` is given without 
 from __future__ import annotations
 
 import copy
+import functools
 import warnings
 
 import torch
@@ -115,23 +117,52 @@ def quantize_int8(model: PreTrainedModel, engine: str | None = None) -> PreTrain
 _TINY = torch.finfo(torch.float32).tiny  # the scale of a row of zeros: its int8 values are zeros
 
 
+@functools.cache
+def int_mm_is_exact(in_features: int = 512, out_features: int = 512, int_mm=None) -> bool:
+    """Whether `int_mm` (torch._int_mm) gives exact int32 sums on this CPU for weights of this shape, laid out as
+    `RowwiseInt8Linear` lays them: checked against float64 sums on rows of +-127 (extreme values) and random int8s,
+    1, 5 and 48 at a time. Some CPUs' kernels are not exact: oneDNN's s8s8 gemm adds 128 to one side and sums
+    pairs of u8 x s8 products in int16 where the CPU lacks VNNI, which saturates (oneDNN's "Int8 Computation
+    Aspects"); seen on a CI machine as outputs off by up to 100x."""
+    int_mm = torch._int_mm if int_mm is None else int_mm
+    generator = torch.Generator().manual_seed(0)
+    weight = torch.randint(-127, 128, (out_features, in_features), generator=generator, dtype=torch.int8)
+    weight[: out_features // 2] = 127
+    for count in (1, 5, 48):
+        rows = torch.randint(-127, 128, (count, in_features), generator=generator, dtype=torch.int8)
+        rows[0] = 127
+        expected = rows.double() @ weight.double().t()
+        if not torch.equal(int_mm(rows, weight.t()).double(), expected):
+            return False
+    return True
+
+
 class RowwiseInt8Linear(nn.Module):
     """`linear` with int8 weights and inputs, one scale per row of each (see the module docstring); for inference."""
 
-    def __init__(self, linear: nn.Linear):
+    def __init__(self, linear: nn.Linear, exact_int_mm: bool | None = None):
+        """`exact_int_mm`: whether to sum with torch._int_mm (None: where `int_mm_is_exact` for this shape), else
+        with a float32 matmul of the same int8 values (exact while the sums stay below 2**24)."""
         super().__init__()
         weight = linear.weight.detach().float()
         scale = weight.abs().amax(dim=1).clamp(min=_TINY) / 127
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        if exact_int_mm is None:
+            exact_int_mm = int_mm_is_exact(self.in_features, self.out_features)
+        self.uses_int_mm = exact_int_mm
         # [in, out], a transposed view of the [out, in] int8 rows: the layout torch._int_mm reads fastest
         self.register_buffer("weight_int8", torch.round(weight / scale[:, None]).to(torch.int8).t())
+        self.register_buffer("weight_values", None if exact_int_mm else self.weight_int8.float(), persistent=False)
         self.register_buffer("weight_scale", scale)
         self.register_buffer("bias", None if linear.bias is None else linear.bias.detach().float().clone())
-        self.in_features, self.out_features = linear.in_features, linear.out_features
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         rows = inputs.reshape(-1, self.in_features).float()
         scale = rows.abs().amax(dim=1, keepdim=True).clamp(min=_TINY) / 127
-        sums = torch._int_mm(torch.round(rows / scale).to(torch.int8), self.weight_int8)
+        if self.uses_int_mm:
+            sums = torch._int_mm(torch.round(rows / scale).to(torch.int8), self.weight_int8)
+        else:  # the int8 values as float32 (see `int_mm_is_exact`)
+            sums = torch.round(rows / scale) @ self.weight_values
         outputs = torch.mul(sums, scale)  # int32 x float32: one pass to float32
         if self.bias is None:
             outputs = outputs.mul_(self.weight_scale)
@@ -163,7 +194,11 @@ def describe_quantization(method: str | None, engine: str | None = None) -> str 
     """`--quantize` in words, naming the kernels: "int8 (onednn kernels)", "int8_rowwise (torch._int_mm)"."""
     if method == "int8":
         return f"int8 ({int8_engine(engine)} kernels)"
-    return f"{method} (torch._int_mm)" if method == "int8_rowwise" else method
+    if method == "int8_rowwise":
+        return (
+            f"{method} (torch._int_mm)" if int_mm_is_exact() else f"{method} (float32 matmul: inexact torch._int_mm)"
+        )
+    return method
 
 
 def quantize(model: PreTrainedModel, method: str | None, engine: str | None = None) -> PreTrainedModel:
@@ -185,6 +220,7 @@ __all__ = [
     "RowwiseInt8Linear",
     "describe_quantization",
     "int8_engine",
+    "int_mm_is_exact",
     "quantize",
     "quantize_device",
     "quantize_int8",
