@@ -27,7 +27,7 @@ from transformers.generation import stopping_criteria as criteria
 from transformers.generation.utils import ALL_CACHE_NAMES
 from transformers.modeling_outputs import ModelOutput
 
-from .generation import SourceLengthLimit
+from .generation import SourceLengthLimit, TargetPrefix
 
 # Logits processors and stopping criteria that treat each row alone (a function of its own tokens and the step), so
 # that dropping other rows from the batch cannot change what they do to a row; anything else goes to transformers.
@@ -49,6 +49,8 @@ ROW_LOCAL_PROCESSORS = tuple(
     )
     if hasattr(logits_process, name)
 )
+# The project's processors that hold one value per sentence: `select` keeps the open sentences' values.
+PER_SENTENCE_PROCESSORS = (SourceLengthLimit, TargetPrefix)
 # MaxLength stops every row at once; EosToken looks at a row's last token. (MaxTime is left out: a faster search
 # reaches its deadline at a later step.)
 ROW_LOCAL_CRITERIA = tuple(
@@ -462,7 +464,7 @@ class CompactBeamSearchMixin:
         if any(isinstance(value, Cache) and not rows_can_leave(value) for value in model_kwargs.values()):
             return "a cache that cannot drop rows (static or quantized layers)"
         # exact types: a subclass may override __call__ with per-batch logic
-        if any(type(p) not in (*ROW_LOCAL_PROCESSORS, SourceLengthLimit) for p in logits_processor):
+        if any(type(p) not in (*ROW_LOCAL_PROCESSORS, *PER_SENTENCE_PROCESSORS) for p in logits_processor):
             return "a logits processor not known to be per-row"
         if any(isinstance(getattr(p, "prompt_ignore_length", None), torch.Tensor) for p in logits_processor):
             return "a repetition penalty with one prompt length per row"
@@ -518,7 +520,7 @@ class CompactBeamSearchMixin:
                 kept = results.close(state, closed)
                 model_kwargs = select_rows(model_kwargs, rows.view(open_count, settings.num_beams)[kept].flatten())
                 logits_processor = LogitsProcessorList(
-                    p.select(kept) if isinstance(p, SourceLengthLimit) else p for p in logits_processor
+                    p.select(kept) if isinstance(p, PER_SENTENCE_PROCESSORS) else p for p in logits_processor
                 )
             else:
                 model_kwargs = self._reorder_beams(model_kwargs, rows)

@@ -48,6 +48,35 @@ class SourceLengthLimit(LogitsProcessor):
         return torch.where(at_limit[:, None], forced, scores)
 
 
+class TargetPrefix(LogitsProcessor):
+    """Forces each sentence's target prefix: while a hypothesis has fewer tokens than its sentence's prefix, the
+    prefix's next token is the only one allowed, at its own log-probability (so that a score counts the prefix).
+
+    `prefixes` is (B, P), each row a sentence's prefix token ids padded with -1 (no prefix: all -1); the hypotheses
+    of one sentence are consecutive rows of the decoder input, as in `generate()`.
+    """
+
+    def __init__(self, prefixes: torch.Tensor):
+        self.prefixes = prefixes
+
+    def select(self, sentences: torch.Tensor) -> TargetPrefix:
+        """This processor for a batch of fewer sentences: the prefixes at positions `sentences`."""
+        return TargetPrefix(self.prefixes[sentences.to(self.prefixes.device)])
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        step = input_ids.shape[-1] - 1  # tokens generated so far (the decoder start token is not one)
+        if step >= self.prefixes.shape[1]:
+            return scores
+        per_sentence = input_ids.shape[0] // self.prefixes.shape[0]
+        tokens = self.prefixes[:, step].to(scores.device).repeat_interleave(per_sentence)
+        forced = tokens >= 0
+        if not forced.any():
+            return scores
+        index = tokens.clamp(min=0)[:, None]
+        only = torch.full_like(scores, torch.finfo(scores.dtype).min).scatter_(1, index, scores.gather(1, index))
+        return torch.where(forced[:, None], only, scores)
+
+
 def source_lengths(input_ids=None, attention_mask=None, inputs_embeds=None, encoder_outputs=None) -> torch.Tensor:
     """Tokens per source sentence: the attention mask's sum, else the full length of whatever holds the source."""
     if attention_mask is not None:

@@ -31,7 +31,7 @@ from ..encoder_decoder import alignment_attention
 from .choices import ALIGN_FORMATS, WORD_PATTERNS
 from .ensemble import AttnEnsemble
 from .heatmaps import TranslationAttention, attention_from_generate
-from .translation import TranslateError, _encode, batches, check_nbest, sequence_scores
+from .translation import TranslateError, _encode, batches, check_nbest, generate_arguments, sequence_scores
 
 Span = tuple[int, int]
 Pair = tuple[int, int]  # (source word, target word)
@@ -418,7 +418,7 @@ def translate_aligned(
     if not rows:
         return results
     encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
-    outputs = _generate(model, encoded, **generate_kwargs)
+    outputs = _generate(model, encoded, **generate_arguments(model, tokenizer, encoded, rows, generate_kwargs))
     found = _all_aligned(model, tokenizer, (outputs, encoded), [(row, sentences[row]) for row in rows], words)
     for row, aligned in zip(rows, found, strict=True):
         results[row] = aligned
@@ -446,7 +446,8 @@ def translate_aligned_nbest(
     if not rows:
         return results
     encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
-    outputs = _generate(model, encoded, num_return_sequences=num_return_sequences, **generate_kwargs)
+    arguments = generate_arguments(model, tokenizer, encoded, rows, generate_kwargs)
+    outputs = _generate(model, encoded, num_return_sequences=num_return_sequences, **arguments)
     length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
     scores = sequence_scores(
         model,

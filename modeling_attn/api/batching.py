@@ -53,14 +53,16 @@ class QueueFull(RuntimeError):
 Found = Hypothesis | AlignedTranslation  # a hypothesis: text and score, with its word alignment when asked for
 
 
-def _translate_group(engine: Engine, texts: list[str], group: Group) -> list[list[Found]]:
-    """One call of the engine on `texts` with the group's options: `translate_nbest`, or `translate_aligned_nbest`
-    (the same hypotheses and scores, each with its word alignment) when the group asks for alignments."""
+def _translate_group(engine: Engine, batch: list[_Sentence], group: Group) -> list[list[Found]]:
+    """One call of the engine on the `batch` with the group's options and each sentence's own: `translate_nbest`, or
+    `translate_aligned_nbest` (the same hypotheses and scores, each with its word alignment) when the group asks for
+    alignments."""
+    texts = [sentence.text for sentence in batch]
+    own = {name for sentence in batch for name in sentence.steering}
+    options = {**group.options, **{name: [sentence.steering.get(name) for sentence in batch] for name in own}}
     if group.alignment_words is None:
-        return engine.translate_nbest(texts, group.num_return_sequences, **group.options)
-    return engine.translate_aligned_nbest(
-        texts, group.num_return_sequences, words=group.alignment_words, **group.options
-    )
+        return engine.translate_nbest(texts, group.num_return_sequences, **options)
+    return engine.translate_aligned_nbest(texts, group.num_return_sequences, words=group.alignment_words, **options)
 
 
 @dataclass
@@ -80,6 +82,7 @@ class _Sentence:
     text: str
     tokens: int  # its length in tokens, end-of-sentence included
     arrived: float
+    steering: dict[str, Any] = field(default_factory=dict)  # its per-sentence options (`PER_SENTENCE_OPTIONS`)
 
 
 @dataclass
@@ -137,9 +140,17 @@ class Batcher:
             self._thread.join()
 
     def submit(
-        self, sentences: list[str], tokens: list[int], key: tuple, group: Group, loop: asyncio.AbstractEventLoop
+        self,
+        sentences: list[str],
+        tokens: list[int],
+        key: tuple,
+        group: Group,
+        loop: asyncio.AbstractEventLoop,
+        steering: list[dict[str, Any]] | None = None,
     ) -> asyncio.Future:
-        """Queue a request's sentences (all or none) under `key`; a future of their hypotheses in input order."""
+        """Queue a request's sentences (all or none) under `key`, each with its per-sentence options (`steering`:
+        one dict per sentence, default none); a future of their hypotheses in input order."""
+        steering = steering or [{} for _ in sentences]
         job = _Job([None] * len(sentences), len(sentences), loop.create_future(), loop)
         now = time.monotonic()
         with self._condition:
@@ -151,8 +162,8 @@ class Batcher:
                     f"this request {len(sentences)}); retry later"
                 )
             queued = self._groups.setdefault(key, group)
-            for index, (text, count) in enumerate(zip(sentences, tokens, strict=True)):
-                queued.sentences.append(_Sentence(job, index, text, count, now))
+            for index, (text, count, own) in enumerate(zip(sentences, tokens, steering, strict=True)):
+                queued.sentences.append(_Sentence(job, index, text, count, now, own))
             self._waiting += len(sentences)
             self._condition.notify_all()
         return job.future
@@ -194,13 +205,12 @@ class Batcher:
             return group, batch
 
     def _translate(self, group: Group, batch: list[_Sentence]) -> list[list[Found]]:
-        texts = [sentence.text for sentence in batch]
         if group.seed is None:
-            return _translate_group(self.engine, texts, group)
+            return _translate_group(self.engine, batch, group)
         self.engine.seed(group.seed)  # as `attn translate --seed`: once, then the chunks in order
         hypotheses: list[list[Found]] = []
-        for start in range(0, len(texts), SAMPLING_BATCH):
-            hypotheses += _translate_group(self.engine, texts[start : start + SAMPLING_BATCH], group)
+        for start in range(0, len(batch), SAMPLING_BATCH):
+            hypotheses += _translate_group(self.engine, batch[start : start + SAMPLING_BATCH], group)
         return hypotheses
 
     def _run(self) -> None:

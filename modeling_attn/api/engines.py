@@ -33,13 +33,18 @@ from .errors import ExportError, FlagError
 from .export_cache import ExportCacheError
 from .threads import ctranslate2_threads, onnxruntime_threads, split_size, torch_threads, torch_threads_for
 from .translation import (
+    REPETITION_OPTIONS,
     Hypothesis,
     check_nbest,
+    check_prefixes,
     check_source_lengths,
     eager_attention,
+    for_rows,
     sequence_scores,
+    target_ids,
     translate_batch,
     translate_nbest,
+    translation_limits,
 )
 
 logger = logging.getLogger(__name__)
@@ -52,6 +57,19 @@ PACKAGES = {"ctranslate2": ("ctranslate2", "fast"), "onnxruntime": ("onnxruntime
 # ctranslate2 the minimum lengths, which it does not map) make an export engine refuse the model, by name.
 SAMPLING_OPTIONS = ("do_sample", "top_k", "top_p", "temperature")
 UNMAPPED_BY_CTRANSLATE2 = {"min_length": 0, "min_new_tokens": None}
+# The per-call limits that CTranslate2 applies before renormalizing a step's probabilities and transformers after: in
+# a beam search the translations differ (greedy: the same), so under auto a beam search with one runs on torch.
+BEAM_LIMITS = (*REPETITION_OPTIONS, "bad_words")
+CTRANSLATE2_NAMES = {"min_new_tokens": "min_decoding_length"}  # CTranslate2's names of generate()'s options
+# What an engine lacking a per-call option says it has not (the option's flag named).
+OPTION_NAMES = {
+    "target_prefix": "target prefixes (--prefix, --prefix_file)",
+    "bad_words": "banned words (--bad_words)",
+    "constraints": "constraints (--constraints, --glossary)",
+    "no_repeat_ngram_size": "n-gram repetition limits (--no_repeat_ngram_size)",
+    "repetition_penalty": "repetition penalties (--repetition_penalty)",
+    "min_new_tokens": "minimum lengths (--min_new_tokens)",
+}
 
 
 class EngineError(FlagError):
@@ -87,6 +105,8 @@ def model_refusal(engine: str, model: PreTrainedModel, device: torch.device, qua
     if device.type not in (("cpu", "cuda") if engine == "ctranslate2" else ("cpu",)):
         return f"does not run on {device.type} devices"
     unmapped = {**_unsupported_settings(), **(UNMAPPED_BY_CTRANSLATE2 if engine == "ctranslate2" else {})}
+    if engine == "ctranslate2":
+        del unmapped["bad_words_ids"]  # `CTranslate2Translator.options`: suppress_sequences
     for name, inert in unmapped.items():
         sampling = engine == "ctranslate2" and name in SAMPLING_OPTIONS  # mapped (`CTranslate2Engine._options`)
         if not sampling and getattr(model.generation_config, name, None) not in (None, inert, []):
@@ -184,6 +204,7 @@ class _ExportEngine:
     name = ""
     sampling = False
     alignments = False  # word alignments (`translate_aligned`), from the attention the engine returns
+    options: tuple[str, ...] = ("num_beams", "length_penalty", "max_new_tokens")  # the per-call options it applies
 
     def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, export: Path, threads: int | None):
         self.model, self.tokenizer, self.export, self.threads = model, tokenizer, export, threads
@@ -193,8 +214,9 @@ class _ExportEngine:
             return "has no word alignments (--align)"
         if options.get("do_sample") and not self.sampling:
             return "has no sampling (--do_sample)"
-        if unknown := sorted(set(options) - {"num_beams", "length_penalty", "max_new_tokens", *SAMPLING_OPTIONS}):
-            return f"does not apply the setting {unknown[0]}"
+        if unknown := sorted(set(options) - {*self.options, *SAMPLING_OPTIONS}):
+            name = unknown[0]
+            return f"has no {OPTION_NAMES[name]}" if name in OPTION_NAMES else f"does not apply the setting {name}"
         return None
 
     def check(self, options: dict[str, Any], alignments: bool = False) -> None:
@@ -233,7 +255,7 @@ class _ExportEngine:
         if not rows:
             return hypotheses
         with _threads_for(self.model, self.threads, sentences, n, options):  # the torch model's scoring
-            found = self._decode(ids, n, scored, options)  # per row: n (target ids, score or None)
+            found = self._decode(ids, n, scored, for_rows(options, rows))  # per row: n (target ids, score or None)
         for row, block in zip(rows, found, strict=True):
             texts = self.tokenizer.batch_decode([target for target, _ in block], skip_special_tokens=True)
             block = [Hypothesis(text, score) for text, (_, score) in zip(texts, block, strict=True)]
@@ -265,6 +287,7 @@ class CTranslate2Engine(_ExportEngine):
     name = "ctranslate2"
     sampling = True
     alignments = True  # `return_attention`: the export's alignment layer and heads, as `selected_attention`
+    options = (*_ExportEngine.options, *REPETITION_OPTIONS, "bad_words", "target_prefix")
 
     def __init__(
         self,
@@ -314,6 +337,17 @@ class CTranslate2Engine(_ExportEngine):
             ct2["beam_size"] = options["num_beams"]
         ct2["length_penalty"] = self._length_penalty(options)
         ct2["num_hypotheses"] = n
+        for name in REPETITION_OPTIONS:
+            if options.get(name) is not None:
+                ct2[CTRANSLATE2_NAMES.get(name, name)] = options[name]
+        tokens = self.translator.target_tokens
+        if options.get("bad_words"):
+            banned = [[tokens[i] for i in ids] for ids in target_ids(self.tokenizer, list(options["bad_words"]))]
+            ct2["suppress_sequences"] = [*ct2.get("suppress_sequences", []), *banned]
+        if any(options.get("target_prefix") or []):
+            prefixes = target_ids(self.tokenizer, [prefix or "" for prefix in options["target_prefix"]])
+            check_prefixes(prefixes, translation_limits(self.model, list(lengths), options), list(range(len(lengths))))
+            ct2["target_prefix"] = [[tokens[i] for i in ids] for ids in prefixes]
         if options.get("do_sample", config.do_sample):
             merged = GenerationConfig(**{**config.to_dict(), **options})
             ct2.update(
@@ -341,8 +375,11 @@ class CTranslate2Engine(_ExportEngine):
             # call, the batch's longest: a sentence that ran past its own is translated again alone.
             for row, own in enumerate(limits):
                 if any(len(hypothesis) + ended > own for hypothesis, ended, _, _ in found[row]):
-                    found[row] = self._translate([tokens[row]], [own], n, options, attention)[0]
-        rescore = bool(options.get("do_sample", self.model.generation_config.do_sample))
+                    found[row] = self._translate([tokens[row]], [own], n, for_rows(options, [row]), attention)[0]
+        # samples' reported scores are the sampling distribution's; with a prefix, CTranslate2's leave it out
+        rescore = bool(options.get("do_sample", self.model.generation_config.do_sample)) or any(
+            options.get("target_prefix") or []
+        )
         results = []
         for row, block in enumerate(found):
             # generate() forces the end token at a sentence's own limit: such a translation has one, and its score
@@ -426,7 +463,7 @@ class CTranslate2Engine(_ExportEngine):
         if not rows:
             return results
         for row, source_ids, block in zip(
-            rows, ids, self._found(ids, n, scored, options, attention=True), strict=True
+            rows, ids, self._found(ids, n, scored, for_rows(options, rows), attention=True), strict=True
         ):
             source = source_words_of(self.tokenizer, (row, sentences[row]), source_ids)
             aligned = []
@@ -526,7 +563,15 @@ class AutoEngine:
         if options.get("do_sample", self.model.generation_config.do_sample):
             return "sampling runs on torch (the same seed gives the same samples whatever is installed)"
         reason = self.fast.refusal(options, alignments)
-        return None if reason is None else f"{self.fast.name} {reason}"
+        if reason is not None:
+            return f"{self.fast.name} {reason}"
+        beams = options.get("num_beams") or self.model.generation_config.num_beams or 1
+        if beams > 1 and (limits := [name for name in BEAM_LIMITS if options.get(name) is not None]):
+            return (
+                f"{limits[0]} in a beam search runs on torch ({self.fast.name}'s beam search renormalizes the "
+                "probabilities after such a limit, transformers' does not: other translations)"
+            )
+        return None
 
     def _for(self, options: dict[str, Any], alignments: bool = False):
         return self.fast if self._on_torch(options, alignments) is None else self.fallback

@@ -27,6 +27,21 @@ class TranslateRequest(BaseModel):
     top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling: the smallest set with mass p.")
     temperature: float | None = Field(None, gt=0, description="Divide the logits by this before sampling.")
     seed: int | None = Field(None, ge=0, lt=2**32, description="Random seed: the same seed gives the same samples.")
+    no_repeat_ngram_size: int | None = Field(None, ge=1, description="No n-gram of this many tokens twice.")
+    repetition_penalty: float | None = Field(
+        None, gt=0, description="Penalize the tokens a translation already has (above 1: fewer repeats)."
+    )
+    min_new_tokens: int | None = Field(
+        None, ge=1, description="Shortest translation in tokens, end token not counted."
+    )
+    bad_words: list[str] | None = Field(
+        None, min_length=1, description="Words or phrases no translation may contain (tokenized as target text)."
+    )
+    prefix: list[str] | None = Field(
+        None,
+        description='A target prefix per sentence of `text` ("": none): its translation starts with it and the '
+        "search goes on after it.",
+    )
     alignment: Literal["hard", "soft"] | None = Field(
         None,
         description="Word alignments with each translation (`attn translate --align`): hard, Pharaoh pairs "
@@ -41,6 +56,12 @@ class TranslateRequest(BaseModel):
         given = [name for name in ("top_k", "top_p", "temperature", "seed") if getattr(self, name) is not None]
         if given and not self.do_sample:
             raise ValueError(f'{", ".join(given)}: a sampling setting, with no do_sample; add "do_sample": true')
+        if self.prefix is not None and len(self.prefix) != len(self.text):
+            raise ValueError(
+                f"prefix: {len(self.prefix)} prefixes for {len(self.text)} sentences; give one per sentence"
+            )
+        if empty := [index for index, word in enumerate(self.bad_words or []) if not word.strip()]:
+            raise ValueError(f"bad_words[{empty[0]}]: an empty word")
         if self.alignment_words is not None and self.alignment is None:
             raise ValueError('alignment_words: an alignment setting, with no alignment; add "alignment": "hard"')
         return self

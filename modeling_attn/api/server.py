@@ -33,7 +33,15 @@ from .engines import Engine, as_engine
 from .errors import UserError
 from .model_info import describe_model
 from .serve_schema import TranslateRequest, TranslateResponse
-from .translation import TranslateError, check_nbest, generation_overrides
+from .translation import (
+    SentenceTooLong,
+    TranslateError,
+    check_nbest,
+    check_prefixes,
+    generation_overrides,
+    target_ids,
+    translation_limits,
+)
 
 
 class RequestError(UserError, ValueError):
@@ -127,7 +135,8 @@ def _group_for(engine: Engine, request: TranslateRequest) -> tuple[tuple, Group]
     honour with this model, or the server's engine cannot (checked before queueing)."""
     model = engine.model
     options = generation_overrides(request)
-    if (reason := engine.refusal(options, alignments=bool(request.alignment))) is not None:
+    steering = {"target_prefix": request.prefix} if request.prefix is not None else {}
+    if (reason := engine.refusal({**options, **steering}, alignments=bool(request.alignment))) is not None:
         field = "alignment" if request.alignment else "do_sample" if request.do_sample else "options"
         raise RequestError(field, f"the server's engine {engine.name} {reason}; start attn serve with --engine torch")
     limit = getattr(model.config, "max_position_embeddings", None)
@@ -163,6 +172,25 @@ def _token_counts(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, te
                 f"text[{index}]", f"{count} tokens, more than the model's max_position_embeddings={limit}; split it"
             )
     return counts
+
+
+def _prefixes(
+    tokenizer: PreTrainedTokenizerBase,
+    model: PreTrainedModel,
+    request: TranslateRequest,
+    tokens: list[int],
+    options: dict[str, Any],
+) -> list[dict[str, Any]] | None:
+    """Each sentence's per-sentence options (its `prefix`), checked before queueing: RequestError naming `prefix[i]`
+    for a prefix with no room for the end token under its translation's length limit."""
+    if request.prefix is None:
+        return None
+    try:
+        limits = translation_limits(model, tokens, options)
+        check_prefixes(target_ids(tokenizer, request.prefix), limits, list(range(len(tokens))))
+    except SentenceTooLong as error:
+        raise RequestError(f"prefix[{error.row}]", f"the sentence {error.detail}") from None
+    return [{"target_prefix": prefix} for prefix in request.prefix]
 
 
 def _answer(hypotheses: list[list[Found]], nbest: bool, alignment: str | None = None) -> Response:
@@ -236,7 +264,8 @@ def create_app(
                 )
             key, group = _group_for(engine, request)
             tokens = _token_counts(counting_tokenizer, model, request.text)
-            future = batcher.submit(request.text, tokens, key, group, asyncio.get_running_loop())
+            steering = _prefixes(counting_tokenizer, model, request, tokens, group.options)
+            future = batcher.submit(request.text, tokens, key, group, asyncio.get_running_loop(), steering)
         except RequestError as error:
             return JSONResponse({"error": str(error)}, status_code=422)
         except QueueFull as error:

@@ -31,6 +31,7 @@ from transformers import (
 )
 
 from ..fast_generation import fast_generate
+from ..generation import TargetPrefix, per_sentence_offset, sentence_limits
 from ..registry import MODEL_TYPES
 from .errors import UserError
 from .heatmaps import TranslationAttention, attention_from_generate
@@ -206,6 +207,86 @@ def _encode(
     return encoded
 
 
+# The engines' options that are not generate() arguments, each engine turning them into its own: a target prefix per
+# sentence (None or "": none) and words no translation may contain (docs/translate-evaluate.md, "Steering").
+PER_SENTENCE_OPTIONS = ("target_prefix",)
+STEERING_OPTIONS = (*PER_SENTENCE_OPTIONS, "bad_words")
+# generate()'s repetition and length limits a call may set (`--no_repeat_ngram_size`...), on torch and CTranslate2
+REPETITION_OPTIONS = ("no_repeat_ngram_size", "repetition_penalty", "min_new_tokens")
+
+
+def for_rows(options: dict[str, Any], rows: list[int]) -> dict[str, Any]:
+    """`options` for the sentences at `rows` of a call: the per-sentence options' values at those rows."""
+    return {
+        name: [value[row] for row in rows] if name in PER_SENTENCE_OPTIONS and value is not None else value
+        for name, value in options.items()
+    }
+
+
+def target_ids(tokenizer: PreTrainedTokenizerBase, texts: list[str]) -> list[list[int]]:
+    """Each text's token ids as the start or part of a translation (no special tokens)."""
+    return tokenizer(list(texts), add_special_tokens=False)["input_ids"] if texts else []
+
+
+def check_bad_words(words: Any) -> list[str]:
+    """The `bad_words` option as a list of non-empty strings; TranslateError naming the first bad entry."""
+    if isinstance(words, str) or not isinstance(words, list | tuple):
+        raise TranslateError(f"bad_words: give a list of words or phrases, not {type(words).__name__} {words!r:.40}")
+    for index, word in enumerate(words):
+        if not isinstance(word, str) or not word.strip():
+            raise TranslateError(f"bad_words[{index}]: {word!r} is not a word (an empty or non-text entry)")
+    return list(words)
+
+
+def translation_limits(model: PreTrainedModel, lengths: list[int], options: dict[str, Any]) -> list[int]:
+    """Each translation's length limit in tokens, its end token included, as generate() applies it with `options`:
+    `max_new_tokens`, else the per-sentence limit (source length + offset, capped by the position table), else the
+    config's `max_length` less the decoder start token."""
+    config, kwargs = model.generation_config, dict(options)
+    offset = per_sentence_offset(config, kwargs)
+    if offset:
+        positions = getattr(model.config, "max_position_embeddings", None)
+        return sentence_limits(torch.tensor(lengths), offset, positions).tolist()
+    if "max_new_tokens" in kwargs or config.max_new_tokens is not None:
+        return [kwargs.get("max_new_tokens", config.max_new_tokens)] * len(lengths)
+    return [kwargs.get("max_length", config.max_length) - 1] * len(lengths)
+
+
+def check_prefixes(prefixes: list[list[int]], limits: list[int], rows: list[int]) -> None:
+    """SentenceTooLong (naming its row) for a prefix with no room left for the end token under its limit."""
+    for prefix, limit, row in zip(prefixes, limits, rows, strict=True):
+        if len(prefix) >= limit:
+            raise SentenceTooLong(
+                f"has a target prefix of {len(prefix)} tokens, and its translation at most {limit} tokens with the "
+                "end token: shorten the prefix or raise max_new_tokens",
+                row,
+            )
+
+
+def generate_arguments(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    encoded: BatchEncoding,
+    rows: list[int],
+    options: dict[str, Any],
+) -> dict[str, Any]:
+    """generate()'s keyword arguments for the sentences at `rows` (encoded in `encoded`): `options` with the steering
+    options (`STEERING_OPTIONS`) made generate()'s own: `bad_words` added to the model's `bad_words_ids`, each
+    sentence's `target_prefix` forced by a `generation.TargetPrefix` processor (SentenceTooLong for one too long)."""
+    options = dict(options)
+    if (words := options.pop("bad_words", None)) is not None:
+        options["bad_words_ids"] = [*(model.generation_config.bad_words_ids or []), *target_ids(tokenizer, words)]
+    prefixes = options.pop("target_prefix", None)
+    if prefixes is not None and any(prefixes[row] for row in rows):
+        ids = target_ids(tokenizer, [prefixes[row] or "" for row in rows])
+        lengths = encoded["attention_mask"].sum(dim=1).tolist()
+        check_prefixes(ids, translation_limits(model, lengths, options), rows)
+        longest = max(len(prefix) for prefix in ids)
+        padded = torch.tensor([prefix + [-1] * (longest - len(prefix)) for prefix in ids], device=model.device)
+        options["logits_processor"] = [*options.get("logits_processor", []), TargetPrefix(padded)]
+    return options
+
+
 def _generate(model: PreTrainedModel, encoded: BatchEncoding, generate_kwargs: dict[str, Any]) -> Any:
     """`model.generate()`'s output for the encoded sources: on the CPU through `fast_generation.fast_generate`, the
     same token ids without generate()'s machinery, where it takes the model and settings (a GPU, not measured
@@ -238,6 +319,7 @@ def translate_batch(
     if not rows:
         return translations, attentions
     encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
+    generate_kwargs = generate_arguments(model, tokenizer, encoded, rows, generate_kwargs)
     if output_attentions:
         generate_kwargs.update(output_attentions=True, return_dict_in_generate=True)
     outputs = _generate(model, encoded, generate_kwargs)
@@ -344,7 +426,8 @@ def translate_nbest(
     if not rows:
         return hypotheses
     encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
-    sequences = _generate(model, encoded, {**generate_kwargs, "num_return_sequences": num_return_sequences})
+    arguments = generate_arguments(model, tokenizer, encoded, rows, generate_kwargs)
+    sequences = _generate(model, encoded, {**arguments, "num_return_sequences": num_return_sequences})
     length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
     scores = sequence_scores(
         model,
@@ -364,9 +447,21 @@ def translate_nbest(
 def generation_overrides(args: Any) -> dict[str, Any]:
     """The generation settings given in `args` (the flags of `attn translate` / `attn evaluate`, the options of a
     request to `attn serve`): the attributes `num_beams`, `length_penalty`, `max_new_tokens`, `top_k`, `top_p`,
-    `temperature` that are not None, and `do_sample`; the others come from the model's generation_config."""
-    names = ("num_beams", "length_penalty", "max_new_tokens", "top_k", "top_p", "temperature")
+    `temperature`, the repetition limits `no_repeat_ngram_size`, `repetition_penalty`, `min_new_tokens` and the
+    steering option `bad_words` (a list of words: a tuple here, hashable) that are not None, and `do_sample`; the
+    others come from the model's generation_config."""
+    names = (
+        "num_beams",
+        "length_penalty",
+        "max_new_tokens",
+        "top_k",
+        "top_p",
+        "temperature",
+        *REPETITION_OPTIONS,
+    )
     overrides = {name: getattr(args, name) for name in names if getattr(args, name, None) is not None}
+    if isinstance(words := getattr(args, "bad_words", None), list | tuple):  # a request's (the flag's is a file)
+        overrides["bad_words"] = tuple(check_bad_words(words))
     if getattr(args, "do_sample", False):
         overrides["do_sample"] = True
         overrides.setdefault("num_beams", 1)  # plain sampling, not the beam sampling a saved num_beams would give
@@ -394,11 +489,18 @@ def translate(
 
 
 __all__ = [
+    "PER_SENTENCE_OPTIONS",
+    "REPETITION_OPTIONS",
+    "STEERING_OPTIONS",
     "Hypothesis",
     "SentenceTooLong",
     "TranslateError",
     "batches",
+    "check_bad_words",
     "check_nbest",
+    "check_prefixes",
+    "for_rows",
+    "generate_arguments",
     "check_source_lengths",
     "check_tokenizer_fits",
     "eager_attention",
@@ -408,5 +510,7 @@ __all__ = [
     "sequence_scores",
     "translate",
     "translate_batch",
+    "target_ids",
     "translate_nbest",
+    "translation_limits",
 ]

@@ -271,7 +271,7 @@ def _evaluate(args: SimpleNamespace) -> int:
     from ..api.ensemble import AttnEnsemble, describe_ensemble
     from ..api.hub import decoding_settings
     from ..api.metrics import translation_scores
-    from ..api.translation import SentenceTooLong, TranslateError, generation_overrides
+    from ..api.translation import SentenceTooLong, TranslateError
 
     if args.threads:
         import torch
@@ -292,9 +292,9 @@ def _evaluate(args: SimpleNamespace) -> int:
         scores = translation_scores(hypotheses, tests.references, lowercase=args.lowercase)
         result = {**tests.details, "sentences": len(hypotheses), **scores}
     else:
+        overrides = options.steering_options(args)  # --bad_words read before the model loads
         engine = options.load_engine(args)
         model = engine.model
-        overrides = generation_overrides(args)
         engine.check(overrides)
         try:
             scores, hypotheses = evaluate(

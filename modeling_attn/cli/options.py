@@ -16,7 +16,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
 from ..api.choices import COMBINATIONS, ENGINES, INT8_ENGINES, QUANTIZE_CHOICES
-from ..api.values import COUNT
+from ..api.values import COUNT, POSITIVE
 from .parser import CommandParser
 
 if TYPE_CHECKING:
@@ -39,6 +39,30 @@ class DecodingArguments:
     max_new_tokens: int | None = field(
         default=None,
         metadata={"help": "Longest translation in tokens (default: the model's generation_config).", "range": COUNT},
+    )
+    no_repeat_ngram_size: int | None = field(
+        default=None,
+        metadata={"help": "No n-gram of this many tokens twice in a translation (generate()'s).", "range": COUNT},
+    )
+    repetition_penalty: float | None = field(
+        default=None,
+        metadata={
+            "help": "Penalize the tokens a translation already has by this factor (above 1: fewer repeats; CTRL's "
+            "penalty, generate()'s).",
+            "range": POSITIVE,
+        },
+    )
+    min_new_tokens: int | None = field(
+        default=None,
+        metadata={"help": "Shortest translation in tokens, the end token not counted.", "range": COUNT},
+    )
+    bad_words: str | None = field(
+        default=None,
+        metadata={
+            "help": "File of words or phrases no translation may contain, one per line (UTF-8; each tokenized as "
+            "target text, so a word bans its tokens in that order).",
+            "metavar": "FILE",
+        },
     )
     progress: bool = field(default=True, metadata={"help": "A progress bar on stderr (--no_progress: none)."})
 
@@ -145,6 +169,34 @@ def parse_flags(parser: CommandParser, argv: list[str] | None) -> SimpleNamespac
     for parsed in parser.parse(argv):
         values.update(vars(parsed))
     return SimpleNamespace(**values)
+
+
+def read_lines(path: str, flag: str, blank: str | None = None) -> list[str]:
+    """The lines of the file a flag names (UTF-8); FlagError for a missing file, DataError for bad bytes, and, unless
+    `blank` says what a blank line means, FlagError naming the first blank line."""
+    from pathlib import Path
+
+    from ..api.corpus import decode_lines
+    from ..api.errors import FlagError
+
+    if not Path(path).is_file():
+        raise FlagError(f"{flag} {path}: {'a folder' if Path(path).is_dir() else 'no such file'}")
+    with open(path, "rb") as handle:
+        lines = [line for _, line in decode_lines(handle, path)]
+    if blank is None and (empty := next((n for n, line in enumerate(lines, 1) if not line.strip()), None)):
+        raise FlagError(f"{flag} {path}:{empty}: an empty line; give one word or phrase per line")
+    return lines
+
+
+def steering_options(args: SimpleNamespace) -> dict[str, Any]:
+    """generate()'s options from the command-line flags (`translation.generation_overrides`) with the banned words
+    of `--bad_words FILE`."""
+    from ..api.translation import generation_overrides
+
+    overrides = generation_overrides(args)
+    if getattr(args, "bad_words", None) is not None:
+        overrides["bad_words"] = tuple(read_lines(args.bad_words, "--bad_words"))
+    return overrides
 
 
 def model_inputs(args: SimpleNamespace) -> dict[str, str]:

@@ -37,7 +37,9 @@ from .options import (
     load_engine,
     model_inputs,
     parse_flags,
+    read_lines,
     shown_defaults,
+    steering_options,
 )
 from .parser import CommandParser
 from .report import run_command
@@ -82,6 +84,17 @@ class TranslateArguments:
         metadata={
             "help": "Write an n-best list: N lines `i ||| hypothesis ||| score` per input line, best first.",
             "range": COUNT,
+        },
+    )
+    prefix: str | None = field(
+        default=None,
+        metadata={"help": "Every translation starts with this text; the search goes on after it.", "metavar": "TEXT"},
+    )
+    prefix_file: str | None = field(
+        default=None,
+        metadata={
+            "help": "File of target prefixes, one per input line (an empty line: none), as --prefix for that line.",
+            "metavar": "FILE",
         },
     )
 
@@ -340,6 +353,8 @@ def _check_combinations(args: SimpleNamespace) -> None:
     if args.input not in (None, "-") and not Path(args.input).is_file():
         state = "a folder" if Path(args.input).is_dir() else "no such file"
         raise TranslateError(f"--input {args.input}: {state}; give a file of sentences, one per line ('-': stdin)")
+    if args.prefix is not None and args.prefix_file is not None:
+        raise TranslateError("--prefix gives every sentence one prefix, --prefix_file one per line: give one of them")
     pictures = [flag for flag in PICTURE_FLAGS if getattr(args, flag)]
     if pictures and args.num_return_sequences is not None:
         raise TranslateError(f"--{pictures[0]} pictures one translation per sentence; drop --num_return_sequences")
@@ -358,6 +373,46 @@ def _torch_only(args: SimpleNamespace) -> str | None:
     return next((f"--{flag.replace('_', '-')}" for flag in PICTURE_FLAGS if getattr(args, flag)), None)
 
 
+class Prefixes:
+    """The target prefix of each input line: `--prefix` for every line, or `--prefix_file`'s line (checked against
+    the input's line count: before any work where it is known, else when the input or the file runs out)."""
+
+    def __init__(self, args: SimpleNamespace, total: int | None):
+        from ..api.translation import TranslateError
+
+        self.args, self.lines = args, None
+        if args.prefix_file is not None:
+            self.lines = read_lines(args.prefix_file, "--prefix_file", blank="no prefix")
+            if total is not None and total != len(self.lines):
+                raise TranslateError(self.mismatch(total))
+
+    def mismatch(self, total: int) -> str:
+        where = "arguments" if self.args.text else "lines on stdin" if _reads_stdin(self.args) else "lines"
+        source = "" if self.args.text or _reads_stdin(self.args) else f" in {self.args.input}"
+        return (
+            f"--prefix_file {self.args.prefix_file} has {len(self.lines)} line(s), the input {total} {where}{source}: "
+            "give one prefix per input line (an empty line: none)"
+        )
+
+    def options(self, number: int, count: int) -> dict[str, Any]:
+        """The `target_prefix` option of the `count` sentences from sentence `number` (none without the flags)."""
+        from ..api.translation import TranslateError
+
+        if self.args.prefix is not None:
+            return {"target_prefix": [self.args.prefix] * count}
+        if self.lines is None:
+            return {}
+        if number + count > len(self.lines):
+            raise TranslateError(self.mismatch(number + count) + " (or more)")
+        return {"target_prefix": self.lines[number : number + count]}
+
+    def finish(self, total: int) -> None:
+        from ..api.translation import TranslateError
+
+        if self.lines is not None and total != len(self.lines):
+            raise TranslateError(self.mismatch(total))
+
+
 def _translate_batch(
     engine: Any, batch: list[str], number: int, request: tuple[SimpleNamespace, Pictures, dict[str, Any]]
 ) -> tuple[str, list[TranslationAttention | None] | None]:
@@ -366,7 +421,7 @@ def _translate_batch(
     from ..api.alignment import aligned_line
     from ..api.translation import translate_batch
 
-    args, pictures, overrides = request
+    args, pictures, overrides = request  # `overrides`: this batch's options (`Prefixes.options` included)
     if args.num_return_sequences:
         nbest = engine.translate_nbest(batch, args.num_return_sequences, **overrides)
         text = "".join(
@@ -390,7 +445,7 @@ def _translate_batch(
 
 def _translate(args: SimpleNamespace) -> int:
     from ..api.heatmaps import figure_class
-    from ..api.translation import SentenceTooLong, TranslateError, batches, check_nbest, generation_overrides
+    from ..api.translation import SentenceTooLong, TranslateError, batches, check_nbest
     from ..registry import MODEL_TYPES
 
     _check_combinations(args)
@@ -399,6 +454,7 @@ def _translate(args: SimpleNamespace) -> int:
         figure_class()  # fail before translating when matplotlib is missing
     inputs = {"--input": None if args.input in (None, "-") else args.input, **model_inputs(args)}
     pictures.check({**inputs, "--output": args.output})
+    overrides = steering_options(args)  # --bad_words read before the model loads
     if args.threads:
         import torch
 
@@ -409,8 +465,8 @@ def _translate(args: SimpleNamespace) -> int:
         raise TranslateError(
             f"--self-attention-png: {args.model[0]} is an RNN model, with no self-attention to picture"
         )
-    overrides = generation_overrides(args)
-    engine.check(overrides)  # a setting a named engine cannot apply: before any output
+    steering = {"target_prefix": []} if args.prefix is not None or args.prefix_file is not None else {}
+    engine.check({**overrides, **steering})  # a setting a named engine cannot apply: before any output
     if args.num_return_sequences:
         check_nbest(model, args.num_return_sequences, overrides)  # before any output
     if args.seed is not None:
@@ -420,17 +476,20 @@ def _translate(args: SimpleNamespace) -> int:
     batch_size = 1 if interactive else args.batch_size
     with contextlib.ExitStack() as files:
         lines, total = _input_lines(args, files)
+        prefixes = Prefixes(args, total)
         out = files.enter_context(output_file(args.output, inputs, args.overwrite)) if args.output else sys.stdout
         progress = None
         if args.progress and (total is not None or not interactive):
             from tqdm.auto import tqdm
 
-            desc = f"translating with {engine.label_for(overrides, alignments=args.align)}"  # the engine that runs
+            runs = engine.label_for({**overrides, **steering}, alignments=args.align)  # the engine that runs
+            desc = f"translating with {runs}"
             progress = files.enter_context(tqdm(total=total, unit="sent", desc=desc, file=sys.stderr))
         number = 0
         for batch in batches(lines, batch_size):
             try:
-                text, attentions = _translate_batch(engine, batch, number, (args, pictures, overrides))
+                options = {**overrides, **prefixes.options(number, len(batch))}
+                text, attentions = _translate_batch(engine, batch, number, (args, pictures, options))
             except SentenceTooLong as error:
                 line = number + error.row + 1
                 where = (
@@ -451,6 +510,7 @@ def _translate(args: SimpleNamespace) -> int:
             number += len(batch)
             if progress is not None:
                 progress.update(len(batch))
+        prefixes.finish(number)
         if pictures.templates:
             pictures.finish()
     return 0
