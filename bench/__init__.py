@@ -20,6 +20,7 @@ BENCHES: dict[str, str] = {
     "engines": "bench.engines",
     "decode": "bench.decode",
     "threads": "bench.threads",
+    "steer": "bench.steer",
     "int8": "bench.int8",
     "ensemble": "bench.ensemble",
     "gpu": "bench.gpu",

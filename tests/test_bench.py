@@ -573,3 +573,16 @@ def test_threads_quick_run(tmp_path):
     assert module.default_ratio("x (sentences/s), CPUs 0", {"default": 90.0, "1": 100.0}) == 0.9
     assert module.default_ratio("x (ms), CPUs 0", {"default": 10.0, "1": 5.0}) == 0.5
     assert "| default / best |" in (tmp_path / "t.md").read_text()
+
+
+def test_steer_quick_run_counts_the_differences_and_times_each_engine(tmp_path):
+    pytest.importorskip("ctranslate2", reason="the steer bench compares torch with ctranslate2")
+    from test_engines import save_reverser
+
+    folder = save_reverser(tmp_path / "reverser")
+    steer = bench_module("steer")
+    report = steer.main(["--model", str(folder), "--sentences", "8", "--reps", "1", "--output", str(tmp_path / "s")])
+    assert set(report["agreement"]) == {f"{name}, {search}" for name in steer.SETTINGS for search in steer.SEARCHES}
+    assert all(0 <= entry["differ"] <= 8 for entry in report["agreement"].values())
+    assert all(rate > 0 for entry in report["speed"].values() for rate in entry.values())
+    assert (tmp_path / "s.md").read_text().count("| prefix, greedy |") == 2
