@@ -5,7 +5,8 @@ logits of the labelled positions only (`skip_logits=True`); on the CPU it goes t
 computes the projection, the loss and its gradients a chunk of rows at a time without holding the logits (its
 autograd function `_LinearTokenLoss`). All of them compute the same loss as `torch.nn.functional.cross_entropy`
 and Trainer's `LabelSmoother` (tests/test_loss.py, tests/test_padding_free.py). `guided_alignment_loss` (Garg et
-al. 2019) is added to it when reference word alignments are given.
+al. 2019) is added to it when reference word alignments are given; `consistency_loss` (R-Drop) when the recipe
+trains with `--rdrop_alpha`.
 """
 
 from __future__ import annotations
@@ -162,6 +163,24 @@ def labelled_token_loss(
 
 # Marian's default --guided-alignment-weight (Garg et al. 2019 use 0.05).
 GUIDED_ALIGNMENT_WEIGHT = 0.1
+
+
+def consistency_loss(
+    logits: torch.Tensor,
+    other_logits: torch.Tensor,
+    labels: torch.Tensor,
+    num_items_in_batch: int | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """R-Drop's regularizer (Liang et al. 2021, "R-Drop: Regularized Dropout for Neural Networks"): the symmetric
+    KL divergence (KL(p || q) + KL(q || p)) / 2 between the token distributions p and q of two passes of the same
+    batch (two dropout masks), summed over the labelled positions (-100 ignored) and divided by their number (or
+    Trainer's `num_items_in_batch`), as `token_loss` divides."""
+    check_labels_shape(labels, logits.shape[:2])
+    kept = labels != -100
+    log_p = torch.log_softmax(logits[kept].float(), dim=-1)
+    log_q = torch.log_softmax(other_logits[kept].float(), dim=-1)
+    total = 0.5 * ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum()  # the two KLs' sum, in one pass
+    return total / _token_count(labels, num_items_in_batch, logits.device)
 
 
 def guided_alignment_loss(

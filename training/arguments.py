@@ -202,6 +202,15 @@ class RecipeArguments:
             "range": PROBABILITY,
         },
     )
+    rdrop_alpha: float = field(
+        default=0.0,
+        metadata={
+            "help": "R-Drop (Liang et al., 2021): each training batch passes twice (two dropout masks) and this "
+            "weight times the symmetric KL divergence between the two passes' token distributions is added to the "
+            "loss (modeling_attn.loss.consistency_loss); a step costs about two. 0: off.",
+            "range": NON_NEGATIVE,
+        },
+    )
     max_tokens_per_batch: int = field(
         default=4096,
         metadata={

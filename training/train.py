@@ -353,6 +353,7 @@ class TrainingRun:
             callbacks=[*callbacks, RecordWrites(self.output_dir, self.started)],
             max_tokens_per_batch=self.recipe.max_tokens_per_batch or None,
             streaming_buffer_pairs=self.recipe.streaming_buffer_pairs,
+            rdrop_alpha=self.recipe.rdrop_alpha,
         )
 
     def how_to_go_on(self, step: int) -> str:

@@ -9,7 +9,7 @@ The changes, nothing else (docs/training.md, "The recipe's modules in detail", e
 - a run resumed from the checkpoint of its final step trains no further step; the end-of-training throughput counts
   the sentences and target tokens the steps consumed;
 - the training loss skips the logits of padding: `label_smoothing_factor` goes to the model's own loss as
-  `smoothing`, and training steps pass `skip_logits=True`;
+  `smoothing`, and training steps pass `skip_logits=True`; with `rdrop_alpha`, R-Drop (`_rdrop_loss`);
 - under FSDP2, the tied embedding held by one module, and models saved under their own class;
 - `total_flos` counted by the model's own `floating_point_ops` (ours: the FLOPs of the real tokens).
 The trainer checks no flags (`modeling_attn.training.validate` does, before any work) and pushes nothing to the Hub
@@ -35,6 +35,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker, sort_checkpoints
 
 from modeling_attn.api.outputs import OutputError, is_disk_full
+from modeling_attn.loss import consistency_loss
 
 from .averaging import find_checkpoints
 from .batching import StreamingTokenBatches, TokenBatchSampler, column_lengths
@@ -89,10 +90,17 @@ class TranslationTrainer(Seq2SeqTrainer):
     """
 
     def __init__(
-        self, *args, max_tokens_per_batch: int | None = None, streaming_buffer_pairs: int = 100_000, **kwargs
+        self,
+        *args,
+        max_tokens_per_batch: int | None = None,
+        streaming_buffer_pairs: int = 100_000,
+        rdrop_alpha: float = 0.0,
+        **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.max_tokens_per_batch, self.streaming_buffer_pairs = max_tokens_per_batch, streaming_buffer_pairs
+        self.rdrop_alpha = rdrop_alpha
+        self._rdrop_parts: list[torch.Tensor] = []  # (cross-entropy, KL) of each R-Drop step since the last log
         self.token_sampler: TokenBatchSampler | None = None
         self._staging_root: Path | None = None
         self._consumed: dict | None = None  # sentences and target tokens of the training steps; set by `train`
@@ -124,6 +132,8 @@ class TranslationTrainer(Seq2SeqTrainer):
         `label_smoothing_factor` as the model's `smoothing`."""
         if self._label_smoothing is not None and "labels" in inputs:
             inputs = {**inputs, "smoothing": self._label_smoothing}
+        if self.rdrop_alpha and model.training and "labels" in inputs:
+            return self._rdrop_loss(model, inputs, return_outputs, num_items_in_batch)
         if (
             not return_outputs
             and self.label_smoother is None
@@ -135,6 +145,21 @@ class TranslationTrainer(Seq2SeqTrainer):
         return super().compute_loss(
             model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
         )
+
+    def _rdrop_loss(self, model, inputs, return_outputs, num_items_in_batch):
+        """R-Drop (Liang et al. 2021): the batch twice in one forward pass (each copy gets its own dropout masks), the
+        model's label-smoothed loss over both copies plus `rdrop_alpha` x `loss.consistency_loss` of the two copies'
+        logits; the parts are logged as `rdrop_cross_entropy` and `rdrop_kl` (`log`)."""
+        doubled = {
+            key: torch.cat([value, value]) if torch.is_tensor(value) else value for key, value in inputs.items()
+        }
+        twice = None if num_items_in_batch is None else 2 * num_items_in_batch
+        cross_entropy, outputs = super().compute_loss(model, doubled, return_outputs=True, num_items_in_batch=twice)
+        first, second = outputs.logits.chunk(2)
+        divergence = consistency_loss(first, second, inputs["labels"], num_items_in_batch)
+        self._rdrop_parts.append(torch.stack([cross_entropy.detach(), divergence.detach()]))
+        loss = cross_entropy + self.rdrop_alpha * divergence
+        return (loss, outputs) if return_outputs else loss
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
         """Seq2SeqTrainer's, with the evaluation loss label-smoothed as the training loss is. Its generating branch
@@ -179,6 +204,10 @@ class TranslationTrainer(Seq2SeqTrainer):
         processes), `train_target_tokens` / `train_target_tokens_per_second` their target tokens (end token included,
         padding excluded). Every process calls `log` at the end of training, so the sum over processes is collective.
         """
+        if "loss" in logs and self._rdrop_parts:  # the means since the last log (logged with the training loss)
+            cross_entropy, divergence = torch.stack(self._rdrop_parts).mean(dim=0).tolist()
+            logs.update(rdrop_cross_entropy=round(cross_entropy, 4), rdrop_kl=round(divergence, 4))
+            self._rdrop_parts = []
         if "train_runtime" in logs and self._consumed is not None:
             counts = torch.tensor(
                 [self._consumed["sentences"], int(self._consumed["target_tokens"])], device=self.args.device

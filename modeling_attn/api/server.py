@@ -262,8 +262,7 @@ def create_app(
                     "text",
                     f"{len(request.text)} sentences, more than the server queues (max_queue {limits.max_queue})",
                 )
-            key, group = _group_for(engine, request)
-            tokens = _token_counts(counting_tokenizer, model, request.text)
+            (key, group), tokens = _group_for(engine, request), _token_counts(counting_tokenizer, model, request.text)
             steering = _prefixes(counting_tokenizer, model, request, tokens, group.options)
             future = batcher.submit(request.text, tokens, key, group, asyncio.get_running_loop(), steering)
         except RequestError as error:
