@@ -146,6 +146,10 @@ def _pairs(args: SimpleNamespace, files: contextlib.ExitStack) -> tuple[Iterator
     return ((source, target) for (_, source), (_, target) in pairs), source_count
 
 
+def _unended(lines) -> Iterator[str]:
+    return (line.rstrip("\r\n") for line in lines)
+
+
 def _lines(count: int) -> str:
     return f"{count} line{'' if count == 1 else 's'}"
 
@@ -154,7 +158,8 @@ def _stdin_pairs() -> Iterator[tuple[str, str]]:
     from ..api.translation import TranslateError
 
     stream = getattr(sys.stdin, "buffer", None)
-    lines = decode_lines(stream, "stdin") if stream is not None else enumerate(map(str.rstrip, sys.stdin), 1)
+    # a text stream put in sys.stdin's place has no bytes to decode
+    lines = decode_lines(stream, "stdin") if stream is not None else enumerate(_unended(sys.stdin), 1)
     for number, line in lines:
         if line.count("\t") != 1:
             raise TranslateError(
