@@ -208,6 +208,31 @@ def _answer(hypotheses: list[list[Found]], nbest: bool, alignment: str | None = 
     return Response(body, media_type="application/json")
 
 
+async def _queued(
+    batcher: Batcher, state: dict[str, int], field: str, items: list, prepare: Callable[[], tuple]
+) -> Any:
+    """The results of a request's `items` (sentences, or pairs to score) queued by `prepare()` (its checks, then
+    `Batcher.submit`'s items, token counts, key and group), or the response that refuses it; `state` counts."""
+    state["requests"] += 1
+    try:
+        if len(items) > batcher.limits.max_queue:
+            noun, queue = ("pairs" if field == "source" else "sentences"), f"max_queue {batcher.limits.max_queue}"
+            raise RequestError(field, f"{len(items)} {noun}, more than the server queues ({queue})")
+        future = batcher.submit(*prepare(), asyncio.get_running_loop())
+    except RequestError as error:
+        return JSONResponse({"error": str(error)}, status_code=422)
+    except QueueFull as error:
+        state["refused_full"] += 1
+        return JSONResponse({"error": str(error)}, status_code=503, headers={"Retry-After": "1"})
+    state["in_flight"] += 1
+    try:
+        return await future
+    except RuntimeError as error:
+        return JSONResponse({"error": str(error)}, status_code=500)
+    finally:
+        state["in_flight"] -= 1
+
+
 def create_app(
     model: PreTrainedModel | Engine,
     tokenizer: PreTrainedTokenizerBase | None = None,
@@ -245,55 +270,25 @@ def create_app(
     @app.post("/translate", response_model=TranslateResponse, response_model_exclude_unset=True)
     async def translate(request: TranslateRequest) -> Any:
         """Translate `text` (in order) with the options of `attn translate`; see the module docstring."""
-        state["requests"] += 1
-        try:
-            if len(request.text) > limits.max_queue:
-                raise RequestError(
-                    "text",
-                    f"{len(request.text)} sentences, more than the server queues (max_queue {limits.max_queue})",
-                )
+
+        def prepare() -> tuple[list, list[int], tuple, Group]:
             key, group = _group_for(engine, request)
-            tokens = _token_counts(counting_tokenizer, model, request.text)
-            future = batcher.submit(request.text, tokens, key, group, asyncio.get_running_loop())
-        except RequestError as error:
-            return JSONResponse({"error": str(error)}, status_code=422)
-        except QueueFull as error:
-            state["refused_full"] += 1
-            return JSONResponse({"error": str(error)}, status_code=503, headers={"Retry-After": "1"})
-        state["in_flight"] += 1
-        try:
-            hypotheses = await future
-        except RuntimeError as error:
-            return JSONResponse({"error": str(error)}, status_code=500)
-        finally:
-            state["in_flight"] -= 1
-        return _answer(hypotheses, request.num_return_sequences > 1, request.alignment)
+            return request.text, _token_counts(counting_tokenizer, model, request.text), key, group
+
+        found, nbest = await _queued(batcher, state, "text", request.text, prepare), request.num_return_sequences > 1
+        return found if isinstance(found, Response) else _answer(found, nbest, request.alignment)
 
     @app.post("/score", response_model=ScoreResponse, response_model_exclude_unset=True)
     async def score(request: ScoreRequest) -> Any:
         """The log-probability of each `target` given its `source` (`attn score`), batched with other pairs."""
-        state["requests"] += 1
-        try:
-            if len(request.source) > limits.max_queue:
-                queued = f"more than the server queues (max_queue {limits.max_queue})"
-                raise RequestError("source", f"{len(request.source)} pairs, {queued}")
+
+        def prepare() -> tuple[list, list[int], tuple, Group]:
             tokens = _pair_counts(counting_tokenizer, model, request)
             pairs = list(zip(request.source, request.target, strict=True))
-            group = Group({}, 1, 1, None, scoring=True)
-            future = batcher.submit(pairs, tokens, ("score",), group, asyncio.get_running_loop())
-        except RequestError as error:
-            return JSONResponse({"error": str(error)}, status_code=422)
-        except QueueFull as error:
-            state["refused_full"] += 1
-            return JSONResponse({"error": str(error)}, status_code=503, headers={"Retry-After": "1"})
-        state["in_flight"] += 1
-        try:
-            scores = await future
-        except RuntimeError as error:
-            return JSONResponse({"error": str(error)}, status_code=500)
-        finally:
-            state["in_flight"] -= 1
-        return _scores_answer(scores, request.tokens)
+            return pairs, tokens, ("score",), Group({}, 1, 1, None, scoring=True)
+
+        found = await _queued(batcher, state, "source", request.source, prepare)
+        return found if isinstance(found, Response) else _scores_answer(found, request.tokens)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
