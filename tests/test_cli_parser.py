@@ -243,13 +243,26 @@ def command_dataclasses() -> dict[str, tuple]:
     from modeling_attn.training.arguments import RecipeArguments
     from transformers import Seq2SeqTrainingArguments
 
-    from modeling_attn.cli import average, convert, evaluate, explain, export, options, preset, push, serve, translate
+    from modeling_attn.cli import (
+        average,
+        convert,
+        evaluate,
+        explain,
+        export,
+        options,
+        preset,
+        push,
+        score,
+        serve,
+        translate,
+    )
 
     shared = (options.DecodingArguments, options.RuntimeArguments, options.EnsembleArguments)
     return {
         "translate": translate.TRANSLATE_ARGUMENTS,
         "evaluate": (evaluate.EvaluateArguments, *shared),
         "serve": (serve.ServeArguments, options.RuntimeArguments, options.EnsembleArguments),
+        "score": (score.ScoreArguments, options.RuntimeArguments, options.EnsembleArguments),
         "explain": (explain.ExplainArguments,),
         "preset": (preset.PresetArguments,),
         "average": (average.AverageArguments,),

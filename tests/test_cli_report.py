@@ -262,6 +262,7 @@ MODEL_COMMANDS = {
     "convert": ["convert", "--to_marian", "{model}", "--to", "{out}"],
     "push": ["push", "--model", "{model}", "--repo_id", "me/model"],
     "serve": ["serve", "--model", "{model}", "--port", "0"],
+    "score": ["score", "--model", "{model}"],
     "explain": ["explain", "--model", "{model}", "a sentence", "--output", "{out}.html"],
 }
 

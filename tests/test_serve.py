@@ -305,9 +305,10 @@ def test_health_model_and_openapi(client, model_dir):
     assert info["decoding"].startswith("beam search with 2 beams") and info["quantization"] is None
     assert info["limits"]["max_body_bytes"] == BODY_LIMIT
     schema = client.get("/openapi.json").json()
-    assert set(schema["paths"]) == {"/translate", "/health", "/model"}
+    assert set(schema["paths"]) == {"/translate", "/score", "/health", "/model"}
     options = schema["components"]["schemas"]["TranslateRequest"]["properties"]
     assert {"text", "num_beams", "num_return_sequences", "do_sample", "seed", "alignment"} <= set(options)
+    assert set(schema["components"]["schemas"]["ScoreRequest"]["properties"]) == {"source", "target", "tokens"}
     assert info["alignment"] == {
         "attention": "the cross-attention of decoder layer 1 of 2, the mean of all its heads (`alignment_layer`, "
         "`alignment_heads` in config.json)",

@@ -7,7 +7,8 @@ another. A request's sentences are queued all or none (`QueueFull` when they do 
 generate() fails that batch's requests and the worker goes on; `close` translates what is still queued, then stops.
 The batches run on an engine (`engines.py`: the torch model, or an export engine with torch for what it lacks); the
 torch engine switches a Transformer to the eager attention (the one with attention weights) for the batches that align
-and back after. This module needs no FastAPI: the app (`server.py`) awaits the futures `submit`
+and back after. Pairs to score (`POST /score`) queue as a group of their own and run on `engine.score`.
+This module needs no FastAPI: the app (`server.py`) awaits the futures `submit`
 returns, and any asyncio code can.
 """
 
@@ -24,6 +25,7 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .alignment import AlignedTranslation
 from .engines import Engine, as_engine
+from .scoring import Score
 from .translation import Hypothesis
 
 SAMPLING_BATCH = 32  # sentences per generate() call of a seeded sampling request: `attn translate`'s --batch_size
@@ -53,11 +55,13 @@ class QueueFull(RuntimeError):
 Found = Hypothesis | AlignedTranslation  # a hypothesis: text and score, with its word alignment when asked for
 
 
-def _translate_group(engine: Engine, batch: list[_Sentence], group: Group) -> list[list[Found]]:
+def _translate_group(engine: Engine, batch: list[_Sentence], group: Group) -> list[list[Found]] | list[Score]:
     """One call of the engine on the `batch` with the group's options and each sentence's own: `translate_nbest`, or
     `translate_aligned_nbest` (the same hypotheses and scores, each with its word alignment) when the group asks for
-    alignments."""
+    alignments; for a scoring group, whose texts are (source, target) pairs, `score`."""
     texts = [sentence.text for sentence in batch]
+    if group.scoring:
+        return engine.score([source for source, _ in texts], [target for _, target in texts], len(texts))
     own = {name for sentence in batch for name in sentence.steering}
     options = {**group.options, **{name: [sentence.steering.get(name) for sentence in batch] for name in own}}
     if group.alignment_words is None:
@@ -79,7 +83,7 @@ class _Job:
 class _Sentence:
     job: _Job
     index: int  # in the request's `text`
-    text: str
+    text: str | tuple[str, str]  # a (source, target) pair to score
     tokens: int  # its length in tokens, end-of-sentence included
     arrived: float
     steering: dict[str, Any] = field(default_factory=dict)  # its per-sentence options (`PER_SENTENCE_OPTIONS`)
@@ -94,6 +98,7 @@ class Group:
     beams: int
     seed: int | None
     alignment_words: str | None = None  # with word alignments, over these words (`alignment.split_words`)
+    scoring: bool = False  # pairs to score (`engine.score`), not sentences to translate
     sentences: deque[_Sentence] = field(default_factory=deque)
 
 
@@ -141,15 +146,15 @@ class Batcher:
 
     def submit(
         self,
-        sentences: list[str],
+        sentences: list,
         tokens: list[int],
         key: tuple,
         group: Group,
         loop: asyncio.AbstractEventLoop,
         steering: list[dict[str, Any]] | None = None,
     ) -> asyncio.Future:
-        """Queue a request's sentences (all or none) under `key`, each with its per-sentence options (`steering`:
-        one dict per sentence, default none); a future of their hypotheses in input order."""
+        """Queue a request's sentences (or pairs to score; all or none) under `key`, each with its per-sentence options
+        (`steering`: one dict per sentence, default none); a future of their hypotheses (or scores) in input order."""
         steering = steering or [{} for _ in sentences]
         job = _Job([None] * len(sentences), len(sentences), loop.create_future(), loop)
         now = time.monotonic()

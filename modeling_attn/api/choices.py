@@ -23,6 +23,8 @@ ALIGNMENT_MODES = ("average", "layers")
 STACKS = ("encoder", "decoder")
 # `attn explain --walkthrough` (modeling_attn.api.explain_attention)
 ATTENTION_KINDS = ("cross", "encoder", "decoder")
+# `attn score --format`: a JSON object a line, or tab-separated columns (modeling_attn.cli.score)
+SCORE_FORMATS = ("jsonl", "tsv")
 # `attn export --quantization`: CTranslate2's compute types (modeling_attn.api.export_ctranslate2)
 QUANTIZATIONS = ("float32", "int8", "int8_float32", "int8_float16", "int8_bfloat16", "int16", "float16", "bfloat16")
 
@@ -35,6 +37,7 @@ __all__ = [
     "INT8_ENGINES",
     "QUANTIZATIONS",
     "QUANTIZE_CHOICES",
+    "SCORE_FORMATS",
     "STACKS",
     "WORD_PATTERNS",
 ]

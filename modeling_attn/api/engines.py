@@ -31,6 +31,7 @@ from ..generation import per_sentence_offset, sentence_limits
 from .choices import ENGINES
 from .errors import ExportError, FlagError
 from .export_cache import ExportCacheError
+from .scoring import Score, end_token_id, prepare_pairs, score_pairs, scored_in_batches, scores_of
 from .threads import ctranslate2_threads, onnxruntime_threads, split_size, torch_threads, torch_threads_for
 from .translation import (
     REPETITION_OPTIONS,
@@ -179,6 +180,14 @@ class TorchEngine:
 
         with eager_attention(self.model), _threads_for(self.model, self.threads, sentences, n, options):
             return translate_aligned_nbest(self.model, self.tokenizer, sentences, n, words=words, **options)
+
+    def score(self, sources: list[str], targets: list[str], batch_size: int = 32) -> list[Score]:
+        """Each target's `scoring.Score` given its source (teacher-forced), `batch_size` pairs a forward."""
+        return scored_in_batches(self._score_batch, sources, targets, batch_size)
+
+    def _score_batch(self, sources: list[str], targets: list[str]) -> list[Score]:
+        with torch_threads(torch_threads_for(len(sources), self.threads)):
+            return score_pairs(self.model, self.tokenizer, sources, targets)
 
     def describe(self, options: dict[str, Any] | None = None, alignments: bool = False) -> dict[str, Any]:
         """The engine that runs a request with `options` (`alignments`: with word alignments), as `attn evaluate`'s
@@ -509,6 +518,24 @@ class CTranslate2Engine(_ExportEngine):
             log_probs = result.log_probs if ended else result.log_probs[:-1]
             results[row][index] = (target, ended, sum(log_probs) / max(len(log_probs), 1) ** penalty, weights)
 
+    def score(self, sources: list[str], targets: list[str], batch_size: int = 32) -> list[Score]:
+        """Each target's `scoring.Score` given its source, computed by CTranslate2 (`score_batch`, which appends and
+        scores the end token as the torch engine does), `batch_size` pairs a call shared out between the workers."""
+        return scored_in_batches(self._score_batch, sources, targets, batch_size)
+
+    def _score_batch(self, sources: list[str], targets: list[str]) -> list[Score]:
+        source_ids, target_ids = prepare_pairs(self.model, self.tokenizer, sources, targets)
+        if not source_ids:
+            return []
+        translator = self.translator
+        scored = translator.translator.score_batch(
+            [[translator.source_tokens[i] for i in ids] for ids in source_ids],
+            [[translator.target_tokens[i] for i in ids] for ids in target_ids],
+            max_input_length=0,
+            max_batch_size=self._split(len(source_ids)),
+        )
+        return scores_of(self.tokenizer, target_ids, end_token_id(self.model), [r.log_probs for r in scored])
+
     def _split(self, count: int) -> int:
         """max_batch_size for `count` sentences: a share for each worker (CTranslate2 sorts them by length and runs
         the parts on its workers in parallel); 0 (the call whole) with one worker."""
@@ -520,7 +547,8 @@ class CTranslate2Engine(_ExportEngine):
 
 class OnnxEngine(_ExportEngine):
     """onnxruntime on the ONNX export in `export` (module docstring); n-best hypotheses are scored by the torch
-    model (`translation.sequence_scores`), as the torch engine scores its own."""
+    model (`translation.sequence_scores`), as the torch engine scores its own, and so are given pairs (`score`: the
+    export decodes one step at a time, with its cache; a teacher-forced pass is the torch model's)."""
 
     name = "onnxruntime"
 
@@ -545,6 +573,10 @@ class OnnxEngine(_ExportEngine):
             [(rows[index * n + k], None if scores is None else float(scores[index * n + k])) for k in range(n)]
             for index in range(len(ids))
         ]
+
+    def score(self, sources: list[str], targets: list[str], batch_size: int = 32) -> list[Score]:
+        """The torch engine's `score` on this engine's torch model (the class docstring)."""
+        return TorchEngine(self.model, self.tokenizer, self.threads).score(sources, targets, batch_size)
 
 
 class AutoEngine:
@@ -596,6 +628,10 @@ class AutoEngine:
 
     def translate_aligned_nbest(self, sentences: list[str], n: int = 1, words: str = "whitespace", **options: Any):
         return self._for(options, alignments=True).translate_aligned_nbest(sentences, n, words, **options)
+
+    def score(self, sources: list[str], targets: list[str], batch_size: int = 32) -> list[Score]:
+        """The fast engine's `score` (CTranslate2's `score_batch`; every export engine scores)."""
+        return self.fast.score(sources, targets, batch_size)
 
     def describe(self, options: dict[str, Any] | None = None, alignments: bool = False) -> dict[str, Any]:
         """The engine that runs a request with `options` (default: a request that sets none), why, and the engine of

@@ -1,8 +1,9 @@
-"""The JSON of `attn serve`'s `POST /translate`: the request (`TranslateRequest`) and the answer, as pydantic models.
+"""The JSON of `attn serve`'s `POST /translate` and `POST /score`: requests and answers, as pydantic models.
 
 The request takes the decoding options of `attn translate` (beams, length penalty, n-best lists, sampling with a
 seed, word alignments); a setting given without its switch (`top_k` without `do_sample`, `alignment_words` without
-`alignment`) is refused, naming both. docs/serve.md shows each field; FastAPI builds the OpenAPI page from these.
+`alignment`) is refused, naming both. `ScoreRequest` takes pairs (`source`, `target`: one translation per source) as
+`attn score` does. docs/serve.md shows each field; FastAPI builds the OpenAPI page from these.
 """
 
 from __future__ import annotations
@@ -96,4 +97,43 @@ class TranslateResponse(BaseModel):
     translations: list[Translation]
 
 
-__all__ = ["ScoredText", "SoftAlignment", "TranslateRequest", "TranslateResponse", "Translation"]
+class ScoreRequest(BaseModel):
+    """The body of `POST /score`: translations to score, each given its source (`attn score`)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    source: list[str] = Field(min_length=1, description="Source sentences.")
+    target: list[str] = Field(description="A translation of each source, to score; answered in this order.")
+    tokens: bool = Field(False, description="Also answer each token (the end token last) and its log-probability.")
+
+    @model_validator(mode="after")
+    def _one_target_per_source(self) -> ScoreRequest:
+        if len(self.target) != len(self.source):
+            raise ValueError(
+                f"target: {len(self.target)} sentences for {len(self.source)} in source; give one translation of each"
+            )
+        return self
+
+
+class PairScore(BaseModel):
+    total: float | None = Field(description="The target's log-probability: the sum over its tokens and the end token.")
+    mean: float | None = Field(description="The per-token mean log-probability (the end token counted).")
+    length: int = Field(description="Tokens scored: the target's and the end token.")
+    tokens: list[str] | None = Field(None, description='With "tokens": true, the tokens, the end token last.')
+    log_probs: list[float | None] | None = Field(None, description="With tokens: each token's log-probability.")
+
+
+class ScoreResponse(BaseModel):
+    scores: list[PairScore]
+
+
+__all__ = [
+    "PairScore",
+    "ScoreRequest",
+    "ScoreResponse",
+    "ScoredText",
+    "SoftAlignment",
+    "TranslateRequest",
+    "TranslateResponse",
+    "Translation",
+]

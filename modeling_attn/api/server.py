@@ -2,9 +2,9 @@
 
 `attn serve` (`cli/serve.py`) runs it with uvicorn; docs/serve.md describes each part:
 - endpoints: `POST /translate` (`serve_schema.TranslateRequest`: the decoding options of `attn translate`, n-best
-  lists, word alignments), `GET /health`, `GET /model` (`model_info.describe_model`), `GET /docs` and
-  `GET /openapi.json`; `GET /model` names the engine that decodes (`engines.py`: torch, or an export engine with
-  torch for what it lacks under `--engine auto`);
+  lists, word alignments), `POST /score` (`serve_schema.ScoreRequest`: `attn score`'s pairs), `GET /health`,
+  `GET /model` (`model_info.describe_model`), `GET /docs` and `GET /openapi.json`; `GET /model` names the engine
+  that decodes (`engines.py`: torch, or an export engine with torch for what it lacks under `--engine auto`);
 - batching: `batching.Batcher`, whose worker thread runs between the application's startup and shutdown;
 - refusals, each with a JSON body `{"error": "<field>: <what is wrong>"}` naming the field (400, 413, 422, and 503
   with `Retry-After` for a full queue); a failure inside generate() answers 500 for that batch and the worker goes on;
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import functools
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -32,7 +33,8 @@ from .batching import Batcher, Found, Group, QueueFull, ServeLimits
 from .engines import Engine, as_engine
 from .errors import UserError
 from .model_info import describe_model
-from .serve_schema import TranslateRequest, TranslateResponse
+from .scoring import PairError, Score, prepare_pairs
+from .serve_schema import ScoreRequest, ScoreResponse, TranslateRequest, TranslateResponse
 from .translation import (
     SentenceTooLong,
     TranslateError,
@@ -74,7 +76,8 @@ async def _validation_error(request: Request, error: RequestValidationError) -> 
         name = _field_name(entry.get("loc", ()))
         message = entry.get("msg", "invalid").removeprefix("Value error, ")
         if name == "body" and entry.get("type") in ("missing", "model_attributes_type", "dict_type"):
-            message = 'a JSON object such as {"text": ["..."]} is required (content-type: application/json)'
+            example = '{"source": ["..."], "target": ["..."]}' if request.url.path == "/score" else '{"text": ["..."]}'
+            message = f"a JSON object such as {example} is required (content-type: application/json)"
         # a check of the whole request (`_sampling_settings_need_do_sample`) names its fields itself
         whole = name == "body" and entry.get("type") == "value_error"
         messages.append(message if whole else f"{name}: {message}")
@@ -193,6 +196,22 @@ def _prefixes(
     return [{"target_prefix": prefix} for prefix in request.prefix]
 
 
+def _pair_counts(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, request: ScoreRequest) -> list[int]:
+    """Each pair's length in tokens (its longer side, the target's start token counted); RequestError naming
+    `source[i]` or `target[i]` for a pair the engine would refuse (`scoring.prepare_pairs`), before it is queued."""
+    try:
+        sources, targets = prepare_pairs(model, tokenizer, request.source, request.target)
+    except PairError as error:
+        raise RequestError(f"{error.side}[{error.row}]", error.detail) from None
+    return [max(len(source), len(target) + 1) for source, target in zip(sources, targets, strict=True)]
+
+
+def _scores_answer(scores: list[Score], tokens: bool) -> Response:
+    """The body of `ScoreResponse`, written as `_answer` writes its own (an infinite log-probability is null)."""
+    body = to_json({"scores": [found.as_dict(tokens) for found in scores]}, inf_nan_mode="null")
+    return Response(body, media_type="application/json")
+
+
 def _answer(hypotheses: list[list[Found]], nbest: bool, alignment: str | None = None) -> Response:
     """The body of `TranslateResponse` as FastAPI writes it under `response_model_exclude_unset` (the same bytes:
     tests/test_serve.py), written here: FastAPI's validation and serialization of the response model cost a lone
@@ -216,6 +235,43 @@ def _answer(hypotheses: list[list[Found]], nbest: bool, alignment: str | None = 
     # pydantic's own JSON writer, as FastAPI's for a response model: the same numbers, infinities as null
     body = to_json({"translations": translations}, inf_nan_mode="null")
     return Response(body, media_type="application/json")
+
+
+def _sentences(
+    engine: Engine, tokenizer: PreTrainedTokenizerBase, request: TranslateRequest
+) -> tuple[list, list[int], tuple, Group, list | None]:
+    """`POST /translate`'s part of `_queued`: the sentences, their token counts, the batching key and group, and each
+    sentence's own options (its prefix), all checked."""
+    key, group = _group_for(engine, request)
+    tokens = _token_counts(tokenizer, engine.model, request.text)
+    return request.text, tokens, key, group, _prefixes(tokenizer, engine.model, request, tokens, group.options)
+
+
+async def _queued(
+    batcher: Batcher, state: dict[str, int], field: str, items: list, prepare: Callable[[], tuple]
+) -> Any:
+    """The results of a request's `items` (sentences, or pairs to score) queued by `prepare()` (its checks, then
+    `Batcher.submit`'s items, token counts, key, group and per-sentence options), or the response that refuses it;
+    `state` counts."""
+    state["requests"] += 1
+    try:
+        if len(items) > batcher.limits.max_queue:
+            noun, queue = ("pairs" if field == "source" else "sentences"), f"max_queue {batcher.limits.max_queue}"
+            raise RequestError(field, f"{len(items)} {noun}, more than the server queues ({queue})")
+        items, tokens, key, group, steering = prepare()
+        future = batcher.submit(items, tokens, key, group, asyncio.get_running_loop(), steering)
+    except RequestError as error:
+        return JSONResponse({"error": str(error)}, status_code=422)
+    except QueueFull as error:
+        state["refused_full"] += 1
+        return JSONResponse({"error": str(error)}, status_code=503, headers={"Retry-After": "1"})
+    state["in_flight"] += 1
+    try:
+        return await future
+    except RuntimeError as error:
+        return JSONResponse({"error": str(error)}, status_code=500)
+    finally:
+        state["in_flight"] -= 1
 
 
 def create_app(
@@ -255,29 +311,21 @@ def create_app(
     @app.post("/translate", response_model=TranslateResponse, response_model_exclude_unset=True)
     async def translate(request: TranslateRequest) -> Any:
         """Translate `text` (in order) with the options of `attn translate`; see the module docstring."""
-        state["requests"] += 1
-        try:
-            if len(request.text) > limits.max_queue:
-                raise RequestError(
-                    "text",
-                    f"{len(request.text)} sentences, more than the server queues (max_queue {limits.max_queue})",
-                )
-            (key, group), tokens = _group_for(engine, request), _token_counts(counting_tokenizer, model, request.text)
-            steering = _prefixes(counting_tokenizer, model, request, tokens, group.options)
-            future = batcher.submit(request.text, tokens, key, group, asyncio.get_running_loop(), steering)
-        except RequestError as error:
-            return JSONResponse({"error": str(error)}, status_code=422)
-        except QueueFull as error:
-            state["refused_full"] += 1
-            return JSONResponse({"error": str(error)}, status_code=503, headers={"Retry-After": "1"})
-        state["in_flight"] += 1
-        try:
-            hypotheses = await future
-        except RuntimeError as error:
-            return JSONResponse({"error": str(error)}, status_code=500)
-        finally:
-            state["in_flight"] -= 1
-        return _answer(hypotheses, request.num_return_sequences > 1, request.alignment)
+        prepare = functools.partial(_sentences, engine, counting_tokenizer, request)
+        found, nbest = await _queued(batcher, state, "text", request.text, prepare), request.num_return_sequences > 1
+        return found if isinstance(found, Response) else _answer(found, nbest, request.alignment)
+
+    @app.post("/score", response_model=ScoreResponse, response_model_exclude_unset=True)
+    async def score(request: ScoreRequest) -> Any:
+        """The log-probability of each `target` given its `source` (`attn score`), batched with other pairs."""
+
+        def prepare() -> tuple[list, list[int], tuple, Group, list | None]:
+            tokens = _pair_counts(counting_tokenizer, model, request)
+            pairs = list(zip(request.source, request.target, strict=True))
+            return pairs, tokens, ("score",), Group({}, 1, 1, None, scoring=True), None
+
+        found = await _queued(batcher, state, "source", request.source, prepare)
+        return found if isinstance(found, Response) else _scores_answer(found, request.tokens)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:

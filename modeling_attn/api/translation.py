@@ -341,17 +341,16 @@ def _eos_ids(model: PreTrainedModel) -> list[int]:
 
 
 @torch.no_grad()
-def sequence_scores(
+def teacher_forced_log_probs(
     model: PreTrainedModel,
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     sequences: torch.Tensor,
-    length_penalty: float = 1.0,
     rows_per_pass: int = 16,
 ) -> torch.Tensor:
-    """Scores of generated `sequences` (decoder start token first, as generate() returns them), one per row:
-    the sum of the log-probabilities of their tokens up to and including the first end-of-sentence token, divided by
-    (that many tokens) ** `length_penalty`: beam search's `sequences_scores`, computed teacher-forced.
+    """(rows, length - 1), float32: the log-probability of each token of `sequences` after the first (the decoder
+    start token), given its source and the tokens before it, read teacher-forced; the one forward of
+    `sequence_scores` and of scoring (`scoring.py`). For an `AttnEnsemble`, its combined distribution.
 
     `input_ids`/`attention_mask` are the sources; each has `len(sequences) // len(input_ids)` consecutive sequences
     (generate()'s `num_return_sequences` layout). A source is encoded once for all its sequences; about
@@ -362,11 +361,7 @@ def sequence_scores(
     if per_source * len(input_ids) != len(sequences):
         raise ValueError(f"{len(sequences)} sequences for {len(input_ids)} sources: not a whole number per source")
     decoder_input_ids, targets = sequences[:, :-1], sequences[:, 1:]
-    eos = torch.tensor(_eos_ids(model), device=sequences.device)
-    ends = torch.isin(targets, eos).int()
-    # Tokens after the first end-of-sentence are padding; a sequence cut at the length limit counts every token.
-    counted = (ends.cumsum(dim=1) - ends) == 0
-    totals = []
+    found = []
     step = max(1, rows_per_pass // per_source)
     for start in range(0, len(input_ids), step):
         sources, rows = slice(start, start + step), slice(start * per_source, (start + step) * per_source)
@@ -385,10 +380,31 @@ def sequence_scores(
             use_cache=False,
         ).logits.float()
         token_logits = logits.gather(-1, targets[rows, :, None]).squeeze(-1)
-        log_probs = token_logits - logits.logsumexp(dim=-1)
-        totals.append((log_probs * counted[rows]).sum(dim=1))
+        found.append(token_logits - logits.logsumexp(dim=-1))
+    return torch.cat(found)
+
+
+@torch.no_grad()
+def sequence_scores(
+    model: PreTrainedModel,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    sequences: torch.Tensor,
+    length_penalty: float = 1.0,
+    rows_per_pass: int = 16,
+) -> torch.Tensor:
+    """Scores of generated `sequences` (decoder start token first, as generate() returns them), one per row:
+    the sum of the log-probabilities of their tokens up to and including the first end-of-sentence token, divided by
+    (that many tokens) ** `length_penalty`: beam search's `sequences_scores`, computed teacher-forced
+    (`teacher_forced_log_probs`, whose layout of sources and sequences this takes).
+    """
+    log_probs = teacher_forced_log_probs(model, input_ids, attention_mask, sequences, rows_per_pass)
+    eos = torch.tensor(_eos_ids(model), device=sequences.device)
+    ends = torch.isin(sequences[:, 1:], eos).int()
+    # Tokens after the first end-of-sentence are padding; a sequence cut at the length limit counts every token.
+    counted = (ends.cumsum(dim=1) - ends) == 0
     lengths = counted.sum(dim=1).clamp(min=1).float()
-    return torch.cat(totals) / lengths**length_penalty
+    return (log_probs * counted).sum(dim=1) / lengths**length_penalty
 
 
 def check_nbest(model: PreTrainedModel, num_return_sequences: int, generate_kwargs: dict[str, Any]) -> None:
@@ -508,6 +524,7 @@ __all__ = [
     "load_model",
     "resolve_device",
     "sequence_scores",
+    "teacher_forced_log_probs",
     "translate",
     "translate_batch",
     "target_ids",

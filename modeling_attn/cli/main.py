@@ -25,13 +25,14 @@ COMMANDS = {
     "train": "train or fine-tune a translation model (the paper's recipe; every Seq2SeqTrainingArguments flag)",
     "average": "average the weights of the last checkpoints of a training run (paper, Sec. 6.1)",
     "translate": "translate sentences (arguments, --input FILE or stdin); attention pictures",
+    "score": "the log-probability a model gives each translation (--source and --target files, or stdin pairs)",
     "evaluate": "BLEU, chrF and TER (sacreBLEU) of a model on a data split, or of a file of translations, as JSON",
     "push": "upload a trained model (weights, code, tokenizer, generation config, card) to the Hugging Face Hub",
     "convert": "convert Marian (OPUS-MT) checkpoints to attn_transformer and back",
     "export": "export a model to CTranslate2 or ONNX",
     "explain": "write an interactive page (one offline HTML file) of how a model translates a sentence",
     "preset": "list the model presets, or print one as a config JSON",
-    "serve": "an HTTP translation server (POST /translate, batching concurrent requests; the serve extra)",
+    "serve": "an HTTP translation server (POST /translate and /score, batching concurrent requests; the serve extra)",
 }
 
 

@@ -10,7 +10,10 @@ The flags import no torch (their choices: `modeling_attn.api.choices`); the load
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -258,6 +261,25 @@ def quantize_members(model: Any, args: SimpleNamespace) -> Any:
     return each_member(model, lambda member: quantize(member, args.quantize, args.int8_engine))
 
 
+@contextlib.contextmanager
+def terminated_as_exit() -> Iterator[None]:
+    """SIGTERM (kill, a job scheduler) raises SystemExit(143) while the block runs, so that `atomic_output` removes
+    its temporary file as it does on Ctrl-C."""
+
+    def stop(signum: int, frame: Any) -> None:
+        raise SystemExit(128 + signum)
+
+    try:
+        previous = signal.signal(signal.SIGTERM, stop)
+    except ValueError:  # not the main thread: leave the signal alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 __all__ = [
     "DecodingArguments",
     "EnsembleArguments",
@@ -269,4 +291,5 @@ __all__ = [
     "parse_flags",
     "quantize_members",
     "shown_defaults",
+    "terminated_as_exit",
 ]

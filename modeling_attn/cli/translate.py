@@ -18,9 +18,8 @@ position table) stops with a message naming it.
 from __future__ import annotations
 
 import contextlib
-import signal
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -40,6 +39,7 @@ from .options import (
     read_lines,
     shown_defaults,
     steering_options,
+    terminated_as_exit,
 )
 from .parser import CommandParser
 from .report import run_command
@@ -210,25 +210,6 @@ def deprecated_align(prog: str, argv: list[str] | None) -> list[str]:
             print(f"{prog}: --align {form} is deprecated; write --align --align_format {form}", file=sys.stderr)
             return [*argv[:index], "--align", "--align_format", form, *argv[index + 2 :]]
     return argv
-
-
-@contextlib.contextmanager
-def terminated_as_exit() -> Iterator[None]:
-    """SIGTERM (kill, a job scheduler) raises SystemExit(143) while the block runs, so that `atomic_output` removes
-    its temporary file as it does on Ctrl-C."""
-
-    def stop(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    try:
-        previous = signal.signal(signal.SIGTERM, stop)
-    except ValueError:  # not the main thread: leave the signal alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 # -- input -----------------------------------------------------------------------------------------------------
