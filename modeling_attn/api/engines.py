@@ -193,6 +193,8 @@ class _ExportEngine:
             return "has no word alignments (--align)"
         if options.get("do_sample") and not self.sampling:
             return "has no sampling (--do_sample)"
+        if "constraints" in options:  # lexically constrained beam search (modeling_attn/constraints.py)
+            return "has no constraints (--constraints/--glossary)"
         if unknown := sorted(set(options) - {"num_beams", "length_penalty", "max_new_tokens", *SAMPLING_OPTIONS}):
             return f"does not apply the setting {unknown[0]}"
         return None

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import sys
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,6 +165,28 @@ class AlignmentArguments:
     )
 
 
+@dataclass
+class ConstraintArguments:
+    _argument_group_name = "constraints (docs/translate-evaluate.md, 'Constraints and glossaries')"
+
+    constraints: str | None = field(
+        default=None,
+        metadata={
+            "help": "File of target phrases each translation must contain: one line per input line, phrases "
+            "tab-separated (an empty line: none).",
+            "metavar": "FILE",
+        },
+    )
+    glossary: str | None = field(
+        default=None,
+        metadata={
+            "help": "TSV of `source term<TAB>target term`: a source sentence with the term (case-sensitive, whole "
+            "words) must have the target term in its translation.",
+            "metavar": "FILE",
+        },
+    )
+
+
 TRANSLATE_ARGUMENTS = (
     TranslateArguments,
     DecodingArguments,
@@ -172,6 +195,7 @@ TRANSLATE_ARGUMENTS = (
     EnsembleArguments,
     PictureArguments,
     AlignmentArguments,
+    ConstraintArguments,
 )
 
 
@@ -353,9 +377,68 @@ def _check_combinations(args: SimpleNamespace) -> None:
 
 
 def _torch_only(args: SimpleNamespace) -> str | None:
-    """The first flag given that only the torch engine serves (attention pictures), or None. (`--align` is the
-    engine's to refuse: ctranslate2 has word alignments, onnxruntime has not.)"""
+    """The first flag given that only the torch engine serves (attention pictures, constraints), or None. (`--align`
+    is the engine's to refuse: ctranslate2 has word alignments, onnxruntime has not.)"""
+    if args.constraints or args.glossary:
+        return "constraints (--constraints/--glossary)"
     return next((f"--{flag.replace('_', '-')}" for flag in PICTURE_FLAGS if getattr(args, flag)), None)
+
+
+class Constraints:
+    """Each input line's target phrases: its line of --constraints and the target terms of the --glossary entries
+    its source contains (`api/constraints.py`); None without either flag. The lines of the file must match the input
+    lines one for one (checked before any work when the input's length is known, else as it runs out)."""
+
+    def __init__(self, args: SimpleNamespace, total: int | None):
+        from ..api.constraints import Glossary, read_constraints
+
+        self.args, self.total = args, total
+        self.lines = read_constraints(args.constraints, total) if args.constraints else None
+        self.glossary = Glossary.read(args.glossary) if args.glossary else None
+
+    def __bool__(self) -> bool:
+        return self.lines is not None or self.glossary is not None
+
+    def for_batch(self, batch: list[str], number: int) -> list[list[str]]:
+        """The phrases of the batch whose first sentence is input line `number` + 1."""
+        found = []
+        for offset, sentence in enumerate(batch):
+            phrases = []
+            if self.lines is not None:
+                if number + offset >= len(self.lines):
+                    self._count_error(None)
+                phrases += self.lines[number + offset]
+            if self.glossary is not None:
+                phrases += self.glossary.targets(sentence)
+            found.append(phrases)
+        return found
+
+    def finish(self, count: int) -> None:
+        if self.lines is not None and count != len(self.lines):
+            self._count_error(count)
+
+    def _count_error(self, count: int | None) -> None:
+        from ..api.constraints import ConstraintError
+
+        inputs = f"{count} input sentences" if count is not None else f"more than {len(self.lines)} input sentences"
+        raise ConstraintError(
+            f"--constraints {self.args.constraints}: {len(self.lines)} lines for {inputs}; give one line per input "
+            "sentence (an empty line: no constraint)"
+        )
+
+    def report(self, engine: Any, batch_constraints: list[list[str]], translations: list[str], where) -> None:
+        """A line on stderr for each translation that lacks a phrase of its sentence (it did not fit within the
+        length limit); `where(offset)` names the input line."""
+        from ..api.constraints import missing_phrases
+
+        for offset, (phrases, text) in enumerate(zip(batch_constraints, translations, strict=True)):
+            if phrases and (missing := missing_phrases(engine.tokenizer, text, phrases)):
+                listed = ", ".join(repr(phrase) for phrase in missing)
+                print(
+                    f"attn translate: {where(offset)}: the translation lacks the constraint {listed} (it did not fit "
+                    "within the length limit)",
+                    file=sys.stderr,
+                )
 
 
 def _translate_batch(
@@ -370,7 +453,8 @@ def _translate_batch(
     if args.num_return_sequences:
         nbest = engine.translate_nbest(batch, args.num_return_sequences, **overrides)
         text = "".join(
-            f"{number + offset} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n"
+            f"{number + offset} ||| {hypothesis.text} ||| {hypothesis.score:.4f}"
+            f"{_met_field(engine, overrides, offset, hypothesis.text)}\n"
             for offset, block in enumerate(nbest)
             for hypothesis in block
         )
@@ -388,7 +472,36 @@ def _translate_batch(
     return "".join(f"{translation}\n" for translation in translations), attentions
 
 
+def _met_field(engine: Any, overrides: dict[str, Any], offset: int, text: str) -> str:
+    """With constraints, an n-best line's last field: ` ||| met`, or ` ||| unmet: ` and the phrases the hypothesis
+    lacks, tab-separated."""
+    if "constraints" not in overrides:
+        return ""
+    from ..api.constraints import missing_phrases
+
+    missing = missing_phrases(engine.tokenizer, text, overrides["constraints"][offset])
+    return " ||| unmet: " + "\t".join(missing) if missing else " ||| met"
+
+
+def _check_constraints(args: SimpleNamespace, model: Any, overrides: dict[str, Any]) -> None:
+    """TranslateError before any work for --constraints/--glossary with settings that are not a beam search."""
+    from ..api.translation import TranslateError
+
+    flag = "--constraints" if args.constraints else "--glossary"
+    if args.do_sample:
+        raise TranslateError(f"{flag}: constrained decoding is a beam search; drop --do_sample")
+    if args.align:
+        raise TranslateError(f"{flag}: --align does not take constraints; drop one of them")
+    beams = overrides.get("num_beams") or model.generation_config.num_beams or 1
+    if beams < 2:
+        raise TranslateError(
+            f"{flag}: constrained decoding is a beam search and the model decodes with num_beams={beams}; give "
+            "--num_beams 2 or more"
+        )
+
+
 def _translate(args: SimpleNamespace) -> int:
+    from ..api.constraints import ConstraintWarning
     from ..api.heatmaps import figure_class
     from ..api.translation import SentenceTooLong, TranslateError, batches, check_nbest, generation_overrides
     from ..registry import MODEL_TYPES
@@ -410,6 +523,8 @@ def _translate(args: SimpleNamespace) -> int:
             f"--self-attention-png: {args.model[0]} is an RNN model, with no self-attention to picture"
         )
     overrides = generation_overrides(args)
+    if args.constraints or args.glossary:
+        _check_constraints(args, model, overrides)
     engine.check(overrides)  # a setting a named engine cannot apply: before any output
     if args.num_return_sequences:
         check_nbest(model, args.num_return_sequences, overrides)  # before any output
@@ -420,6 +535,7 @@ def _translate(args: SimpleNamespace) -> int:
     batch_size = 1 if interactive else args.batch_size
     with contextlib.ExitStack() as files:
         lines, total = _input_lines(args, files)
+        constraints = Constraints(args, total)
         out = files.enter_context(output_file(args.output, inputs, args.overwrite)) if args.output else sys.stdout
         progress = None
         if args.progress and (total is not None or not interactive):
@@ -428,19 +544,25 @@ def _translate(args: SimpleNamespace) -> int:
             desc = f"translating with {engine.label_for(overrides, alignments=args.align)}"  # the engine that runs
             progress = files.enter_context(tqdm(total=total, unit="sent", desc=desc, file=sys.stderr))
         number = 0
+
+        def where(line: int) -> str:
+            return (
+                f"argument {line}" if args.text else f"stdin:{line}" if _reads_stdin(args) else f"{args.input}:{line}"
+            )
+
         for batch in batches(lines, batch_size):
+            options = {**overrides, "constraints": constraints.for_batch(batch, number)} if constraints else overrides
             try:
-                text, attentions = _translate_batch(engine, batch, number, (args, pictures, overrides))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConstraintWarning)  # reported below, naming the input line
+                    text, attentions = _translate_batch(engine, batch, number, (args, pictures, options))
             except SentenceTooLong as error:
-                line = number + error.row + 1
-                where = (
-                    f"argument {line}"
-                    if args.text
-                    else f"stdin:{line}"
-                    if _reads_stdin(args)
-                    else f"{args.input}:{line}"
+                raise TranslateError(f"{where(number + error.row + 1)}: the sentence {error.detail}") from None
+            if constraints and not args.num_return_sequences:
+                translations = text.split("\n")[: len(batch)]
+                constraints.report(
+                    engine, options["constraints"], translations, lambda i, first=number: where(first + i + 1)
                 )
-                raise TranslateError(f"{where}: the sentence {error.detail}") from None
             # The bar and the translations may share a terminal: clear the bar while writing.
             with progress.external_write_mode(file=out) if progress is not None else contextlib.nullcontext():
                 out.write(text)
@@ -453,11 +575,13 @@ def _translate(args: SimpleNamespace) -> int:
                 progress.update(len(batch))
         if pictures.templates:
             pictures.finish()
+        constraints.finish(number)
     return 0
 
 
 __all__ = [
     "AlignmentArguments",
+    "ConstraintArguments",
     "PictureArguments",
     "SamplingArguments",
     "TranslateArguments",
