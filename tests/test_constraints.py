@@ -358,6 +358,38 @@ def test_a_named_export_engine_refuses_constraints(tmp_path, capsys, engine):
     )
 
 
+# -- attn serve ---------------------------------------------------------------------------------------------------
+
+
+def test_the_server_takes_constraints_per_sentence_and_says_which_are_unmet(model_dir):
+    pytest.importorskip("fastapi", reason='attn serve needs pip install "modeling-attn[serve]"')
+    from fastapi.testclient import TestClient
+
+    from modeling_attn.api.server import create_app
+
+    model, tokenizer = load_model(str(model_dir), "cpu")
+    sentences = ["the cat sat", "1987", "der Hund"]
+    constraints = [["Park"], [], ["the mat the mat the mat the mat"]]
+    with TestClient(create_app(model, tokenizer)) as client:
+        body = {"text": sentences, "constraints": constraints, "max_new_tokens": 4, "num_return_sequences": 2}
+        answer = client.post("/translate", json=body).json()["translations"]
+        plain = client.post("/translate", json={"text": sentences, "max_new_tokens": 4}).json()["translations"]
+        refused = client.post("/translate", json={"text": ["a", "b"], "constraints": [["x"]]})
+        empty = client.post("/translate", json={"text": ["a"], "constraints": [["x", " "]]})
+        one_beam = client.post("/translate", json={"text": ["a"], "constraints": [["x"]], "num_beams": 1})
+    expected = translate_nbest(model, tokenizer, sentences, 2, constraints=constraints, max_new_tokens=4)
+    assert [[found["text"] for found in item["nbest"]] for item in answer] == [
+        [hypothesis.text for hypothesis in block] for block in expected
+    ]
+    assert answer[0]["unmet_constraints"] == [] and "Park" in answer[0]["text"]
+    assert answer[1]["text"] == plain[1]["text"] and answer[1]["unmet_constraints"] == []
+    assert answer[2]["unmet_constraints"] == ["the mat the mat the mat the mat"]
+    assert all("unmet_constraints" not in item for item in plain)
+    assert refused.status_code == 422 and "constraints: 1 entries for 2 sentences in text" in refused.json()["error"]
+    assert empty.status_code == 422 and "constraints[0][1]: an empty phrase" in empty.json()["error"]
+    assert one_beam.status_code == 422 and one_beam.json()["error"].startswith("constraints: a beam search")
+
+
 # -- the dates task ------------------------------------------------------------------------------------------------
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ from typing import Any
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .alignment import AlignedTranslation
+from .constraints import ConstraintWarning
 from .engines import Engine, as_engine
 from .translation import Hypothesis
 
@@ -53,9 +55,16 @@ class QueueFull(RuntimeError):
 Found = Hypothesis | AlignedTranslation  # a hypothesis: text and score, with its word alignment when asked for
 
 
-def _translate_group(engine: Engine, texts: list[str], group: Group) -> list[list[Found]]:
-    """One call of the engine on `texts` with the group's options: `translate_nbest`, or `translate_aligned_nbest`
-    (the same hypotheses and scores, each with its word alignment) when the group asks for alignments."""
+def _translate_group(engine: Engine, batch: list[_Sentence], group: Group) -> list[list[Found]]:
+    """One call of the engine on the sentences with the group's options: `translate_nbest`, or
+    `translate_aligned_nbest` (the same hypotheses and scores, each with its word alignment) when the group asks for
+    alignments; a constrained group's sentences each with their own constraints."""
+    texts = [sentence.text for sentence in batch]
+    if group.constrained:
+        options = {**group.options, "constraints": [sentence.constraints or [] for sentence in batch]}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConstraintWarning)  # answered in `unmet_constraints`
+            return engine.translate_nbest(texts, group.num_return_sequences, **options)
     if group.alignment_words is None:
         return engine.translate_nbest(texts, group.num_return_sequences, **group.options)
     return engine.translate_aligned_nbest(
@@ -80,6 +89,7 @@ class _Sentence:
     text: str
     tokens: int  # its length in tokens, end-of-sentence included
     arrived: float
+    constraints: list[str] | None = None  # target phrases its translation must contain (a constrained group's)
 
 
 @dataclass
@@ -91,6 +101,7 @@ class Group:
     beams: int
     seed: int | None
     alignment_words: str | None = None  # with word alignments, over these words (`alignment.split_words`)
+    constrained: bool = False  # each sentence with its own constraints (`_Sentence.constraints`)
     sentences: deque[_Sentence] = field(default_factory=deque)
 
 
@@ -137,9 +148,16 @@ class Batcher:
             self._thread.join()
 
     def submit(
-        self, sentences: list[str], tokens: list[int], key: tuple, group: Group, loop: asyncio.AbstractEventLoop
+        self,
+        sentences: list[str],
+        tokens: list[int],
+        key: tuple,
+        group: Group,
+        loop: asyncio.AbstractEventLoop,
+        constraints: list[list[str]] | None = None,
     ) -> asyncio.Future:
-        """Queue a request's sentences (all or none) under `key`; a future of their hypotheses in input order."""
+        """Queue a request's sentences (all or none) under `key`; a future of their hypotheses in input order.
+        `constraints`: each sentence's target phrases (a constrained `group`)."""
         job = _Job([None] * len(sentences), len(sentences), loop.create_future(), loop)
         now = time.monotonic()
         with self._condition:
@@ -152,7 +170,8 @@ class Batcher:
                 )
             queued = self._groups.setdefault(key, group)
             for index, (text, count) in enumerate(zip(sentences, tokens, strict=True)):
-                queued.sentences.append(_Sentence(job, index, text, count, now))
+                phrases = None if constraints is None else constraints[index]
+                queued.sentences.append(_Sentence(job, index, text, count, now, phrases))
             self._waiting += len(sentences)
             self._condition.notify_all()
         return job.future
@@ -194,13 +213,12 @@ class Batcher:
             return group, batch
 
     def _translate(self, group: Group, batch: list[_Sentence]) -> list[list[Found]]:
-        texts = [sentence.text for sentence in batch]
         if group.seed is None:
-            return _translate_group(self.engine, texts, group)
+            return _translate_group(self.engine, batch, group)
         self.engine.seed(group.seed)  # as `attn translate --seed`: once, then the chunks in order
         hypotheses: list[list[Found]] = []
-        for start in range(0, len(texts), SAMPLING_BATCH):
-            hypotheses += _translate_group(self.engine, texts[start : start + SAMPLING_BATCH], group)
+        for start in range(0, len(batch), SAMPLING_BATCH):
+            hypotheses += _translate_group(self.engine, batch[start : start + SAMPLING_BATCH], group)
         return hypotheses
 
     def _run(self) -> None:

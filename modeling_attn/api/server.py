@@ -29,6 +29,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .batching import Batcher, Found, Group, QueueFull, ServeLimits
+from .constraints import missing_phrases
 from .engines import Engine, as_engine
 from .errors import UserError
 from .model_info import describe_model
@@ -127,8 +128,11 @@ def _group_for(engine: Engine, request: TranslateRequest) -> tuple[tuple, Group]
     honour with this model, or the server's engine cannot (checked before queueing)."""
     model = engine.model
     options = generation_overrides(request)
-    if (reason := engine.refusal(options, alignments=bool(request.alignment))) is not None:
+    constrained = request.constraints is not None
+    probe = {**options, "constraints": []} if constrained else options
+    if (reason := engine.refusal(probe, alignments=bool(request.alignment))) is not None:
         field = "alignment" if request.alignment else "do_sample" if request.do_sample else "options"
+        field = "constraints" if constrained and reason.startswith("has no constraints") else field
         raise RequestError(field, f"the server's engine {engine.name} {reason}; start attn serve with --engine torch")
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and request.max_new_tokens is not None and request.max_new_tokens > limit:
@@ -142,12 +146,17 @@ def _group_for(engine: Engine, request: TranslateRequest) -> tuple[tuple, Group]
     except TranslateError as error:
         raise RequestError("num_return_sequences", str(error)) from None
     beams = options.get("num_beams") or model.generation_config.num_beams or 1
+    if constrained and beams < 2:
+        raise RequestError(
+            "constraints", f"a beam search, and the model decodes with num_beams={beams}; give num_beams 2 or more"
+        )
     seeded = request.do_sample and request.seed is not None
     # Sentences with and without alignments (or with other definitions of a word) never share a generate() call;
     # hard and soft do: they are two writings of the same alignment (`_answer`).
     words = (request.alignment_words or "whitespace") if request.alignment else None
     key = (tuple(sorted(options.items())), request.num_return_sequences, words, ("seed", object()) if seeded else None)
-    group = Group(options, request.num_return_sequences, beams, request.seed if seeded else None, words)
+    key += (("constraints", True),) if constrained else ()  # constrained sentences share calls among themselves
+    group = Group(options, request.num_return_sequences, beams, request.seed if seeded else None, words, constrained)
     return key, group
 
 
@@ -165,25 +174,30 @@ def _token_counts(tokenizer: PreTrainedTokenizerBase, model: PreTrainedModel, te
     return counts
 
 
-def _answer(hypotheses: list[list[Found]], nbest: bool, alignment: str | None = None) -> Response:
+def _answer(
+    hypotheses: list[list[Found]], nbest: bool, alignment: str | None = None, unmet: Callable | None = None
+) -> Response:
     """The body of `TranslateResponse` as FastAPI writes it under `response_model_exclude_unset` (the same bytes:
     tests/test_serve.py), written here: FastAPI's validation and serialization of the response model cost a lone
     request about 0.1 ms (docs/serve.md). The route keeps `response_model` for its OpenAPI schema; FastAPI sends a
-    returned Response as it is. Fields never set (`alignment`, `nbest`) are left out; a NaN score is null."""
+    returned Response as it is. Fields never set (`alignment`, `nbest`, `unmet_constraints`) are left out; a NaN
+    score is null. `unmet(row, text)`: the phrases of sentence `row`'s constraints that `text` lacks."""
 
-    def scored(hypothesis: Found) -> dict[str, Any]:
+    def scored(hypothesis: Found, row: int) -> dict[str, Any]:
         found = {"text": hypothesis.text, "score": None if math.isnan(hypothesis.score) else hypothesis.score}
         if alignment == "hard":
             found["alignment"] = hypothesis.alignment.pairs
         elif alignment == "soft":
             found["alignment"] = hypothesis.alignment.soft()
+        if unmet is not None:
+            found["unmet_constraints"] = unmet(row, hypothesis.text)
         return found
 
     translations = []
-    for found in hypotheses:
-        translation = scored(found[0])
+    for row, found in enumerate(hypotheses):
+        translation = scored(found[0], row)
         if nbest:
-            translation["nbest"] = [scored(hypothesis) for hypothesis in found]
+            translation["nbest"] = [scored(hypothesis, row) for hypothesis in found]
         translations.append(translation)
     # pydantic's own JSON writer, as FastAPI's for a response model: the same numbers, infinities as null
     body = to_json({"translations": translations}, inf_nan_mode="null")
@@ -236,7 +250,7 @@ def create_app(
                 )
             key, group = _group_for(engine, request)
             tokens = _token_counts(counting_tokenizer, model, request.text)
-            future = batcher.submit(request.text, tokens, key, group, asyncio.get_running_loop())
+            future = batcher.submit(request.text, tokens, key, group, asyncio.get_running_loop(), request.constraints)
         except RequestError as error:
             return JSONResponse({"error": str(error)}, status_code=422)
         except QueueFull as error:
@@ -249,7 +263,14 @@ def create_app(
             return JSONResponse({"error": str(error)}, status_code=500)
         finally:
             state["in_flight"] -= 1
-        return _answer(hypotheses, request.num_return_sequences > 1, request.alignment)
+        unmet = None
+        if request.constraints is not None:
+            phrases = request.constraints
+
+            def unmet(row: int, text: str) -> list[str]:
+                return missing_phrases(counting_tokenizer, text, phrases[row]) if phrases[row] else []
+
+        return _answer(hypotheses, request.num_return_sequences > 1, request.alignment, unmet)
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
