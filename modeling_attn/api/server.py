@@ -204,6 +204,18 @@ def _answer(
     return Response(body, media_type="application/json")
 
 
+def _unmet_of(tokenizer: PreTrainedTokenizerBase, request: TranslateRequest) -> Callable | None:
+    """`_answer`'s `unmet` for the request's `constraints` (None: the request has none)."""
+    constraints = request.constraints
+    if constraints is None:
+        return None
+
+    def unmet(row: int, text: str) -> list[str]:
+        return missing_phrases(tokenizer, text, constraints[row]) if constraints[row] else []
+
+    return unmet
+
+
 def create_app(
     model: PreTrainedModel | Engine,
     tokenizer: PreTrainedTokenizerBase | None = None,
@@ -219,7 +231,7 @@ def create_app(
     info = {**(info or describe_model(model, "")), "limits": asdict(limits)}
     info.setdefault("engine", engine.describe())
     batcher = Batcher(engine, None, limits)
-    counting_tokenizer = copy.deepcopy(tokenizer)  # the worker's pads and truncates: a Rust tokenizer each
+    counting = copy.deepcopy(tokenizer)  # the worker's pads and truncates: a Rust tokenizer each
     state = {"requests": 0, "in_flight": 0, "refused_full": 0}
 
     @asynccontextmanager
@@ -249,7 +261,7 @@ def create_app(
                     f"{len(request.text)} sentences, more than the server queues (max_queue {limits.max_queue})",
                 )
             key, group = _group_for(engine, request)
-            tokens = _token_counts(counting_tokenizer, model, request.text)
+            tokens = _token_counts(counting, model, request.text)
             future = batcher.submit(request.text, tokens, key, group, asyncio.get_running_loop(), request.constraints)
         except RequestError as error:
             return JSONResponse({"error": str(error)}, status_code=422)
@@ -263,14 +275,7 @@ def create_app(
             return JSONResponse({"error": str(error)}, status_code=500)
         finally:
             state["in_flight"] -= 1
-        unmet = None
-        if request.constraints is not None:
-            phrases = request.constraints
-
-            def unmet(row: int, text: str) -> list[str]:
-                return missing_phrases(counting_tokenizer, text, phrases[row]) if phrases[row] else []
-
-        return _answer(hypotheses, request.num_return_sequences > 1, request.alignment, unmet)
+        return _answer(hypotheses, request.num_return_sequences > 1, request.alignment, _unmet_of(counting, request))
 
     @app.get("/health")
     async def health() -> dict[str, Any]:
