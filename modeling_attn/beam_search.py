@@ -27,6 +27,7 @@ from transformers.generation import stopping_criteria as criteria
 from transformers.generation.utils import ALL_CACHE_NAMES
 from transformers.modeling_outputs import ModelOutput
 
+from .constraints import LexicalConstraints, allocate
 from .generation import SourceLengthLimit, TargetPrefix
 
 # Logits processors and stopping criteria that treat each row alone (a function of its own tokens and the step), so
@@ -222,6 +223,147 @@ class OpenSentences:
         else:
             best_length = cur_len + 1 - settings.prompt_length
         best_running = self.running_scores[:, :1] / (best_length**settings.length_penalty)
+        worst_finished = torch.where(self.is_finished, torch.min(self.finished_scores, dim=1, keepdim=True)[0], NEG)
+        self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
+
+
+@dataclass
+class ConstrainedSentences(OpenSentences):
+    """`OpenSentences` with lexical constraints (`constraints.py`): a `PhraseState` per running beam and whether
+    each finished beam contains every phrase. `expand` adds each beam's best token and the tokens that advance its
+    phrases to the top candidates, and orders them by dynamic beam allocation (`constraints.allocate`); `advance`
+    keeps the first K that do not stop, in that order, and ranks finished beams that meet their constraints above
+    those that do not (which end only at their length limit)."""
+
+    constraints: list = None  # per open sentence: its `SentenceConstraints`
+    states: list = None  # per open sentence: a `PhraseState` per running beam
+    finished_met: torch.Tensor = None  # (N, K) bool
+    candidate_states: list = None  # per open sentence: the state of each candidate of the last `expand`
+
+    @classmethod
+    def start_constrained(cls, input_ids, settings: BeamSettings, fill: int, constraints) -> ConstrainedSentences:
+        """Every sentence open (`OpenSentences.start`), each with its constraints (one `SentenceConstraints` per
+        sentence) at their start."""
+        state = cls.start(input_ids, settings, fill)
+        state.constraints = list(constraints)
+        state.states = [[sentence.start] * settings.num_beams for sentence in state.constraints]
+        state.finished_met = torch.zeros_like(state.is_finished)
+        return state
+
+    def keep(self, rows: torch.Tensor) -> None:
+        positions = rows.tolist()
+        for name in ("constraints", "states"):
+            setattr(self, name, [getattr(self, name)[position] for position in positions])
+        for field in fields(OpenSentences):
+            setattr(self, field.name, getattr(self, field.name)[rows])
+        self.finished_met = self.finished_met[rows]
+
+    def expand(self, log_probs: torch.Tensor, settings: BeamSettings, cur_len: int, at_limit=None, eos=()):
+        """`OpenSentences.expand` under the constraints: a beam whose phrases are not all in it cannot end (its end
+        tokens get -inf) unless it is `at_limit` (N * K,) bool; the C candidates come in allocation order."""
+        open_count, beams = self.running.shape[:2]
+        unmet = [
+            not sentence.met(state)
+            for sentence, states in zip(self.constraints, self.states, strict=True)
+            for state in states
+        ]
+        blocked = torch.tensor(unmet, dtype=torch.bool, device=log_probs.device)
+        if at_limit is not None:
+            blocked &= ~at_limit.to(blocked.device)
+        if blocked.any() and len(eos):
+            rows = blocked.nonzero().squeeze(1)
+            log_probs[rows[:, None], torch.as_tensor(list(eos), device=log_probs.device)[None, :]] = -math.inf
+        vocab_size = log_probs.shape[-1]
+        totals = log_probs.view(open_count, beams, vocab_size) + self.running_scores[:, :, None]
+        top_scores, picks = torch.topk(totals.view(open_count, -1), k=settings.candidates)
+        best_scores, best_tokens = totals.max(dim=-1)  # (N, K): each beam's best continuation
+        live = (self.running_scores > NEG / 2).tolist()  # the copies of the first beam at the start are not
+        wanted = [
+            (position, beam, token)
+            for position, (sentence, states) in enumerate(zip(self.constraints, self.states, strict=True))
+            for beam, state in enumerate(states)
+            if live[position][beam]
+            for token in sorted(sentence.next_tokens(state))
+        ]
+        flat = [(position * beams + beam) * vocab_size + token for position, beam, token in wanted]
+        wanted_scores = totals.view(-1)[torch.tensor(flat, dtype=torch.long, device=totals.device)].tolist()
+        extra: list[list[tuple[float, int, int]]] = [[] for _ in range(open_count)]
+        for (position, beam, token), score in zip(wanted, wanted_scores, strict=True):
+            extra[position].append((score, beam, token))
+        for position, (scores, tokens) in enumerate(zip(best_scores.tolist(), best_tokens.tolist(), strict=True)):
+            extra[position] += [(scores[beam], beam, tokens[beam]) for beam in range(beams) if live[position][beam]]
+        parents, chosen_tokens, chosen_scores = [], [], []
+        self.candidate_states = []
+        for position, (scores, flat_picks) in enumerate(zip(top_scores.tolist(), picks.tolist(), strict=True)):
+            candidates = [
+                (score, pick // vocab_size, pick % vocab_size) for score, pick in zip(scores, flat_picks, strict=True)
+            ]
+            candidates += [item for item in extra[position] if item[0] != -math.inf]
+            chosen = allocate(candidates, self.states[position], self.constraints[position], settings.candidates)
+            parents.append([beam for _, beam, _, _ in chosen])
+            chosen_tokens.append([token for _, _, token, _ in chosen])
+            chosen_scores.append([score for score, _, _, _ in chosen])
+            self.candidate_states.append([state for *_, state in chosen])
+        device = self.running.device
+        parents = torch.tensor(parents, dtype=torch.long, device=device)
+        scores = torch.tensor(chosen_scores, dtype=torch.float, device=device)
+        origins = _gather(self.running_origins, parents)
+        sequences = _gather(self.running, parents)
+        sequences[:, :, cur_len] = torch.tensor(chosen_tokens, dtype=torch.long, device=device)
+        origins[:, :, cur_len - settings.prompt_length] = (
+            parents + torch.arange(open_count, device=device).view(-1, 1) * beams
+        )
+        return scores, sequences, origins
+
+    def advance(self, scores, sequences, origins, stops: torch.Tensor, settings: BeamSettings, cur_len: int) -> None:
+        """`OpenSentences.advance` in allocation order: the first K candidates that do not stop run on; of the top K
+        candidates, those that stop join the finished beams, ranked by (meets its constraints, length-penalised
+        score); whether a running beam may still beat a finished one."""
+        beams = settings.num_beams
+        running_scores = scores + stops.to(torch.float32) * NEG
+        best = torch.sort(stops.to(torch.int8), dim=1, stable=True).indices[:, :beams]  # allocation order kept
+        self.running = _gather(sequences, best)
+        self.running_scores = _gather(running_scores, best)
+        self.running_origins = _gather(origins, best)
+        picked = best.tolist()
+        self.states = [
+            [states[index] for index in indices] for states, indices in zip(self.candidate_states, picked, strict=True)
+        ]
+        met = torch.tensor(
+            [
+                [sentence.met(state) for state in states]
+                for sentence, states in zip(self.constraints, self.candidate_states, strict=True)
+            ],
+            dtype=torch.bool,
+            device=stops.device,
+        )
+
+        top_k = torch.arange(settings.candidates, device=stops.device) < beams
+        just_finished = stops & top_k[None, :]
+        ended = scores / ((cur_len + 1 - settings.prompt_length) ** settings.length_penalty)
+        full = torch.all(self.is_finished, axis=-1, keepdims=True) & (settings.early_stopping is True)
+        ended += full.to(torch.float32) * NEG
+        ended += (~self.may_improve).to(torch.float32) * NEG
+        ended += (~just_finished) * NEG
+        candidates = torch.cat((self.finished_scores, ended), dim=1)
+        counted = just_finished & ~full & self.may_improve  # the others are masked (their sentence is closed)
+        candidates_met = torch.cat((self.finished_met, met & counted), dim=1)
+        by_score = torch.sort(candidates, dim=1, descending=True, stable=True).indices
+        by_met = torch.sort(_gather(candidates_met, by_score).to(torch.int8), dim=1, descending=True, stable=True)
+        merged = _gather(by_score, by_met.indices)[:, :beams]
+        self.finished = _gather(torch.cat((self.finished, sequences), dim=1), merged)
+        self.finished_scores = _gather(candidates, merged)
+        self.finished_origins = _gather(torch.cat((self.finished_origins, origins), dim=1), merged)
+        self.is_finished = _gather(torch.cat((self.is_finished, just_finished), dim=1), merged)
+        self.finished_met = _gather(candidates_met, merged)
+
+        # as `OpenSentences.advance`, with the best running score anywhere in the beam (allocation order is not
+        # score order)
+        if settings.early_stopping == "never" and settings.length_penalty > 0.0:
+            best_length = settings.max_length - settings.prompt_length
+        else:
+            best_length = cur_len + 1 - settings.prompt_length
+        best_running = self.running_scores.max(dim=1, keepdim=True)[0] / (best_length**settings.length_penalty)
         worst_finished = torch.where(self.is_finished, torch.min(self.finished_scores, dim=1, keepdim=True)[0], NEG)
         self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
 
@@ -431,6 +573,18 @@ class ListBeamSearch:
         return torch.tensor(rows, dtype=torch.long, device=device)
 
 
+def _rows_at_limit(processors, flat_running: torch.Tensor, cur_len: int, settings: BeamSettings) -> torch.Tensor:
+    """(rows,) bool: the decoder rows whose next token is the last one their length limit allows (the per-sentence
+    limit, `SourceLengthLimit`, or max_length): there a translation may end without its constraints."""
+    if cur_len + 1 >= settings.max_length:
+        return torch.ones(flat_running.shape[0], dtype=torch.bool, device=flat_running.device)
+    limits = [p for p in processors if isinstance(p, SourceLengthLimit)]
+    at_limit = torch.zeros(flat_running.shape[0], dtype=torch.bool, device=flat_running.device)
+    for limit in limits:
+        at_limit |= limit.at_limit(flat_running)
+    return at_limit
+
+
 class CompactBeamSearchMixin:
     """transformers' beam search, run only on the sentences whose search is still open (module docstring).
 
@@ -481,15 +635,28 @@ class CompactBeamSearchMixin:
         synced_gpus: bool = False,
         **model_kwargs,
     ) -> torch.LongTensor:
+        constraints = next((p for p in logits_processor if isinstance(p, LexicalConstraints)), None)
+        if constraints is not None:  # the constrained search below runs them (`constraints.py`)
+            logits_processor = LogitsProcessorList(p for p in logits_processor if p is not constraints)
         refusal = self._compact_beam_search_refusal(
             logits_processor, stopping_criteria, generation_config, synced_gpus, model_kwargs
         )
+        if refusal is not None and constraints is not None:
+            raise ValueError(
+                f"generate(): force_words_ids runs on modeling_attn's beam search, which refuses {refusal}"
+            )
         if refusal is not None:
             return super()._beam_search(
                 input_ids, logits_processor, stopping_criteria, generation_config, synced_gpus, **model_kwargs
             )
         settings, fill = beam_settings(input_ids.shape[1], generation_config)
-        state = OpenSentences.start(input_ids, settings, fill)
+        if constraints is None:
+            state = OpenSentences.start(input_ids, settings, fill)
+        else:
+            state = ConstrainedSentences.start_constrained(input_ids, settings, fill, constraints.sentences)
+            eos = (
+                generation_config._eos_token_tensor.tolist() if generation_config._eos_token_tensor is not None else []
+            )
         results = SearchResults.start(state)
         flat_running = input_ids
         outputs = self._prefill(
@@ -505,7 +672,11 @@ class CompactBeamSearchMixin:
             logits = outputs.logits[:, -1, :].to(input_ids.device)
             del outputs
             log_probs = logits_processor(flat_running, nn.functional.log_softmax(logits, dim=-1, dtype=torch.float32))
-            scores, sequences, origins = state.expand(log_probs, settings, cur_len)
+            if constraints is None:
+                scores, sequences, origins = state.expand(log_probs, settings, cur_len)
+            else:
+                at_limit = _rows_at_limit(logits_processor, flat_running, cur_len, settings)
+                scores, sequences, origins = state.expand(log_probs, settings, cur_len, at_limit, eos)
             open_count = len(state.sentences)
             stops = stopping_criteria(sequences[:, :, : cur_len + 1].flatten(0, 1), None).view(open_count, -1)
             state.advance(scores, sequences, origins, stops, settings, cur_len)
@@ -541,6 +712,7 @@ class CompactBeamSearchMixin:
 
 __all__ = [
     "CompactBeamSearchMixin",
+    "ConstrainedSentences",
     "ListBeamSearch",
     "OpenSentences",
     "SearchResults",

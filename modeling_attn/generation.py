@@ -19,6 +19,8 @@ import math
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from .constraints import constraints_argument
+
 SOURCE_LIMIT_FIELD = "max_length_over_source"
 
 
@@ -36,10 +38,14 @@ class SourceLengthLimit(LogitsProcessor):
         """This processor for a batch of fewer sentences: the limits at positions `sentences` of `limits`."""
         return SourceLengthLimit(self.limits[sentences.to(self.limits.device)], self.eos_token_ids)
 
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+    def at_limit(self, input_ids: torch.LongTensor) -> torch.Tensor:
+        """(rows,) bool: the rows whose next token is the last one allowed, which must end the sentence."""
         per_row = self.limits.to(input_ids.device).repeat_interleave(input_ids.shape[0] // self.limits.shape[0])
         generated = input_ids.shape[-1] - 1  # the decoder start token is not part of the translation
-        at_limit = generated >= per_row - 1  # the next token is the last one allowed: it must end the sentence
+        return generated >= per_row - 1
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        at_limit = self.at_limit(input_ids)
         if not at_limit.any():
             return scores
         eos = self.eos_token_ids.to(scores.device)
@@ -146,6 +152,18 @@ class SourceRelativeLengthMixin:
     ):
         config = generation_config if generation_config is not None else self.generation_config
         check_generate_arguments(inputs, config, kwargs)
+        lengths = source_lengths(
+            kwargs.get("input_ids", inputs),
+            kwargs.get("attention_mask"),
+            kwargs.get("inputs_embeds"),
+            kwargs.get("encoder_outputs"),
+        )
+        constraints = constraints_argument(kwargs, config, lengths.shape[0])  # force_words_ids (constraints.py)
+        if getattr(config, "force_words_ids", None) is not None:  # taken: transformers' own would refuse it
+            generation_config = config = copy.deepcopy(config)
+            config.force_words_ids = None
+        if constraints is not None:
+            logits_processor = LogitsProcessorList([*(logits_processor or []), constraints])
         offset = per_sentence_offset(config, kwargs)
         if offset is None:
             return super().generate(inputs, generation_config, logits_processor, **kwargs)
@@ -154,12 +172,6 @@ class SourceRelativeLengthMixin:
         eos_token_id = kwargs.get("eos_token_id", config.eos_token_id)
         if eos_token_id is None:
             raise ValueError(f"generation_config.{SOURCE_LIMIT_FIELD} needs an eos_token_id to end translations with")
-        lengths = source_lengths(
-            kwargs.get("input_ids", inputs),
-            kwargs.get("attention_mask"),
-            kwargs.get("inputs_embeds"),
-            kwargs.get("encoder_outputs"),
-        )
         limits = sentence_limits(lengths, offset, getattr(self.config, "max_position_embeddings", None))
         processors = LogitsProcessorList(logits_processor or [])
         processors.append(SourceLengthLimit(limits, eos_token_id))

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+import warnings
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
@@ -24,6 +25,7 @@ from typing import Any
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .alignment import AlignedTranslation
+from .constraints import ConstraintWarning
 from .engines import Engine, as_engine
 from .scoring import Score
 from .translation import Hypothesis
@@ -64,6 +66,11 @@ def _translate_group(engine: Engine, batch: list[_Sentence], group: Group) -> li
         return engine.score([source for source, _ in texts], [target for _, target in texts], len(texts))
     own = {name for sentence in batch for name in sentence.steering}
     options = {**group.options, **{name: [sentence.steering.get(name) for sentence in batch] for name in own}}
+    if group.constrained:
+        options["constraints"] = [sentence.constraints or [] for sentence in batch]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConstraintWarning)  # answered in `unmet_constraints`
+            return engine.translate_nbest(texts, group.num_return_sequences, **options)
     if group.alignment_words is None:
         return engine.translate_nbest(texts, group.num_return_sequences, **options)
     return engine.translate_aligned_nbest(texts, group.num_return_sequences, words=group.alignment_words, **options)
@@ -87,6 +94,7 @@ class _Sentence:
     tokens: int  # its length in tokens, end-of-sentence included
     arrived: float
     steering: dict[str, Any] = field(default_factory=dict)  # its per-sentence options (`PER_SENTENCE_OPTIONS`)
+    constraints: list[str] | None = None  # target phrases its translation must contain (a constrained group's)
 
 
 @dataclass
@@ -99,6 +107,7 @@ class Group:
     seed: int | None
     alignment_words: str | None = None  # with word alignments, over these words (`alignment.split_words`)
     scoring: bool = False  # pairs to score (`engine.score`), not sentences to translate
+    constrained: bool = False  # each sentence with its own constraints (`_Sentence.constraints`)
     sentences: deque[_Sentence] = field(default_factory=deque)
 
 
@@ -152,9 +161,11 @@ class Batcher:
         group: Group,
         loop: asyncio.AbstractEventLoop,
         steering: list[dict[str, Any]] | None = None,
+        constraints: list[list[str]] | None = None,
     ) -> asyncio.Future:
         """Queue a request's sentences (or pairs to score; all or none) under `key`, each with its per-sentence options
-        (`steering`: one dict per sentence, default none); a future of their hypotheses (or scores) in input order."""
+        (`steering`: one dict per sentence, default none) and, in a constrained `group`, its target phrases
+        (`constraints`); a future of their hypotheses (or scores) in input order."""
         steering = steering or [{} for _ in sentences]
         job = _Job([None] * len(sentences), len(sentences), loop.create_future(), loop)
         now = time.monotonic()
@@ -168,7 +179,8 @@ class Batcher:
                 )
             queued = self._groups.setdefault(key, group)
             for index, (text, count, own) in enumerate(zip(sentences, tokens, steering, strict=True)):
-                queued.sentences.append(_Sentence(job, index, text, count, now, own))
+                phrases = None if constraints is None else constraints[index]
+                queued.sentences.append(_Sentence(job, index, text, count, now, own, phrases))
             self._waiting += len(sentences)
             self._condition.notify_all()
         return job.future

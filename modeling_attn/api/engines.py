@@ -66,7 +66,7 @@ CTRANSLATE2_NAMES = {"min_new_tokens": "min_decoding_length"}  # CTranslate2's n
 OPTION_NAMES = {
     "target_prefix": "target prefixes (--prefix, --prefix_file)",
     "bad_words": "banned words (--bad_words)",
-    "constraints": "constraints (--constraints, --glossary)",
+    "constraints": "constraints (--constraints/--glossary)",
     "no_repeat_ngram_size": "n-gram repetition limits (--no_repeat_ngram_size)",
     "repetition_penalty": "repetition penalties (--repetition_penalty)",
     "min_new_tokens": "minimum lengths (--min_new_tokens)",

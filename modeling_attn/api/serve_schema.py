@@ -51,6 +51,11 @@ class TranslateRequest(BaseModel):
     alignment_words: Literal["whitespace", "alnum"] | None = Field(
         None, description="What a word is for the alignment (`--align_words`; default whitespace)."
     )
+    constraints: list[list[str]] | None = Field(
+        None,
+        description="Per sentence of `text`, target phrases its translation must contain (`attn translate "
+        "--constraints`; [] for none). Each translation then says which it lacks, in `unmet_constraints`.",
+    )
 
     @model_validator(mode="after")
     def _settings_need_their_switch(self) -> TranslateRequest:
@@ -65,6 +70,18 @@ class TranslateRequest(BaseModel):
             raise ValueError(f"bad_words[{empty[0]}]: an empty word")
         if self.alignment_words is not None and self.alignment is None:
             raise ValueError('alignment_words: an alignment setting, with no alignment; add "alignment": "hard"')
+        if self.constraints is not None:
+            if len(self.constraints) != len(self.text):
+                raise ValueError(
+                    f"constraints: {len(self.constraints)} entries for {len(self.text)} sentences in text; give one "
+                    "list of phrases per sentence ([] for none)"
+                )
+            for row, phrases in enumerate(self.constraints):
+                for index, phrase in enumerate(phrases):
+                    if not phrase.strip():
+                        raise ValueError(f"constraints[{row}][{index}]: an empty phrase")
+            if self.do_sample or self.alignment is not None:
+                raise ValueError("constraints: a beam search; drop do_sample and alignment")
         return self
 
 
@@ -86,6 +103,9 @@ class ScoredText(BaseModel):
         None,
         description='With "alignment": hard, [[source word, target word], ...] in target order; soft, the '
         "words and the weights.",
+    )
+    unmet_constraints: list[str] | None = Field(
+        None, description="With constraints: the phrases this translation lacks (they did not fit within its limit)."
     )
 
 

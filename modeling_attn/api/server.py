@@ -30,6 +30,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .batching import Batcher, Found, Group, QueueFull, ServeLimits
+from .constraints import missing_phrases
 from .engines import Engine, as_engine
 from .errors import UserError
 from .model_info import describe_model
@@ -139,8 +140,11 @@ def _group_for(engine: Engine, request: TranslateRequest) -> tuple[tuple, Group]
     model = engine.model
     options = generation_overrides(request)
     steering = {"target_prefix": request.prefix} if request.prefix is not None else {}
-    if (reason := engine.refusal({**options, **steering}, alignments=bool(request.alignment))) is not None:
+    constrained = request.constraints is not None
+    probe = {**options, **steering, **({"constraints": []} if constrained else {})}
+    if (reason := engine.refusal(probe, alignments=bool(request.alignment))) is not None:
         field = "alignment" if request.alignment else "do_sample" if request.do_sample else "options"
+        field = "constraints" if constrained and reason.startswith("has no constraints") else field
         raise RequestError(field, f"the server's engine {engine.name} {reason}; start attn serve with --engine torch")
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and request.max_new_tokens is not None and request.max_new_tokens > limit:
@@ -154,12 +158,19 @@ def _group_for(engine: Engine, request: TranslateRequest) -> tuple[tuple, Group]
     except TranslateError as error:
         raise RequestError("num_return_sequences", str(error)) from None
     beams = options.get("num_beams") or model.generation_config.num_beams or 1
+    if constrained and beams < 2:
+        raise RequestError(
+            "constraints", f"a beam search, and the model decodes with num_beams={beams}; give num_beams 2 or more"
+        )
     seeded = request.do_sample and request.seed is not None
     # Sentences with and without alignments (or with other definitions of a word) never share a generate() call;
     # hard and soft do: they are two writings of the same alignment (`_answer`).
     words = (request.alignment_words or "whitespace") if request.alignment else None
     key = (tuple(sorted(options.items())), request.num_return_sequences, words, ("seed", object()) if seeded else None)
-    group = Group(options, request.num_return_sequences, beams, request.seed if seeded else None, words)
+    key += (("constraints", True),) if constrained else ()  # constrained sentences share calls among themselves
+    group = Group(
+        options, request.num_return_sequences, beams, request.seed if seeded else None, words, constrained=constrained
+    )
     return key, group
 
 
@@ -212,25 +223,30 @@ def _scores_answer(scores: list[Score], tokens: bool) -> Response:
     return Response(body, media_type="application/json")
 
 
-def _answer(hypotheses: list[list[Found]], nbest: bool, alignment: str | None = None) -> Response:
+def _answer(
+    hypotheses: list[list[Found]], nbest: bool, alignment: str | None = None, unmet: Callable | None = None
+) -> Response:
     """The body of `TranslateResponse` as FastAPI writes it under `response_model_exclude_unset` (the same bytes:
     tests/test_serve.py), written here: FastAPI's validation and serialization of the response model cost a lone
     request about 0.1 ms (docs/serve.md). The route keeps `response_model` for its OpenAPI schema; FastAPI sends a
-    returned Response as it is. Fields never set (`alignment`, `nbest`) are left out; a NaN score is null."""
+    returned Response as it is. Fields never set (`alignment`, `nbest`, `unmet_constraints`) are left out; a NaN
+    score is null. `unmet(row, text)`: the phrases of sentence `row`'s constraints that `text` lacks."""
 
-    def scored(hypothesis: Found) -> dict[str, Any]:
+    def scored(hypothesis: Found, row: int) -> dict[str, Any]:
         found = {"text": hypothesis.text, "score": None if math.isnan(hypothesis.score) else hypothesis.score}
         if alignment == "hard":
             found["alignment"] = hypothesis.alignment.pairs
         elif alignment == "soft":
             found["alignment"] = hypothesis.alignment.soft()
+        if unmet is not None:
+            found["unmet_constraints"] = unmet(row, hypothesis.text)
         return found
 
     translations = []
-    for found in hypotheses:
-        translation = scored(found[0])
+    for row, found in enumerate(hypotheses):
+        translation = scored(found[0], row)
         if nbest:
-            translation["nbest"] = [scored(hypothesis) for hypothesis in found]
+            translation["nbest"] = [scored(hypothesis, row) for hypothesis in found]
         translations.append(translation)
     # pydantic's own JSON writer, as FastAPI's for a response model: the same numbers, infinities as null
     body = to_json({"translations": translations}, inf_nan_mode="null")
@@ -239,27 +255,28 @@ def _answer(hypotheses: list[list[Found]], nbest: bool, alignment: str | None = 
 
 def _sentences(
     engine: Engine, tokenizer: PreTrainedTokenizerBase, request: TranslateRequest
-) -> tuple[list, list[int], tuple, Group, list | None]:
+) -> tuple[list, list[int], tuple, Group, dict[str, Any]]:
     """`POST /translate`'s part of `_queued`: the sentences, their token counts, the batching key and group, and each
-    sentence's own options (its prefix), all checked."""
+    sentence's own options (its prefix, its constraints), all checked."""
     key, group = _group_for(engine, request)
     tokens = _token_counts(tokenizer, engine.model, request.text)
-    return request.text, tokens, key, group, _prefixes(tokenizer, engine.model, request, tokens, group.options)
+    prefixes = _prefixes(tokenizer, engine.model, request, tokens, group.options)
+    return request.text, tokens, key, group, {"steering": prefixes, "constraints": request.constraints}
 
 
 async def _queued(
     batcher: Batcher, state: dict[str, int], field: str, items: list, prepare: Callable[[], tuple]
 ) -> Any:
     """The results of a request's `items` (sentences, or pairs to score) queued by `prepare()` (its checks, then
-    `Batcher.submit`'s items, token counts, key, group and per-sentence options), or the response that refuses it;
+    `Batcher.submit`'s items, token counts, key, group and its keyword arguments), or the response that refuses it;
     `state` counts."""
     state["requests"] += 1
     try:
         if len(items) > batcher.limits.max_queue:
             noun, queue = ("pairs" if field == "source" else "sentences"), f"max_queue {batcher.limits.max_queue}"
             raise RequestError(field, f"{len(items)} {noun}, more than the server queues ({queue})")
-        items, tokens, key, group, steering = prepare()
-        future = batcher.submit(items, tokens, key, group, asyncio.get_running_loop(), steering)
+        items, tokens, key, group, own = prepare()
+        future = batcher.submit(items, tokens, key, group, asyncio.get_running_loop(), **own)
     except RequestError as error:
         return JSONResponse({"error": str(error)}, status_code=422)
     except QueueFull as error:
@@ -272,6 +289,18 @@ async def _queued(
         return JSONResponse({"error": str(error)}, status_code=500)
     finally:
         state["in_flight"] -= 1
+
+
+def _unmet_of(tokenizer: PreTrainedTokenizerBase, request: TranslateRequest) -> Callable | None:
+    """`_answer`'s `unmet` for the request's `constraints` (None: the request has none)."""
+    constraints = request.constraints
+    if constraints is None:
+        return None
+
+    def unmet(row: int, text: str) -> list[str]:
+        return missing_phrases(tokenizer, text, constraints[row]) if constraints[row] else []
+
+    return unmet
 
 
 def create_app(
@@ -289,7 +318,7 @@ def create_app(
     info = {**(info or describe_model(model, "")), "limits": asdict(limits)}
     info.setdefault("engine", engine.describe())
     batcher = Batcher(engine, None, limits)
-    counting_tokenizer = copy.deepcopy(tokenizer)  # the worker's pads and truncates: a Rust tokenizer each
+    counting = copy.deepcopy(tokenizer)  # the worker's pads and truncates: a Rust tokenizer each
     state = {"requests": 0, "in_flight": 0, "refused_full": 0}
 
     @asynccontextmanager
@@ -311,18 +340,19 @@ def create_app(
     @app.post("/translate", response_model=TranslateResponse, response_model_exclude_unset=True)
     async def translate(request: TranslateRequest) -> Any:
         """Translate `text` (in order) with the options of `attn translate`; see the module docstring."""
-        prepare = functools.partial(_sentences, engine, counting_tokenizer, request)
+        prepare = functools.partial(_sentences, engine, counting, request)
         found, nbest = await _queued(batcher, state, "text", request.text, prepare), request.num_return_sequences > 1
-        return found if isinstance(found, Response) else _answer(found, nbest, request.alignment)
+        unmet = _unmet_of(counting, request)
+        return found if isinstance(found, Response) else _answer(found, nbest, request.alignment, unmet)
 
     @app.post("/score", response_model=ScoreResponse, response_model_exclude_unset=True)
     async def score(request: ScoreRequest) -> Any:
         """The log-probability of each `target` given its `source` (`attn score`), batched with other pairs."""
 
-        def prepare() -> tuple[list, list[int], tuple, Group, list | None]:
-            tokens = _pair_counts(counting_tokenizer, model, request)
+        def prepare() -> tuple[list, list[int], tuple, Group, dict[str, Any]]:
+            tokens = _pair_counts(counting, model, request)
             pairs = list(zip(request.source, request.target, strict=True))
-            return pairs, tokens, ("score",), Group({}, 1, 1, None, scoring=True), None
+            return pairs, tokens, ("score",), Group({}, 1, 1, None, scoring=True), {}
 
         found = await _queued(batcher, state, "source", request.source, prepare)
         return found if isinstance(found, Response) else _scores_answer(found, request.tokens)

@@ -30,9 +30,11 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from ..constraints import PER_SENTENCE_ARGUMENT
 from ..fast_generation import fast_generate
 from ..generation import TargetPrefix, per_sentence_offset, sentence_limits
 from ..registry import MODEL_TYPES
+from .constraints import warn_unmet
 from .errors import UserError
 from .heatmaps import TranslationAttention, attention_from_generate
 from .model_folder import check_config, load_checked
@@ -287,6 +289,35 @@ def generate_arguments(
     return options
 
 
+def _constrain(
+    tokenizer: PreTrainedTokenizerBase,
+    sentences: list[str],
+    rows: list[int],
+    constraints: list[list[str]] | None,
+    generate_kwargs: dict[str, Any],
+) -> None:
+    """Put the constraints of the sentences `rows` (`constraints`: one list of target phrases per sentence) into
+    `generate_kwargs` as generate()'s `force_words_ids_per_sentence`, when any has one (`api/constraints.py`)."""
+    if constraints is None:
+        return
+    from .constraints import ConstraintError, sentence_phrase_ids
+
+    if len(constraints) != len(sentences):
+        raise ConstraintError(f"constraints: {len(constraints)} entries for {len(sentences)} sentences; give one each")
+    ids = sentence_phrase_ids(tokenizer, constraints)
+    if any(ids[row] for row in rows):
+        generate_kwargs[PER_SENTENCE_ARGUMENT] = [ids[row] for row in rows]
+
+
+def _unmet(tokenizer: PreTrainedTokenizerBase, constraints: list[list[str]] | None, row: int, text: str) -> list[str]:
+    """The phrases of sentence `row`'s constraints that its translation `text` lacks."""
+    if not constraints or not constraints[row]:
+        return []
+    from .constraints import missing_phrases
+
+    return missing_phrases(tokenizer, text, constraints[row])
+
+
 def _generate(model: PreTrainedModel, encoded: BatchEncoding, generate_kwargs: dict[str, Any]) -> Any:
     """`model.generate()`'s output for the encoded sources: on the CPU through `fast_generation.fast_generate`, the
     same token ids without generate()'s machinery, where it takes the model and settings (a GPU, not measured
@@ -304,12 +335,15 @@ def translate_batch(
     tokenizer: PreTrainedTokenizerBase,
     sentences: list[str],
     output_attentions: bool = False,
+    constraints: list[list[str]] | None = None,
     **generate_kwargs: Any,
 ) -> tuple[list[str], list[TranslationAttention | None] | None]:
     """Translations of `sentences` (one generate() call) and, with `output_attentions`, their attention (None for
     an empty sentence).
 
-    Empty sentences translate to empty strings without reaching the model.
+    Empty sentences translate to empty strings without reaching the model. `constraints`: per sentence, target
+    phrases its translation must contain (lexically constrained beam search, `modeling_attn.constraints`); a
+    translation that lacks one (it did not fit within the length limit) gives a `ConstraintWarning`.
     """
     if generate_kwargs.get("num_return_sequences", 1) != 1:
         raise TranslateError("translate_batch returns one translation per sentence; use translate_nbest for several")
@@ -320,12 +354,16 @@ def translate_batch(
         return translations, attentions
     encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
     generate_kwargs = generate_arguments(model, tokenizer, encoded, rows, generate_kwargs)
+    _constrain(tokenizer, sentences, rows, constraints, generate_kwargs)
     if output_attentions:
         generate_kwargs.update(output_attentions=True, return_dict_in_generate=True)
     outputs = _generate(model, encoded, generate_kwargs)
     sequences = outputs.sequences if output_attentions else outputs
     for row, text in zip(rows, tokenizer.batch_decode(sequences, skip_special_tokens=True), strict=True):
         translations[row] = text
+    for row, text in enumerate(translations):
+        if missing := _unmet(tokenizer, constraints, row, text):
+            warn_unmet(row, missing)
     if output_attentions:
         for index, row in enumerate(rows):
             attentions[row] = attention_from_generate(
@@ -427,9 +465,11 @@ def translate_nbest(
     tokenizer: PreTrainedTokenizerBase,
     sentences: list[str],
     num_return_sequences: int = 1,
+    constraints: list[list[str]] | None = None,
     **generate_kwargs: Any,
 ) -> list[list[Hypothesis]]:
-    """`num_return_sequences` scored translations of each of `sentences` (one generate() call), best first.
+    """`num_return_sequences` scored translations of each of `sentences` (one generate() call), best first; with
+    `constraints` (as `translate_batch`'s), those that contain their sentence's phrases first.
 
     Beam search returns its `num_return_sequences` best hypotheses (at most `num_beams`); with `do_sample=True`
     and one beam they are independent samples (set the seed with `transformers.set_seed` to repeat them). An empty
@@ -443,7 +483,9 @@ def translate_nbest(
         return hypotheses
     encoded = _encode(model, tokenizer, sentences, rows, generate_kwargs)
     arguments = generate_arguments(model, tokenizer, encoded, rows, generate_kwargs)
-    sequences = _generate(model, encoded, {**arguments, "num_return_sequences": num_return_sequences})
+    arguments["num_return_sequences"] = num_return_sequences
+    _constrain(tokenizer, sentences, rows, constraints, arguments)
+    sequences = _generate(model, encoded, arguments)
     length_penalty = generate_kwargs.get("length_penalty", model.generation_config.length_penalty)
     scores = sequence_scores(
         model,
@@ -456,7 +498,11 @@ def translate_nbest(
     for index, row in enumerate(rows):
         block = slice(index * num_return_sequences, (index + 1) * num_return_sequences)
         found = [Hypothesis(text, score) for text, score in zip(texts[block], scores[block], strict=True)]
-        hypotheses[row] = sorted(found, key=lambda hypothesis: -hypothesis.score)  # samples come unordered
+        unmet = {text: bool(_unmet(tokenizer, constraints, row, text)) for text, _ in found}
+        hypotheses[row] = sorted(found, key=lambda hypothesis: (unmet[hypothesis.text], -hypothesis.score))
+    for row, block in enumerate(hypotheses):  # samples come unordered
+        if missing := _unmet(tokenizer, constraints, row, block[0].text):
+            warn_unmet(row, missing)
     return hypotheses
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -177,6 +178,28 @@ class AlignmentArguments:
     )
 
 
+@dataclass
+class ConstraintArguments:
+    _argument_group_name = "constraints (docs/translate-evaluate.md, 'Constraints and glossaries')"
+
+    constraints: str | None = field(
+        default=None,
+        metadata={
+            "help": "File of target phrases each translation must contain: one line per input line, phrases "
+            "tab-separated (an empty line: none).",
+            "metavar": "FILE",
+        },
+    )
+    glossary: str | None = field(
+        default=None,
+        metadata={
+            "help": "TSV of `source term<TAB>target term`: a source sentence with the term (case-sensitive, whole "
+            "words) must have the target term in its translation.",
+            "metavar": "FILE",
+        },
+    )
+
+
 TRANSLATE_ARGUMENTS = (
     TranslateArguments,
     DecodingArguments,
@@ -185,6 +208,7 @@ TRANSLATE_ARGUMENTS = (
     EnsembleArguments,
     PictureArguments,
     AlignmentArguments,
+    ConstraintArguments,
 )
 
 
@@ -349,8 +373,10 @@ def _check_combinations(args: SimpleNamespace) -> None:
 
 
 def _torch_only(args: SimpleNamespace) -> str | None:
-    """The first flag given that only the torch engine serves (attention pictures), or None. (`--align` is the
-    engine's to refuse: ctranslate2 has word alignments, onnxruntime has not.)"""
+    """The first flag given that only the torch engine serves (attention pictures, constraints), or None. (`--align`
+    is the engine's to refuse: ctranslate2 has word alignments, onnxruntime has not.)"""
+    if args.constraints or args.glossary:
+        return "constraints (--constraints/--glossary)"
     return next((f"--{flag.replace('_', '-')}" for flag in PICTURE_FLAGS if getattr(args, flag)), None)
 
 
@@ -394,6 +420,63 @@ class Prefixes:
             raise TranslateError(self.mismatch(total))
 
 
+class Constraints:
+    """Each input line's target phrases: its line of --constraints and the target terms of the --glossary entries
+    its source contains (`api/constraints.py`); None without either flag. The lines of the file must match the input
+    lines one for one (checked before any work when the input's length is known, else as it runs out)."""
+
+    def __init__(self, args: SimpleNamespace, total: int | None):
+        from ..api.constraints import Glossary, read_constraints
+
+        self.args, self.total = args, total
+        self.lines = read_constraints(args.constraints, total) if args.constraints else None
+        self.glossary = Glossary.read(args.glossary) if args.glossary else None
+
+    def __bool__(self) -> bool:
+        return self.lines is not None or self.glossary is not None
+
+    def for_batch(self, batch: list[str], number: int) -> list[list[str]]:
+        """The phrases of the batch whose first sentence is input line `number` + 1."""
+        found = []
+        for offset, sentence in enumerate(batch):
+            phrases = []
+            if self.lines is not None:
+                if number + offset >= len(self.lines):
+                    self._count_error(None)
+                phrases += self.lines[number + offset]
+            if self.glossary is not None:
+                phrases += self.glossary.targets(sentence)
+            found.append(phrases)
+        return found
+
+    def finish(self, count: int) -> None:
+        if self.lines is not None and count != len(self.lines):
+            self._count_error(count)
+
+    def _count_error(self, count: int | None) -> None:
+        from ..api.constraints import ConstraintError
+
+        inputs = f"{count} input sentences" if count is not None else f"more than {len(self.lines)} input sentences"
+        raise ConstraintError(
+            f"--constraints {self.args.constraints}: {len(self.lines)} lines for {inputs}; give one line per input "
+            "sentence (an empty line: no constraint)"
+        )
+
+    def report(self, engine: Any, batch_constraints: list[list[str]], translations: list[str], where) -> None:
+        """A line on stderr for each translation that lacks a phrase of its sentence (it did not fit within the
+        length limit); `where(offset)` names the input line."""
+        from ..api.constraints import missing_phrases
+
+        for offset, (phrases, text) in enumerate(zip(batch_constraints, translations, strict=True)):
+            if phrases and (missing := missing_phrases(engine.tokenizer, text, phrases)):
+                listed = ", ".join(repr(phrase) for phrase in missing)
+                print(
+                    f"attn translate: {where(offset)}: the translation lacks the constraint {listed} (it did not fit "
+                    "within the length limit)",
+                    file=sys.stderr,
+                )
+
+
 def _translate_batch(
     engine: Any, batch: list[str], number: int, request: tuple[SimpleNamespace, Pictures, dict[str, Any]]
 ) -> tuple[str, list[TranslationAttention | None] | None]:
@@ -406,7 +489,8 @@ def _translate_batch(
     if args.num_return_sequences:
         nbest = engine.translate_nbest(batch, args.num_return_sequences, **overrides)
         text = "".join(
-            f"{number + offset} ||| {hypothesis.text} ||| {hypothesis.score:.4f}\n"
+            f"{number + offset} ||| {hypothesis.text} ||| {hypothesis.score:.4f}"
+            f"{_met_field(engine, overrides, offset, hypothesis.text)}\n"
             for offset, block in enumerate(nbest)
             for hypothesis in block
         )
@@ -424,18 +508,41 @@ def _translate_batch(
     return "".join(f"{translation}\n" for translation in translations), attentions
 
 
-def _translate(args: SimpleNamespace) -> int:
-    from ..api.heatmaps import figure_class
-    from ..api.translation import SentenceTooLong, TranslateError, batches, check_nbest
+def _met_field(engine: Any, overrides: dict[str, Any], offset: int, text: str) -> str:
+    """With constraints, an n-best line's last field: ` ||| met`, or ` ||| unmet: ` and the phrases the hypothesis
+    lacks, tab-separated."""
+    if "constraints" not in overrides:
+        return ""
+    from ..api.constraints import missing_phrases
+
+    missing = missing_phrases(engine.tokenizer, text, overrides["constraints"][offset])
+    return " ||| unmet: " + "\t".join(missing) if missing else " ||| met"
+
+
+def _check_constraints(args: SimpleNamespace, model: Any, overrides: dict[str, Any]) -> None:
+    """TranslateError before any work for --constraints/--glossary with settings that are not a beam search."""
+    from ..api.translation import TranslateError
+
+    flag = "--constraints" if args.constraints else "--glossary"
+    if args.do_sample:
+        raise TranslateError(f"{flag}: constrained decoding is a beam search; drop --do_sample")
+    if args.align:
+        raise TranslateError(f"{flag}: --align does not take constraints; drop one of them")
+    beams = overrides.get("num_beams") or model.generation_config.num_beams or 1
+    if beams < 2:
+        raise TranslateError(
+            f"{flag}: constrained decoding is a beam search and the model decodes with num_beams={beams}; give "
+            "--num_beams 2 or more"
+        )
+
+
+def _engine_and_options(args: SimpleNamespace, pictures: Pictures) -> tuple[Any, dict[str, Any], dict[str, Any]]:
+    """The engine, opened and checked before any output: with the call's options (`steering_options`, --bad_words
+    read before the model loads) and the per-sentence ones it must have (a prefix, constraints) as placeholders."""
+    from ..api.translation import TranslateError, check_nbest
     from ..registry import MODEL_TYPES
 
-    _check_combinations(args)
-    pictures = Pictures(args)
-    if args.attention_png or args.self_attention_png:
-        figure_class()  # fail before translating when matplotlib is missing
-    inputs = {"--input": None if args.input in (None, "-") else args.input, **model_inputs(args)}
-    pictures.check({**inputs, "--output": args.output})
-    overrides = steering_options(args)  # --bad_words read before the model loads
+    overrides = steering_options(args)
     if args.threads:
         import torch
 
@@ -447,40 +554,66 @@ def _translate(args: SimpleNamespace) -> int:
             f"--self-attention-png: {args.model[0]} is an RNN model, with no self-attention to picture"
         )
     steering = {"target_prefix": []} if args.prefix is not None or args.prefix_file is not None else {}
+    if args.constraints or args.glossary:
+        _check_constraints(args, model, overrides)
+        steering["constraints"] = []
     engine.check({**overrides, **steering})  # a setting a named engine cannot apply: before any output
     if args.num_return_sequences:
         check_nbest(model, args.num_return_sequences, overrides)  # before any output
     if args.seed is not None:
         engine.seed(args.seed)
+    return engine, overrides, steering
+
+
+def _translate(args: SimpleNamespace) -> int:
+    from ..api.constraints import ConstraintWarning
+    from ..api.heatmaps import figure_class
+    from ..api.translation import SentenceTooLong, TranslateError, batches
+
+    _check_combinations(args)
+    pictures = Pictures(args)
+    if args.attention_png or args.self_attention_png:
+        figure_class()  # fail before translating when matplotlib is missing
+    inputs = {"--input": None if args.input in (None, "-") else args.input, **model_inputs(args)}
+    pictures.check({**inputs, "--output": args.output})
+    engine, overrides, steering = _engine_and_options(args, pictures)
     interactive = _reads_stdin(args) and sys.stdin.isatty()
     # A person typing at a terminal wants each line back at once, not after a full batch.
     batch_size = 1 if interactive else args.batch_size
     with contextlib.ExitStack() as files:
         lines, total = _input_lines(args, files)
-        prefixes = Prefixes(args, total)
+        prefixes, constraints = Prefixes(args, total), Constraints(args, total)
         out = files.enter_context(output_file(args.output, inputs, args.overwrite)) if args.output else sys.stdout
         progress = None
         if args.progress and (total is not None or not interactive):
             from tqdm.auto import tqdm
 
             runs = engine.label_for({**overrides, **steering}, alignments=args.align)  # the engine that runs
-            desc = f"translating with {runs}"
-            progress = files.enter_context(tqdm(total=total, unit="sent", desc=desc, file=sys.stderr))
+            progress = files.enter_context(
+                tqdm(total=total, unit="sent", desc=f"translating with {runs}", file=sys.stderr)
+            )
         number = 0
+
+        def where(line: int) -> str:
+            return (
+                f"argument {line}" if args.text else f"stdin:{line}" if _reads_stdin(args) else f"{args.input}:{line}"
+            )
+
         for batch in batches(lines, batch_size):
+            options = {**overrides, **prefixes.options(number, len(batch))}
+            if constraints:
+                options["constraints"] = constraints.for_batch(batch, number)
             try:
-                options = {**overrides, **prefixes.options(number, len(batch))}
-                text, attentions = _translate_batch(engine, batch, number, (args, pictures, options))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", ConstraintWarning)  # reported below, naming the input line
+                    text, attentions = _translate_batch(engine, batch, number, (args, pictures, options))
             except SentenceTooLong as error:
-                line = number + error.row + 1
-                where = (
-                    f"argument {line}"
-                    if args.text
-                    else f"stdin:{line}"
-                    if _reads_stdin(args)
-                    else f"{args.input}:{line}"
+                raise TranslateError(f"{where(number + error.row + 1)}: the sentence {error.detail}") from None
+            if constraints and not args.num_return_sequences:
+                translations = text.split("\n")[: len(batch)]
+                constraints.report(
+                    engine, options["constraints"], translations, lambda i, first=number: where(first + i + 1)
                 )
-                raise TranslateError(f"{where}: the sentence {error.detail}") from None
             # The bar and the translations may share a terminal: clear the bar while writing.
             with progress.external_write_mode(file=out) if progress is not None else contextlib.nullcontext():
                 out.write(text)
@@ -492,6 +625,7 @@ def _translate(args: SimpleNamespace) -> int:
             if progress is not None:
                 progress.update(len(batch))
         prefixes.finish(number)
+        constraints.finish(number)
         if pictures.templates:
             pictures.finish()
     return 0
@@ -499,6 +633,7 @@ def _translate(args: SimpleNamespace) -> int:
 
 __all__ = [
     "AlignmentArguments",
+    "ConstraintArguments",
     "PictureArguments",
     "SamplingArguments",
     "TranslateArguments",
