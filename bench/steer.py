@@ -1,4 +1,4 @@
-"""Steering a translation on each engine: whether the engines agree, and what a prefix or a limit costs.
+"""Steering a translation on each engine: whether the engines agree, and what a prefix, a limit, a constraint cost.
 
     python -m bench steer --model outputs/dates                 # the README's dates model, 200 sentences
     python -m bench steer --model DIR --sentences 16 --reps 1   # a quick run (tests/test_bench.py)
@@ -8,6 +8,10 @@ greedy and beam 4, how many of the sentences' translations differ between `load_
 `engine="ctranslate2"` (docs/translate-evaluate.md, "Steering", cites it); `speed`, sentences/s of the same calls on
 torch, the ctranslate2 engine and CTranslate2 called directly with the same options (the engine's own options
 object, `CTranslate2Engine._options`), unsteered and steered, interleaved rounds, medians (`harness.interleaved`).
+`constraints`, torch's beam 4 unconstrained against constrained (one phrase per sentence: the first word of its
+unsteered translation, for the dates model its year; the issue's bar: within 2x); `scoring`, pairs/s of
+`engine.score` (the sentences with their unsteered translations) on torch and the ctranslate2 engine, and of
+CTranslate2's `score_batch` called directly on the same tokens.
 The sentences are `common.dates_sentences`; the prefix is each reference's first `--prefix_chars` characters as the
 model writes them (its own unsteered translation), so that a prefix is one the model could have chosen.
 """
@@ -31,12 +35,13 @@ SETTINGS: dict[str, dict] = {
     "min_new_tokens 12": {"min_new_tokens": 12},
 }
 SEARCHES = {"greedy": 1, "beam 4": 4}
+PARTS = ["agreement", "speed", "constraints", "scoring"]
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench steer", description=__doc__.split("\n")[0])
     parser.add_argument("--model", required=True, help="an attn_transformer folder (the README's: outputs/dates)")
-    parser.add_argument("--parts", nargs="+", default=["agreement", "speed"], choices=["agreement", "speed"])
+    parser.add_argument("--parts", nargs="+", default=PARTS, choices=PARTS)
     parser.add_argument("--sentences", type=int, default=200)
     parser.add_argument("--prefix_chars", type=int, default=5, help="characters of the unsteered translation")
     parser.add_argument("--batch_size", type=int, default=32)
@@ -111,6 +116,46 @@ def speed(engines: dict, sentences: list[str], prefix: list[str], args: argparse
     return result
 
 
+def constraints(engines: dict, sentences: list[str], prefix: list[str], args: argparse.Namespace) -> dict:
+    engine = engines["torch"]
+    references = batched(engine, sentences, {"num_beams": 4}, args.batch_size)
+    phrases = [[reference.split()[0]] if reference.split() else [] for reference in references]
+
+    def constrained() -> None:
+        for start in range(0, len(sentences), args.batch_size):
+            part = slice(start, start + args.batch_size)
+            engine.translate_batch(sentences[part], num_beams=4, constraints=phrases[part])
+
+    tasks = {
+        "unconstrained": lambda: batched(engine, sentences, {"num_beams": 4}, args.batch_size),
+        "one phrase": constrained,
+    }
+    seconds = harness.interleaved(tasks, args.reps)
+    rates = {task: len(sentences) / statistics.median(times) for task, times in seconds.items()}
+    return {**rates, "cost": rates["unconstrained"] / rates["one phrase"]}
+
+
+def scoring(engines: dict, sentences: list[str], prefix: list[str], args: argparse.Namespace) -> dict:
+    targets = batched(engines["torch"], sentences, {"num_beams": 4}, args.batch_size)
+    ct2 = engines["ctranslate2"]
+    rows = [ct2.tokenizer(sentences)["input_ids"], ct2.tokenizer(targets, add_special_tokens=False)["input_ids"]]
+    source_tokens = [[ct2.translator.source_tokens[i] for i in row] for row in rows[0]]
+    target_tokens = [[ct2.translator.target_tokens[i] for i in row] for row in rows[1]]
+
+    def direct() -> None:
+        for start in range(0, len(sentences), args.batch_size):
+            part = slice(start, start + args.batch_size)
+            ct2.translator.translator.score_batch(source_tokens[part], target_tokens[part], max_input_length=0)
+
+    tasks = {
+        "torch": lambda: engines["torch"].score(sentences, targets, args.batch_size),
+        "ctranslate2 engine": lambda: ct2.score(sentences, targets, args.batch_size),
+        "CTranslate2 direct": direct,
+    }
+    seconds = harness.interleaved(tasks, args.reps)
+    return {task: len(sentences) / statistics.median(times) for task, times in seconds.items()}
+
+
 def markdown(report: dict) -> str:
     lines = [f"{report['sentences']} sentences, batches of {report['batch_size']}, {report['threads']} thread(s).", ""]
     if "agreement" in report:
@@ -130,6 +175,15 @@ def markdown(report: dict) -> str:
         lines.append("| --- | ---: | ---: | ---: |")
         for name, entry in report["speed"].items():
             lines.append(f"| {name} | " + " | ".join(f"{value:,.1f}" for value in entry.values()) + " |")
+        lines.append("")
+    if "constraints" in report:
+        found = report["constraints"]
+        lines += ["### constrained decoding on torch, beam 4 (sentences/s, median round)", ""]
+        lines += [f"unconstrained {found['unconstrained']:,.1f}, one phrase per sentence {found['one phrase']:,.1f}: "]
+        lines[-1] += f"**{found['cost']:.2f}x** the time (the bar: 2x).\n"
+    if "scoring" in report:
+        lines += ["### scoring (pairs/s, median round)", "", "| torch | ctranslate2 engine | CTranslate2 direct |"]
+        lines += ["| ---: | ---: | ---: |", "| " + " | ".join(f"{v:,.1f}" for v in report["scoring"].values()) + " |"]
     return "\n".join(lines)
 
 
@@ -153,7 +207,7 @@ def main(argv: list[str]) -> dict:
     }
     sentences = common.dates_sentences(args.sentences)
     prefix = prefixes(engines["torch"], sentences, args.prefix_chars)
-    for part, run in (("agreement", agreement), ("speed", speed)):
+    for part, run in (("agreement", agreement), ("speed", speed), ("constraints", constraints), ("scoring", scoring)):
         if part in args.parts:
             report[part] = run(engines, sentences, prefix, args)
             harness.write_results(args.output, report, markdown(report), quiet=True)

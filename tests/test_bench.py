@@ -585,4 +585,5 @@ def test_steer_quick_run_counts_the_differences_and_times_each_engine(tmp_path):
     assert set(report["agreement"]) == {f"{name}, {search}" for name in steer.SETTINGS for search in steer.SEARCHES}
     assert all(0 <= entry["differ"] <= 8 for entry in report["agreement"].values())
     assert all(rate > 0 for entry in report["speed"].values() for rate in entry.values())
+    assert report["constraints"]["cost"] > 0 and all(rate > 0 for rate in report["scoring"].values())
     assert (tmp_path / "s.md").read_text().count("| prefix, greedy |") == 2
