@@ -32,6 +32,7 @@ from .attention import attend
 from .beam_search import CompactBeamSearchMixin
 from .compat import with_cache
 from .configuration_rnn import AttnRNNConfig
+from .constraints import LexicalConstraints  # noqa: F401  (compat.py: transformers 5.4-5.10)
 from .dropout import dropout
 from .encoder_decoder import (
     EncoderDecoderForConditionalGeneration,

@@ -36,6 +36,7 @@ from .attention import MultiHeadAttention
 from .beam_search import CompactBeamSearchMixin
 from .compat import MASK_CACHE_ARGUMENT, with_cache
 from .configuration_transformer import AttnTransformerConfig
+from .constraints import LexicalConstraints  # noqa: F401  (compat.py: transformers 5.4-5.10)
 from .dropout import dropout
 from .encoder_decoder import (
     EncoderDecoderForConditionalGeneration,
