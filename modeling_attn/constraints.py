@@ -51,12 +51,23 @@ class SentenceConstraints:
         self.failures = [_failure(phrase) for phrase in self.phrases]
         self.tokens = sum(len(phrase) * count for phrase, count in zip(self.phrases, self.required, strict=True))
         self.start: PhraseState = tuple((0, 0) for _ in self.phrases)
+        # a search asks the same few questions at every step: the answers, remembered (states are small tuples)
+        self._advanced: dict[tuple[PhraseState, int], PhraseState] = {}
+        self._banks: dict[PhraseState, int] = {}
+        self._met: dict[PhraseState, bool] = {}
+        self._next: dict[PhraseState, frozenset[int]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.phrases)
 
     def advance(self, state: PhraseState, token: int) -> PhraseState:
         """The state after `token` is appended to the output."""
+        found = self._advanced.get((state, token))
+        if found is None:
+            found = self._advanced[state, token] = self._advance(state, token)
+        return found
+
+    def _advance(self, state: PhraseState, token: int) -> PhraseState:
         advanced = []
         for (progress, found), phrase, failure, required in zip(
             state, self.phrases, self.failures, self.required, strict=True
@@ -78,23 +89,34 @@ class SentenceConstraints:
             state = self.advance(state, token)
         return state
 
-    def next_tokens(self, state: PhraseState) -> set[int]:
+    def next_tokens(self, state: PhraseState) -> frozenset[int]:
         """The tokens that take a phrase still missing one token further."""
-        return {
-            phrase[progress]
-            for (progress, found), phrase, required in zip(state, self.phrases, self.required, strict=True)
-            if found < required
-        }
+        tokens = self._next.get(state)
+        if tokens is None:
+            tokens = self._next[state] = frozenset(
+                phrase[progress]
+                for (progress, found), phrase, required in zip(state, self.phrases, self.required, strict=True)
+                if found < required
+            )
+        return tokens
 
     def bank(self, state: PhraseState) -> int:
         """Constraint tokens produced: those of the complete phrases and of each phrase's partial match."""
-        return sum(
-            len(phrase) * required if found >= required else len(phrase) * found + progress
-            for (progress, found), phrase, required in zip(state, self.phrases, self.required, strict=True)
-        )
+        bank = self._banks.get(state)
+        if bank is None:
+            bank = self._banks[state] = sum(
+                len(phrase) * required if found >= required else len(phrase) * found + progress
+                for (progress, found), phrase, required in zip(state, self.phrases, self.required, strict=True)
+            )
+        return bank
 
     def met(self, state: PhraseState) -> bool:
-        return all(found >= required for (_, found), required in zip(state, self.required, strict=True))
+        met = self._met.get(state)
+        if met is None:
+            met = self._met[state] = all(
+                found >= required for (_, found), required in zip(state, self.required, strict=True)
+            )
+        return met
 
     def missing(self, tokens: Iterable[int]) -> list[tuple[int, ...]]:
         """The phrases (one per time short) that `tokens` lack."""
