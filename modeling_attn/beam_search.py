@@ -13,6 +13,7 @@ Shapes: N open sentences, K beams, C candidates per sentence and step, L max_len
 
 from __future__ import annotations
 
+import array
 import itertools
 import math
 import struct
@@ -237,8 +238,9 @@ def block_unmet_ends(log_probs: torch.Tensor, constraints: list, states: list, a
         if not at_limit[row] and not sentence.met(state)
     ]
     if rows and len(eos):
-        index = torch.tensor(rows, device=log_probs.device)
-        log_probs[index[:, None], torch.as_tensor(list(eos), device=log_probs.device)[None, :]] = -math.inf
+        vocab_size = log_probs.shape[-1]
+        flat = [row * vocab_size + token for row in rows for token in eos]
+        log_probs.view(-1).index_fill_(0, torch.tensor(flat, device=log_probs.device), -math.inf)
 
 
 def allocated(totals: torch.Tensor, live: list[list[bool]], states: list, constraints: list, count: int) -> list:
@@ -269,9 +271,9 @@ def allocated(totals: torch.Tensor, live: list[list[bool]], states: list, constr
         wanted_scores = totals.view(-1)[torch.tensor(flat, dtype=torch.long, device=totals.device)].tolist()
         for (position, beam, token), score in zip(wanted, wanted_scores, strict=True):
             extra[position].append((score, beam, token))
-        for position, scores, tokens in zip(
-            unmet, best_scores[unmet].tolist(), best_tokens[unmet].tolist(), strict=True
-        ):
+        best_scores, best_tokens = best_scores.tolist(), best_tokens.tolist()
+        for position in unmet:
+            scores, tokens = best_scores[position], best_tokens[position]
             extra[position] += [(scores[beam], beam, tokens[beam]) for beam in range(beams) if live[position][beam]]
     chosen = []
     for position, (scores, flat) in enumerate(zip(top_scores, picks, strict=True)):
@@ -461,6 +463,12 @@ def f32(value: float) -> float:
         return math.copysign(math.inf, value)
 
 
+def f32s(values: list[float]) -> list[float]:
+    """`f32` of each value, in one call (array's "f" items are C floats: the same rounding; past float32's range,
+    infinite)."""
+    return array.array("f", values).tolist()
+
+
 def top(values: list[float], k: int) -> list[int]:
     """`torch.topk(torch.tensor(values), k).indices.tolist()` for float32 `values`: a Python sort when distinct
     values decide the answer (the k largest and the next one all differ, no NaN), else torch.topk itself (its order
@@ -620,7 +628,7 @@ class _ConstrainedBeams(_Beams):
         float32 operations, and its stable sorts as Python's (stable) sorts."""
         beams, penalty = settings.num_beams, settings.length_penalty
         scores = [score for score, *_ in chosen]
-        running_scores = [f32(score + NEG) if stop else score for score, stop in zip(scores, stops, strict=True)]
+        running_scores = f32s([score + NEG if stop else score for score, stop in zip(scores, stops, strict=True)])
         best = sorted(range(len(stops)), key=stops.__getitem__)[:beams]  # allocation order kept
         self.running = [sequences[index] for index in best]
         self.running_scores = [running_scores[index] for index in best]
@@ -630,8 +638,8 @@ class _ConstrainedBeams(_Beams):
         just_finished = [stop and index < beams for index, stop in enumerate(stops)]
         divisor = f32((cur_len + 1 - settings.prompt_length) ** penalty)
         # as `_Beams.advance`: a sentence full (early_stopping=True) or past improving is closed, never here
-        ended = [f32(score / divisor) for score in scores]
-        ended = [score if just else f32(score + NEG) for score, just in zip(ended, just_finished, strict=True)]
+        ended = f32s([score / divisor for score in scores])
+        ended = f32s([score if just else score + NEG for score, just in zip(ended, just_finished, strict=True)])
         candidates = self.finished_scores + ended
         met = [just and self.constraints.met(item[3]) for item, just in zip(chosen, just_finished, strict=True)]
         candidates_met = self.finished_met + met

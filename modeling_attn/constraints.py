@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from transformers import LogitsProcessor
@@ -138,20 +139,23 @@ def allocate(
     the `count` to keep, in the order the beam takes them, with their states. Sorted by bank (progress) and score,
     then taken round-robin across the banks: the best of the furthest bank, the best of the next, ..., then the
     second best of each (fairseq's stripes)."""
+    advance, bank = constraints.advance, constraints.bank
     seen, scored = set(), []
     for score, beam, token in candidates:
         if (beam, token) in seen:
             continue
         seen.add((beam, token))
-        state = constraints.advance(states[beam], token)
-        scored.append((constraints.bank(state), score, beam, token, state))
-    scored.sort(key=lambda item: (-item[0], -item[1]))
+        state = advance(states[beam], token)
+        scored.append((bank(state), score, beam, token, state))
+    # bank descending, then score descending: two stable sorts (reverse=True keeps equal items in their order)
+    scored.sort(key=itemgetter(1), reverse=True)
+    scored.sort(key=itemgetter(0), reverse=True)
     ranks, rank_in_bank, previous = [], -1, None
-    for bank, *_ in scored:
-        rank_in_bank = rank_in_bank + 1 if bank == previous else 0
-        previous = bank
-        ranks.append((rank_in_bank, -bank))
-    order = sorted(range(len(scored)), key=ranks.__getitem__)[:count]
+    for bank_of, *_ in scored:
+        rank_in_bank = rank_in_bank + 1 if bank_of == previous else 0
+        previous = bank_of
+        ranks.append(rank_in_bank)
+    order = sorted(range(len(scored)), key=ranks.__getitem__)[:count]  # stable: furthest bank first in each stripe
     return [scored[index][1:] for index in order]
 
 
