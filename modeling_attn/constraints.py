@@ -8,8 +8,9 @@ produced) and the beam is filled round-robin across the banks, furthest bank fir
 only once every phrase is in it, or at its length limit (then it is reported unmet, never dropped). Deviation from
 fairseq's trie: each phrase is matched on its own (Knuth-Morris-Pratt), so phrases may overlap in the output ("a b"
 and "b c" are both in "a b c"); a phrase given twice must appear twice (non-overlapping). `generation.py` takes
-generate()'s `force_words_ids`; `beam_search.ConstrainedSentences` runs the search. Phrases as text, constraints
-files and glossaries: `api/constraints.py`.
+generate()'s `force_words_ids`; `beam_search.ConstrainedSentences` runs the search (`ConstrainedListBeamSearch` in
+the fast decoding loop), `beam_search.allocated` a step's candidates. Phrases as text, constraints files and
+glossaries: `api/constraints.py`.
 """
 
 from __future__ import annotations

@@ -6,10 +6,11 @@ None for a call it does not replicate exactly (the caller then runs generate());
 the reason for each setting. The encoder (`EncoderPass`) and a decoder step (`DecoderStep`) are the model's own
 weights through the same torch functions in the same order: the encoder once, each layer's cross-attention keys/values
 once per search, self-attention keys/values in buffers allocated once and written in place, `beam_search.py`'s search
-on Python numbers (`ListBeamSearch`: the decoder runs on the rows generate() runs on), the per-sentence limit only
-where a sentence reaches it. q, k and v run as one matmul only for the row counts where this machine's kernels give
-the same bits as three (`fusion_is_exact`). docs/model.md, "The fast decoding loop", has where generate()'s time went
-and what this gains (little on a model the size of `base`, bound by reading its weights).
+on Python numbers (`ListBeamSearch`, `ConstrainedListBeamSearch` with lexical constraints: the decoder runs on the
+rows generate() runs on), the per-sentence limit only where a sentence reaches it. q, k and v run as one matmul
+only for the row counts where this machine's kernels give the same bits as three (`fusion_is_exact`). docs/model.md,
+"The fast decoding loop", has where generate()'s time went and what this gains (little on a model the size of
+`base`, bound by reading its weights).
 
 Shapes: B sentences, K beams, R decoder rows (B or N open sentences x K), S source length, E d_model, H heads,
 D head dim, V target vocabulary, L max_length.

@@ -1,10 +1,10 @@
 """Lexically constrained decoding (modeling_attn/constraints.py, api/constraints.py, `attn translate --constraints`).
 
 The phrase state machine against hand-worked examples and a brute-force count of non-overlapping occurrences; the
-beam allocation by hand; the search: every constraint in every translation that has room for it (random sentences
-and phrases, both model types and an ensemble), constraint-free calls token-for-token today's, a constraint that does
-not fit reported; glossary matching; bad input in one line; on the dates task, a constrained year that fixes a wrong
-translation (slow).
+beam allocation by hand, and the search step's shortcut for sentences that meet theirs; the search: every constraint
+in every translation that has room for it (random sentences and phrases, both model types and an ensemble),
+constraint-free calls token-for-token today's, a constraint that does not fit reported; glossary matching; bad input
+in one line; on the dates task, a constrained year that fixes a wrong translation (slow).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tiny import spread_tiny_rnn, tiny_model
 from modeling_attn.api.constraints import ConstraintWarning, Glossary, phrase_ids, read_constraints
 from modeling_attn.api.ensemble import AttnEnsemble
 from modeling_attn.api.translation import load_model, translate_batch, translate_nbest
+from modeling_attn.beam_search import allocated
 from modeling_attn.cli.translate import main as translate_main
 from modeling_attn.constraints import SentenceConstraints, allocate
 
@@ -118,6 +119,24 @@ def test_allocation_takes_the_banks_round_robin_furthest_first():
     # banks: (0, 9) 0, (0, 8) 0, (1, 9) 0, (1, 6) 2 (met), (0, 5) 1; the duplicate (0, 9) is dropped
     assert [(beam, token) for _, beam, token, _ in chosen] == [(1, 6), (0, 5), (0, 9), (0, 8)]
     assert constraints.met(chosen[0][3]) and not constraints.met(chosen[1][3])
+
+
+def test_a_sentence_whose_beams_all_meet_gets_what_allocation_gives_it():
+    """`beam_search.allocated` skips the state machine for such a sentence: the same candidates, in the same order,
+    as `allocate` on the top ones and each beam's best (ties everywhere: scores in whole numbers)."""
+    generator = torch.Generator().manual_seed(0)
+    constraints = SentenceConstraints([[5, 6], [7]])
+    met = constraints.run([7, 5, 6, 1])
+    for trial in range(100):
+        totals = torch.randint(-5, 0, (1, 3, 9), generator=generator).float()
+        live = [[True, trial % 3 != 1, trial % 5 != 2]]
+        chosen = allocated(totals, live, [[met] * 3], [constraints], 6)
+        scores, picks = torch.topk(totals.view(1, -1), k=6)
+        pairs = zip(scores[0].tolist(), picks[0].tolist(), strict=True)
+        candidates = [(score, pick // 9, pick % 9) for score, pick in pairs]
+        best_scores, best_tokens = totals.max(dim=-1)
+        candidates += [(best_scores[0, b].item(), b, best_tokens[0, b].item()) for b in range(3) if live[0][b]]
+        assert chosen == [allocate(candidates, [met] * 3, constraints, 6)]
 
 
 # -- the search ---------------------------------------------------------------------------------------------
