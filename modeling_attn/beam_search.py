@@ -112,6 +112,7 @@ class BeamSettings:
     early_stopping: bool | str
     max_length: int
     prompt_length: int
+    returned: int = 1  # num_return_sequences: a constrained search closes a sentence whose best cannot change
 
     @classmethod
     def of(cls, generation_config: GenerationConfig, prompt_length: int) -> BeamSettings:
@@ -126,6 +127,7 @@ class BeamSettings:
             early_stopping=generation_config.early_stopping,
             max_length=generation_config.max_length,
             prompt_length=prompt_length,
+            returned=generation_config.num_return_sequences or 1,
         )
 
 
@@ -390,9 +392,24 @@ class ConstrainedSentences(OpenSentences):
             best_length = settings.max_length - settings.prompt_length
         else:
             best_length = cur_len + 1 - settings.prompt_length
-        best_running = self.running_scores.max(dim=1, keepdim=True)[0] / (best_length**settings.length_penalty)
+        top_running = self.running_scores.max(dim=1, keepdim=True)[0]
+        best_running = top_running / (best_length**settings.length_penalty)
         worst_finished = torch.where(self.is_finished, torch.min(self.finished_scores, dim=1, keepdim=True)[0], NEG)
         self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
+        if settings.returned == 1:  # closed once the translation returned cannot change (`settled_length`)
+            best_ever = top_running / (settled_length(settings, cur_len) ** settings.length_penalty)
+            self.may_improve &= ~(self.finished_met[:, :1] & (best_ever <= self.finished_scores[:, :1]))
+
+
+def settled_length(settings: BeamSettings, cur_len: int) -> int:
+    """The length at which a running beam's best possible length-penalised score is reached: scores only fall as
+    tokens are added, so at the longest length when the penalty is positive, else at the next step's length. A
+    constrained sentence whose best finished hypothesis meets its constraints and scores at least that (for the best
+    running beam) keeps it first whatever the search does next: when one translation is returned, it is closed
+    (fewer steps, the same translation; its other finished slots, not returned, may differ)."""
+    if settings.length_penalty > 0.0:
+        return settings.max_length - settings.prompt_length
+    return cur_len + 2 - settings.prompt_length
 
 
 def beam_settings(prompt_length: int, generation_config: GenerationConfig) -> tuple[BeamSettings, int]:
@@ -656,9 +673,13 @@ class _ConstrainedBeams(_Beams):
             best_length = settings.max_length - settings.prompt_length
         else:
             best_length = cur_len + 1 - settings.prompt_length
-        best_running = f32(max(self.running_scores) / f32(best_length**penalty))
+        top_running = max(self.running_scores)
+        best_running = f32(top_running / f32(best_length**penalty))
         worst = min(self.finished_scores)
         self.may_improve = any(best_running > (worst if finished else NEG) for finished in self.is_finished)
+        if settings.returned == 1 and self.finished_met[0]:  # as `ConstrainedSentences.advance`
+            best_ever = f32(top_running / f32(settled_length(settings, cur_len) ** penalty))
+            self.may_improve = self.may_improve and not best_ever <= self.finished_scores[0]
 
 
 class ConstrainedListBeamSearch(ListBeamSearch):
