@@ -178,6 +178,40 @@ def test_every_constraint_is_in_every_best_translation_that_has_room(name):
                 assert met[0] and met == sorted(met, reverse=True), (phrases[sentence], block)
 
 
+def test_closing_a_settled_sentence_keeps_its_translation():
+    """With one translation returned, a sentence closes once its best finished hypothesis meets its constraints and
+    no running beam can beat it at any length (`beam_search.settled_length`): its translation is the first of the
+    n-best list of the search that runs on, in fewer steps. The phrases are the first tokens of each sentence's
+    unconstrained translation, on an RNN with peaked distributions that ends translations early."""
+    model = models()["attn_rnn"]
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(4)
+        model.get_output_embeddings().weight[2] += 2.0
+    open_rows = []
+    model.beam_search_observer = lambda settings, cur_len, state, *_: open_rows.append(len(state.sentences))
+    generator = random.Random(5)
+    closed_early = 0
+    try:
+        for trial in range(6):
+            input_ids, mask, _ = random_batch(generator, 4)
+            settings = dict(input_ids=input_ids, attention_mask=mask, num_beams=4, max_new_tokens=16)
+            settings["length_penalty"] = (1.0, 0.0, -0.5)[trial % 3]
+            phrases = [[row[1:3]] for row in model.generate(**settings).tolist()]
+            open_rows.clear()
+            best = model.generate(**settings, force_words_ids_per_sentence=phrases)
+            sentence_steps = sum(open_rows)
+            open_rows.clear()
+            nbest = model.generate(**settings, force_words_ids_per_sentence=phrases, num_return_sequences=4)[::4]
+            assert sentence_steps <= sum(open_rows), trial
+            closed_early += sentence_steps < sum(open_rows)
+            for one, first in zip(best.tolist(), nbest.tolist(), strict=True):
+                assert [t for t in one if t != 0] == [t for t in first if t != 0], (phrases, one, first)
+    finally:
+        model.beam_search_observer = None
+    assert closed_early >= 3
+
+
 @pytest.mark.parametrize("name", ["attn_transformer", "attn_rnn", "ensemble"])
 def test_sentences_without_constraints_translate_as_without_the_argument(name):
     model = models()[name]
