@@ -294,7 +294,8 @@ class ConstrainedSentences(OpenSentences):
     each finished beam contains every phrase. `expand` adds each beam's best token and the tokens that advance its
     phrases to the top candidates, and orders them by dynamic beam allocation (`constraints.allocate`); `advance`
     keeps the first K that do not stop, in that order, and ranks finished beams that meet their constraints above
-    those that do not (which end only at their length limit)."""
+    those that do not (which end only at their length limit); with one translation returned, a sentence whose
+    translation is settled closes (`settled_length`)."""
 
     constraints: list = None  # per open sentence: its `SentenceConstraints`
     states: list = None  # per open sentence: a `PhraseState` per running beam
