@@ -686,10 +686,21 @@ class _ConstrainedBeams(_Beams):
 class ConstrainedListBeamSearch(ListBeamSearch):
     """`ConstrainedSentences` on Python lists and floats, for the fast decoding loop, as `ListBeamSearch` is
     `OpenSentences`: the same candidates (`allocated`), the same float32 arithmetic and the same order, so that it
-    picks what generate()'s constrained search picks (tests/test_constraints.py). `limits`: per sentence, the most
-    tokens its translation may have (None: max_length only), where a beam may end without its constraints."""
+    picks what generate()'s constrained search picks (tests/test_beam_search.py step by step,
+    tests/test_fast_generation.py generate()'s ids). `constraints`: a `SentenceConstraints` per sentence; `limits`:
+    per sentence, the most tokens its translation may have (None: max_length only), where a beam may end without
+    its constraints."""
 
-    def __init__(self, batch_size, settings, start, fill, eos, constraints: list, limits: list[int] | None = None):
+    def __init__(
+        self,
+        batch_size: int,
+        settings: BeamSettings,
+        start: list[int],
+        fill: int,
+        eos: list[int],
+        constraints: list[SentenceConstraints],
+        limits: list[int] | None = None,
+    ):
         super().__init__(batch_size, settings, start, fill, eos)
         self.open = [
             _ConstrainedBeams(sentence, settings.num_beams, constraints[sentence]) for sentence in range(batch_size)
