@@ -13,6 +13,7 @@ Shapes: N open sentences, K beams, C candidates per sentence and step, L max_len
 
 from __future__ import annotations
 
+import array
 import itertools
 import math
 import struct
@@ -27,7 +28,7 @@ from transformers.generation import stopping_criteria as criteria
 from transformers.generation.utils import ALL_CACHE_NAMES
 from transformers.modeling_outputs import ModelOutput
 
-from .constraints import LexicalConstraints, allocate
+from .constraints import LexicalConstraints, SentenceConstraints, allocate
 from .generation import SourceLengthLimit, TargetPrefix
 
 # Logits processors and stopping criteria that treat each row alone (a function of its own tokens and the step), so
@@ -111,6 +112,7 @@ class BeamSettings:
     early_stopping: bool | str
     max_length: int
     prompt_length: int
+    returned: int = 1  # num_return_sequences: a constrained search closes a sentence whose best cannot change
 
     @classmethod
     def of(cls, generation_config: GenerationConfig, prompt_length: int) -> BeamSettings:
@@ -125,6 +127,7 @@ class BeamSettings:
             early_stopping=generation_config.early_stopping,
             max_length=generation_config.max_length,
             prompt_length=prompt_length,
+            returned=generation_config.num_return_sequences or 1,
         )
 
 
@@ -227,13 +230,72 @@ class OpenSentences:
         self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
 
 
+def block_unmet_ends(log_probs: torch.Tensor, constraints: list, states: list, at_limit: list[bool], eos) -> None:
+    """A beam whose phrases are not all in it cannot end: its end tokens get -inf in `log_probs` (N * K, V), unless
+    its row is `at_limit` (its next token is the last its length limit allows)."""
+    rows = [
+        row
+        for position, (sentence, beams) in enumerate(zip(constraints, states, strict=True))
+        for row, state in enumerate(beams, start=position * len(beams))
+        if not at_limit[row] and not sentence.met(state)
+    ]
+    if rows and len(eos):
+        vocab_size = log_probs.shape[-1]
+        flat = [row * vocab_size + token for row in rows for token in eos]
+        log_probs.view(-1).index_fill_(0, torch.tensor(flat, device=log_probs.device), -math.inf)
+
+
+def allocated(totals: torch.Tensor, live: list[list[bool]], states: list, constraints: list, count: int) -> list:
+    """Per open sentence, the `count` candidates (score, beam, token, state) of one constrained step in allocation
+    order (`constraints.allocate`), from the summed scores `totals` (N, K, V): the top `count` (beam, token), each
+    live beam's tokens that advance its phrases and its best token. A sentence whose beams all meet their
+    constraints gets its top `count` as they are, without the state machine: what `allocate` would give it (every
+    candidate in one bank, so score order; none scores above the top `count`, and a tie keeps the earlier one)."""
+    open_count, beams, vocab_size = totals.shape
+    top_scores, picks = torch.topk(totals.view(open_count, -1), k=count)
+    best_scores, best_tokens = totals.max(dim=-1)  # (N, K): each beam's best continuation
+    top_scores, picks = top_scores.tolist(), picks.tolist()
+    unmet = [
+        position
+        for position, (sentence, sentence_states) in enumerate(zip(constraints, states, strict=True))
+        if not all(sentence.met(state) for state in sentence_states)
+    ]
+    extra: dict[int, list[tuple[float, int, int]]] = {position: [] for position in unmet}
+    if unmet:
+        wanted = [
+            (position, beam, token)
+            for position in unmet
+            for beam, state in enumerate(states[position])
+            if live[position][beam]
+            for token in sorted(constraints[position].next_tokens(state))
+        ]
+        flat = [(position * beams + beam) * vocab_size + token for position, beam, token in wanted]
+        wanted_scores = totals.view(-1)[torch.tensor(flat, dtype=torch.long, device=totals.device)].tolist()
+        for (position, beam, token), score in zip(wanted, wanted_scores, strict=True):
+            extra[position].append((score, beam, token))
+        best_scores, best_tokens = best_scores.tolist(), best_tokens.tolist()
+        for position in unmet:
+            scores, tokens = best_scores[position], best_tokens[position]
+            extra[position] += [(scores[beam], beam, tokens[beam]) for beam in range(beams) if live[position][beam]]
+    chosen = []
+    for position, (scores, flat) in enumerate(zip(top_scores, picks, strict=True)):
+        candidates = [(score, pick // vocab_size, pick % vocab_size) for score, pick in zip(scores, flat, strict=True)]
+        if position in extra:
+            candidates += [item for item in extra[position] if item[0] != -math.inf]
+            chosen.append(allocate(candidates, states[position], constraints[position], count))
+        else:  # every beam meets its constraints: the states stay as they are
+            chosen.append([(score, beam, token, states[position][beam]) for score, beam, token in candidates])
+    return chosen
+
+
 @dataclass
 class ConstrainedSentences(OpenSentences):
     """`OpenSentences` with lexical constraints (`constraints.py`): a `PhraseState` per running beam and whether
     each finished beam contains every phrase. `expand` adds each beam's best token and the tokens that advance its
     phrases to the top candidates, and orders them by dynamic beam allocation (`constraints.allocate`); `advance`
     keeps the first K that do not stop, in that order, and ranks finished beams that meet their constraints above
-    those that do not (which end only at their length limit)."""
+    those that do not (which end only at their length limit); with one translation returned, a sentence whose
+    translation is settled closes (`settled_length`)."""
 
     constraints: list = None  # per open sentence: its `SentenceConstraints`
     states: list = None  # per open sentence: a `PhraseState` per running beam
@@ -262,48 +324,16 @@ class ConstrainedSentences(OpenSentences):
         """`OpenSentences.expand` under the constraints: a beam whose phrases are not all in it cannot end (its end
         tokens get -inf) unless it is `at_limit` (N * K,) bool; the C candidates come in allocation order."""
         open_count, beams = self.running.shape[:2]
-        unmet = [
-            not sentence.met(state)
-            for sentence, states in zip(self.constraints, self.states, strict=True)
-            for state in states
-        ]
-        blocked = torch.tensor(unmet, dtype=torch.bool, device=log_probs.device)
-        if at_limit is not None:
-            blocked &= ~at_limit.to(blocked.device)
-        if blocked.any() and len(eos):
-            rows = blocked.nonzero().squeeze(1)
-            log_probs[rows[:, None], torch.as_tensor(list(eos), device=log_probs.device)[None, :]] = -math.inf
+        at_limit = [False] * (open_count * beams) if at_limit is None else at_limit.tolist()
+        block_unmet_ends(log_probs, self.constraints, self.states, at_limit, eos)
         vocab_size = log_probs.shape[-1]
         totals = log_probs.view(open_count, beams, vocab_size) + self.running_scores[:, :, None]
-        top_scores, picks = torch.topk(totals.view(open_count, -1), k=settings.candidates)
-        best_scores, best_tokens = totals.max(dim=-1)  # (N, K): each beam's best continuation
         live = (self.running_scores > NEG / 2).tolist()  # the copies of the first beam at the start are not
-        wanted = [
-            (position, beam, token)
-            for position, (sentence, states) in enumerate(zip(self.constraints, self.states, strict=True))
-            for beam, state in enumerate(states)
-            if live[position][beam]
-            for token in sorted(sentence.next_tokens(state))
-        ]
-        flat = [(position * beams + beam) * vocab_size + token for position, beam, token in wanted]
-        wanted_scores = totals.view(-1)[torch.tensor(flat, dtype=torch.long, device=totals.device)].tolist()
-        extra: list[list[tuple[float, int, int]]] = [[] for _ in range(open_count)]
-        for (position, beam, token), score in zip(wanted, wanted_scores, strict=True):
-            extra[position].append((score, beam, token))
-        for position, (scores, tokens) in enumerate(zip(best_scores.tolist(), best_tokens.tolist(), strict=True)):
-            extra[position] += [(scores[beam], beam, tokens[beam]) for beam in range(beams) if live[position][beam]]
-        parents, chosen_tokens, chosen_scores = [], [], []
-        self.candidate_states = []
-        for position, (scores, flat_picks) in enumerate(zip(top_scores.tolist(), picks.tolist(), strict=True)):
-            candidates = [
-                (score, pick // vocab_size, pick % vocab_size) for score, pick in zip(scores, flat_picks, strict=True)
-            ]
-            candidates += [item for item in extra[position] if item[0] != -math.inf]
-            chosen = allocate(candidates, self.states[position], self.constraints[position], settings.candidates)
-            parents.append([beam for _, beam, _, _ in chosen])
-            chosen_tokens.append([token for _, _, token, _ in chosen])
-            chosen_scores.append([score for score, _, _, _ in chosen])
-            self.candidate_states.append([state for *_, state in chosen])
+        chosen = allocated(totals, live, self.states, self.constraints, settings.candidates)
+        parents = [[beam for _, beam, _, _ in picks] for picks in chosen]
+        chosen_tokens = [[token for _, _, token, _ in picks] for picks in chosen]
+        chosen_scores = [[score for score, _, _, _ in picks] for picks in chosen]
+        self.candidate_states = [[state for *_, state in picks] for picks in chosen]
         device = self.running.device
         parents = torch.tensor(parents, dtype=torch.long, device=device)
         scores = torch.tensor(chosen_scores, dtype=torch.float, device=device)
@@ -363,9 +393,24 @@ class ConstrainedSentences(OpenSentences):
             best_length = settings.max_length - settings.prompt_length
         else:
             best_length = cur_len + 1 - settings.prompt_length
-        best_running = self.running_scores.max(dim=1, keepdim=True)[0] / (best_length**settings.length_penalty)
+        top_running = self.running_scores.max(dim=1, keepdim=True)[0]
+        best_running = top_running / (best_length**settings.length_penalty)
         worst_finished = torch.where(self.is_finished, torch.min(self.finished_scores, dim=1, keepdim=True)[0], NEG)
         self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
+        if settings.returned == 1:  # closed once the translation returned cannot change (`settled_length`)
+            best_ever = top_running / (settled_length(settings, cur_len) ** settings.length_penalty)
+            self.may_improve &= ~(self.finished_met[:, :1] & (best_ever <= self.finished_scores[:, :1]))
+
+
+def settled_length(settings: BeamSettings, cur_len: int) -> int:
+    """The length at which a running beam's best possible length-penalised score is reached: scores only fall as
+    tokens are added, so at the longest length when the penalty is positive, else at the next step's length. A
+    constrained sentence whose best finished hypothesis meets its constraints and scores at least that (for the best
+    running beam) keeps it first whatever the search does next: when one translation is returned, it is closed
+    (fewer steps, the same translation; its other finished slots, not returned, may differ)."""
+    if settings.length_penalty > 0.0:
+        return settings.max_length - settings.prompt_length
+    return cur_len + 2 - settings.prompt_length
 
 
 def beam_settings(prompt_length: int, generation_config: GenerationConfig) -> tuple[BeamSettings, int]:
@@ -434,6 +479,12 @@ def f32(value: float) -> float:
         return _FLOAT32.unpack(_FLOAT32.pack(value))[0]
     except OverflowError:  # where struct checks the range (its native "f" casts: inf already)
         return math.copysign(math.inf, value)
+
+
+def f32s(values: list[float]) -> list[float]:
+    """`f32` of each value, in one call (array's "f" items are C floats: the same rounding; past float32's range,
+    infinite)."""
+    return array.array("f", values).tolist()
 
 
 def top(values: list[float], k: int) -> list[int]:
@@ -540,6 +591,12 @@ class ListBeamSearch:
             sequences = [[*beams.running[parent], token] for parent, token in zip(parents, tokens, strict=True)]
             rows = [parent + position * settings.num_beams for parent in parents]
             beams.advance(scores[position], sequences, rows, stops, settings, cur_len)
+        return self._close(every_stop)
+
+    def _close(self, every_stop: bool) -> tuple[list[int], list[int] | None] | None:
+        """After the open sentences advanced: `step`'s answer (`SearchResults.closed_sentences`), the sentences
+        that closed moved to `done`. `every_stop`: every candidate of the step hit a stopping criterion."""
+        settings = self.settings
         full = [all(beams.is_finished) for beams in self.open]
         for beams, sentence_full in zip(self.open, full, strict=True):
             self.may_improve[beams.sentence], self.full[beams.sentence] = beams.may_improve, sentence_full
@@ -571,6 +628,109 @@ class ListBeamSearch:
         longest = max(len(tokens) for tokens in hypotheses)
         rows = [[*self.start, *tokens, *[self.fill] * (longest - len(tokens))] for tokens in hypotheses]
         return torch.tensor(rows, dtype=torch.long, device=device)
+
+
+class _ConstrainedBeams(_Beams):
+    """One open sentence of `ConstrainedListBeamSearch`: `_Beams` with `ConstrainedSentences`' row for it."""
+
+    __slots__ = ("constraints", "states", "finished_met")
+
+    def __init__(self, sentence: int, beams: int, constraints: SentenceConstraints):
+        super().__init__(sentence, beams)
+        self.constraints = constraints
+        self.states = [constraints.start] * beams  # a `PhraseState` per running beam
+        self.finished_met = [False] * beams
+
+    def advance(self, chosen, sequences, rows, stops, settings: BeamSettings, cur_len: int) -> None:
+        """`ConstrainedSentences.advance` for this open sentence, on its `allocated` candidates `chosen`: the same
+        float32 operations, and its stable sorts as Python's (stable) sorts."""
+        beams, penalty = settings.num_beams, settings.length_penalty
+        scores = [score for score, *_ in chosen]
+        running_scores = f32s([score + NEG if stop else score for score, stop in zip(scores, stops, strict=True)])
+        best = sorted(range(len(stops)), key=stops.__getitem__)[:beams]  # allocation order kept
+        self.running = [sequences[index] for index in best]
+        self.running_scores = [running_scores[index] for index in best]
+        self.rows = [rows[index] for index in best]
+        self.states = [chosen[index][3] for index in best]
+
+        just_finished = [stop and index < beams for index, stop in enumerate(stops)]
+        divisor = f32((cur_len + 1 - settings.prompt_length) ** penalty)
+        # as `_Beams.advance`: a sentence full (early_stopping=True) or past improving is closed, never here
+        ended = f32s([score / divisor for score in scores])
+        ended = f32s([score if just else score + NEG for score, just in zip(ended, just_finished, strict=True)])
+        candidates = self.finished_scores + ended
+        met = [just and self.constraints.met(item[3]) for item, just in zip(chosen, just_finished, strict=True)]
+        candidates_met = self.finished_met + met
+        # those that meet their constraints first, then by score; among equals, the earlier
+        merged = sorted(range(len(candidates)), key=lambda index: (not candidates_met[index], -candidates[index]))
+        merged = merged[:beams]
+        pool, flags = self.finished + sequences, self.is_finished + just_finished
+        self.finished = [pool[index] for index in merged]
+        self.finished_scores = [candidates[index] for index in merged]
+        self.is_finished = [flags[index] for index in merged]
+        self.finished_met = [candidates_met[index] for index in merged]
+
+        if settings.early_stopping == "never" and penalty > 0.0:
+            best_length = settings.max_length - settings.prompt_length
+        else:
+            best_length = cur_len + 1 - settings.prompt_length
+        top_running = max(self.running_scores)
+        best_running = f32(top_running / f32(best_length**penalty))
+        worst = min(self.finished_scores)
+        self.may_improve = any(best_running > (worst if finished else NEG) for finished in self.is_finished)
+        if settings.returned == 1 and self.finished_met[0]:  # as `ConstrainedSentences.advance`
+            best_ever = f32(top_running / f32(settled_length(settings, cur_len) ** penalty))
+            self.may_improve = self.may_improve and not best_ever <= self.finished_scores[0]
+
+
+class ConstrainedListBeamSearch(ListBeamSearch):
+    """`ConstrainedSentences` on Python lists and floats, for the fast decoding loop, as `ListBeamSearch` is
+    `OpenSentences`: the same candidates (`allocated`), the same float32 arithmetic and the same order, so that it
+    picks what generate()'s constrained search picks (tests/test_beam_search.py step by step,
+    tests/test_fast_generation.py generate()'s ids). `constraints`: a `SentenceConstraints` per sentence; `limits`:
+    per sentence, the most tokens its translation may have (None: max_length only), where a beam may end without
+    its constraints."""
+
+    def __init__(
+        self,
+        batch_size: int,
+        settings: BeamSettings,
+        start: list[int],
+        fill: int,
+        eos: list[int],
+        constraints: list[SentenceConstraints],
+        limits: list[int] | None = None,
+    ):
+        super().__init__(batch_size, settings, start, fill, eos)
+        self.open = [
+            _ConstrainedBeams(sentence, settings.num_beams, constraints[sentence]) for sentence in range(batch_size)
+        ]
+        self.limits, self.eos_ids = limits, sorted(self.eos)
+
+    def step(self, log_probs: torch.Tensor, cur_len: int) -> tuple[list[int], list[int] | None] | None:
+        """`ListBeamSearch.step` under the constraints (`ConstrainedSentences.expand` and `.advance`)."""
+        settings, beams = self.settings, self.settings.num_beams
+        at_max_length = cur_len + 1 >= settings.max_length
+        limits = self.limits
+        at_limit = [  # the rows `_rows_at_limit` finds: cur_len - 1 tokens generated
+            at_max_length or (limits is not None and cur_len - 1 >= limits[sentence.sentence] - 1)
+            for sentence in self.open
+            for _ in range(beams)
+        ]
+        constraints = [sentence.constraints for sentence in self.open]
+        states = [sentence.states for sentence in self.open]
+        block_unmet_ends(log_probs, constraints, states, at_limit, self.eos_ids)
+        totals = log_probs.view(len(self.open), beams, -1) + self.running_scores(log_probs.device)[..., None]
+        live = [[score > NEG / 2 for score in sentence.running_scores] for sentence in self.open]
+        chosen = allocated(totals, live, states, constraints, settings.candidates)
+        every_stop = True
+        for position, (sentence, candidates) in enumerate(zip(self.open, chosen, strict=True)):
+            stops = [at_max_length or token in self.eos for _, _, token, _ in candidates]
+            every_stop = every_stop and all(stops)
+            sequences = [[*sentence.running[parent], token] for _, parent, token, _ in candidates]
+            rows = [parent + position * beams for _, parent, _, _ in candidates]
+            sentence.advance(candidates, sequences, rows, stops, settings, cur_len)
+        return self._close(every_stop)
 
 
 def _rows_at_limit(processors, flat_running: torch.Tensor, cur_len: int, settings: BeamSettings) -> torch.Tensor:
@@ -712,6 +872,7 @@ class CompactBeamSearchMixin:
 
 __all__ = [
     "CompactBeamSearchMixin",
+    "ConstrainedListBeamSearch",
     "ConstrainedSentences",
     "ListBeamSearch",
     "OpenSentences",

@@ -8,14 +8,16 @@ produced) and the beam is filled round-robin across the banks, furthest bank fir
 only once every phrase is in it, or at its length limit (then it is reported unmet, never dropped). Deviation from
 fairseq's trie: each phrase is matched on its own (Knuth-Morris-Pratt), so phrases may overlap in the output ("a b"
 and "b c" are both in "a b c"); a phrase given twice must appear twice (non-overlapping). `generation.py` takes
-generate()'s `force_words_ids`; `beam_search.ConstrainedSentences` runs the search. Phrases as text, constraints
-files and glossaries: `api/constraints.py`.
+generate()'s `force_words_ids`; `beam_search.ConstrainedSentences` runs the search (`ConstrainedListBeamSearch` in
+the fast decoding loop), `beam_search.allocated` a step's candidates. Phrases as text, constraints files and
+glossaries: `api/constraints.py`.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from operator import itemgetter
 from typing import Any
 
 from transformers import LogitsProcessor
@@ -51,12 +53,23 @@ class SentenceConstraints:
         self.failures = [_failure(phrase) for phrase in self.phrases]
         self.tokens = sum(len(phrase) * count for phrase, count in zip(self.phrases, self.required, strict=True))
         self.start: PhraseState = tuple((0, 0) for _ in self.phrases)
+        # a search asks the same few questions at every step: the answers, remembered (states are small tuples)
+        self._advanced: dict[tuple[PhraseState, int], PhraseState] = {}
+        self._banks: dict[PhraseState, int] = {}
+        self._met: dict[PhraseState, bool] = {}
+        self._next: dict[PhraseState, frozenset[int]] = {}
 
     def __bool__(self) -> bool:
         return bool(self.phrases)
 
     def advance(self, state: PhraseState, token: int) -> PhraseState:
         """The state after `token` is appended to the output."""
+        found = self._advanced.get((state, token))
+        if found is None:
+            found = self._advanced[state, token] = self._advance(state, token)
+        return found
+
+    def _advance(self, state: PhraseState, token: int) -> PhraseState:
         advanced = []
         for (progress, found), phrase, failure, required in zip(
             state, self.phrases, self.failures, self.required, strict=True
@@ -78,23 +91,34 @@ class SentenceConstraints:
             state = self.advance(state, token)
         return state
 
-    def next_tokens(self, state: PhraseState) -> set[int]:
+    def next_tokens(self, state: PhraseState) -> frozenset[int]:
         """The tokens that take a phrase still missing one token further."""
-        return {
-            phrase[progress]
-            for (progress, found), phrase, required in zip(state, self.phrases, self.required, strict=True)
-            if found < required
-        }
+        tokens = self._next.get(state)
+        if tokens is None:
+            tokens = self._next[state] = frozenset(
+                phrase[progress]
+                for (progress, found), phrase, required in zip(state, self.phrases, self.required, strict=True)
+                if found < required
+            )
+        return tokens
 
     def bank(self, state: PhraseState) -> int:
         """Constraint tokens produced: those of the complete phrases and of each phrase's partial match."""
-        return sum(
-            len(phrase) * required if found >= required else len(phrase) * found + progress
-            for (progress, found), phrase, required in zip(state, self.phrases, self.required, strict=True)
-        )
+        bank = self._banks.get(state)
+        if bank is None:
+            bank = self._banks[state] = sum(
+                len(phrase) * required if found >= required else len(phrase) * found + progress
+                for (progress, found), phrase, required in zip(state, self.phrases, self.required, strict=True)
+            )
+        return bank
 
     def met(self, state: PhraseState) -> bool:
-        return all(found >= required for (_, found), required in zip(state, self.required, strict=True))
+        met = self._met.get(state)
+        if met is None:
+            met = self._met[state] = all(
+                found >= required for (_, found), required in zip(state, self.required, strict=True)
+            )
+        return met
 
     def missing(self, tokens: Iterable[int]) -> list[tuple[int, ...]]:
         """The phrases (one per time short) that `tokens` lack."""
@@ -116,20 +140,23 @@ def allocate(
     the `count` to keep, in the order the beam takes them, with their states. Sorted by bank (progress) and score,
     then taken round-robin across the banks: the best of the furthest bank, the best of the next, ..., then the
     second best of each (fairseq's stripes)."""
+    advance, bank = constraints.advance, constraints.bank
     seen, scored = set(), []
     for score, beam, token in candidates:
         if (beam, token) in seen:
             continue
         seen.add((beam, token))
-        state = constraints.advance(states[beam], token)
-        scored.append((constraints.bank(state), score, beam, token, state))
-    scored.sort(key=lambda item: (-item[0], -item[1]))
+        state = advance(states[beam], token)
+        scored.append((bank(state), score, beam, token, state))
+    # bank descending, then score descending: two stable sorts (reverse=True keeps equal items in their order)
+    scored.sort(key=itemgetter(1), reverse=True)
+    scored.sort(key=itemgetter(0), reverse=True)
     ranks, rank_in_bank, previous = [], -1, None
-    for bank, *_ in scored:
-        rank_in_bank = rank_in_bank + 1 if bank == previous else 0
-        previous = bank
-        ranks.append((rank_in_bank, -bank))
-    order = sorted(range(len(scored)), key=ranks.__getitem__)[:count]
+    for bank_of, *_ in scored:
+        rank_in_bank = rank_in_bank + 1 if bank_of == previous else 0
+        previous = bank_of
+        ranks.append(rank_in_bank)
+    order = sorted(range(len(scored)), key=ranks.__getitem__)[:count]  # stable: furthest bank first in each stripe
     return [scored[index][1:] for index in order]
 
 

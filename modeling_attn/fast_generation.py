@@ -6,10 +6,11 @@ None for a call it does not replicate exactly (the caller then runs generate());
 the reason for each setting. The encoder (`EncoderPass`) and a decoder step (`DecoderStep`) are the model's own
 weights through the same torch functions in the same order: the encoder once, each layer's cross-attention keys/values
 once per search, self-attention keys/values in buffers allocated once and written in place, `beam_search.py`'s search
-on Python numbers (`ListBeamSearch`: the decoder runs on the rows generate() runs on), the per-sentence limit only
-where a sentence reaches it. q, k and v run as one matmul only for the row counts where this machine's kernels give
-the same bits as three (`fusion_is_exact`). docs/model.md, "The fast decoding loop", has where generate()'s time went
-and what this gains (little on a model the size of `base`, bound by reading its weights).
+on Python numbers (`ListBeamSearch`, `ConstrainedListBeamSearch` with lexical constraints: the decoder runs on the
+rows generate() runs on), the per-sentence limit only where a sentence reaches it. q, k and v run as one matmul
+only for the row counts where this machine's kernels give the same bits as three (`fusion_is_exact`). docs/model.md,
+"The fast decoding loop", has where generate()'s time went and what this gains (little on a model the size of
+`base`, bound by reading its weights).
 
 Shapes: B sentences, K beams, R decoder rows (B or N open sentences x K), S source length, E d_model, H heads,
 D head dim, V target vocabulary, L max_length.
@@ -29,7 +30,8 @@ from torch.nn import functional as F
 from transformers import GenerationConfig
 from transformers.masking_utils import create_bidirectional_mask
 
-from .beam_search import ListBeamSearch, beam_settings
+from .beam_search import ConstrainedListBeamSearch, ListBeamSearch, beam_settings
+from .constraints import PER_SENTENCE_ARGUMENT, LexicalConstraints, constraints_argument
 from .generation import (
     SOURCE_LIMIT_FIELD,
     check_generate_arguments,
@@ -57,6 +59,8 @@ ACCEPTED = {
     "decoder_start_token_id": "the first decoder input",
     "use_cache": "True only: the loop keeps its own cache, which gives the cached decoder's logits",
 }
+# Lexical constraints (constraints.py): the search is `beam_search.ConstrainedListBeamSearch`.
+CONSTRAINT_ARGUMENTS = {"force_words_ids", PER_SENTENCE_ARGUMENT}
 # transformers' private generate() steps that merge the settings as generate() does (a version without them: None).
 PRIVATE_HELPERS = ("_prepare_generation_config", "_prepare_special_tokens")
 # Bookkeeping fields of a GenerationConfig, not settings.
@@ -73,6 +77,14 @@ def fast_generate(
     signature = model_signature(model)
     if signature is None or not _supported_inputs(model, input_ids, attention_mask):
         return None
+    constraints = None
+    if CONSTRAINT_ARGUMENTS & generate_kwargs.keys():  # taken out first: the merged settings are remembered per call
+        generate_kwargs = dict(generate_kwargs)
+        base = generate_kwargs.get("generation_config") or model.generation_config
+        try:
+            constraints = constraints_argument(generate_kwargs, base, input_ids.shape[0])
+        except ValueError:
+            return None  # generate() raises it
     plan = DecodingPlan.of(model, input_ids, attention_mask, generate_kwargs)
     if plan is None:
         return None
@@ -87,7 +99,7 @@ def fast_generate(
         if plan.num_beams == 1:
             sequences = greedy_search(step, plan, encoded, attention_mask)
         else:
-            sequences = beam_search(step, plan, encoded, attention_mask)
+            sequences = beam_search(step, plan, encoded, attention_mask, constraints)
     return None if sequences is None else sequences.clone()  # a normal tensor, as generate() returns
 
 
@@ -661,10 +673,16 @@ def greedy_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, 
     return sequences[:, :length]
 
 
-def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
+def beam_search(
+    step: DecoderStep,
+    plan: DecodingPlan,
+    encoded: torch.Tensor,
+    attention_mask: torch.Tensor,
+    constraints: LexicalConstraints | None = None,
+):
     """`beam_search.CompactBeamSearchMixin._beam_search` with this module's decoder step and the search on Python
-    numbers (`beam_search.ListBeamSearch`): transformers' beam search on the sentences still open, the same rows in
-    the same order at every step."""
+    numbers (`beam_search.ListBeamSearch`, `ConstrainedListBeamSearch` with `constraints`): transformers' beam
+    search (or the constrained search) on the sentences still open, the same rows in the same order at every step."""
     beams, max_length = plan.num_beams, plan.max_length
     if max_length - 1 > step.positions.shape[0]:
         return None
@@ -676,7 +694,12 @@ def beam_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, at
     # two caches: a step's reorder writes the beams' keys/values into the other one (no copy back)
     self_kv, spare = step.new_cache(rows, max_length - 1, encoded), step.new_cache(rows, max_length - 1, encoded)
     settings, fill = beam_settings(1, plan.config)  # the prompt: the decoder start token
-    search = ListBeamSearch(batch_size, settings, [plan.start], int(fill), plan.eos.tolist())
+    if constraints is None:
+        search = ListBeamSearch(batch_size, settings, [plan.start], int(fill), plan.eos.tolist())
+    else:
+        search = ConstrainedListBeamSearch(
+            batch_size, settings, [plan.start], int(fill), plan.eos.tolist(), constraints.sentences, plan.limits
+        )
     limits = None if plan.limits is None else torch.tensor(plan.limits, device=device)
     first_limit = None if plan.limits is None else min(plan.limits) - 1
     tokens = torch.full((rows,), plan.start, dtype=torch.long, device=device)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import random
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ from tiny import padded_batch, spread_tiny_rnn, tiny_model
 from transformers import GenerationConfig, GenerationMixin, LogitsProcessor, LogitsProcessorList, StoppingCriteriaList
 
 from modeling_attn import beam_search
+from modeling_attn.constraints import SentenceConstraints
 
 
 def eos_prone_transformer(seed: int):
@@ -279,5 +281,88 @@ def test_list_search_equals_the_tensor_search(beams, early_stopping, eos):
         expected, finish = tensor_search_steps(settings, 0, eos, 3, log_probs_of)
         got, search = list_search_steps(settings, 0, eos, 3, log_probs_of)
         assert got == expected, (penalty, seed)
+        for returned in range(1, beams + 1):
+            assert torch.equal(search.finish(returned, torch.device("cpu")), finish(returned))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# ConstrainedListBeamSearch (the fast loop's constrained search) against ConstrainedSentences
+
+
+def constrained_steps(settings, eos, constraints, limits, log_probs_of, listed: bool):
+    """Either constrained search driven step by step, as `CompactBeamSearchMixin._beam_search` (tensor) and
+    `fast_generation.beam_search` (lists) drive them: per step the rows each next row continues and the kept
+    positions; then the search (lists) or a function of the returned count (tensor)."""
+    beams, steps, cur_len = settings.num_beams, [], 1
+    if listed:
+        search = beam_search.ConstrainedListBeamSearch(
+            len(limits), settings, [1], 0, eos.tolist(), constraints, limits
+        )
+        while True:
+            sentences = [beams_of.sentence for beams_of in search.open]
+            steps.append(search.step(log_probs_of(cur_len, sentences), cur_len))
+            cur_len += 1
+            if steps[-1] is None:
+                return steps, search
+    start = torch.full((len(limits) * beams, 1), 1)
+    state = beam_search.ConstrainedSentences.start_constrained(start, settings, 0, constraints)
+    results = beam_search.SearchResults.start(state)
+    while True:
+        sentences = state.sentences.tolist()
+        at_limit = torch.tensor([cur_len + 1 >= settings.max_length or cur_len >= limits[s] for s in sentences])
+        log_probs = log_probs_of(cur_len, sentences)
+        scores, sequences, origins = state.expand(log_probs, settings, cur_len, at_limit.repeat_interleave(beams), eos)
+        open_count = len(sentences)
+        stops = torch.isin(sequences[:, :, cur_len], eos) | (cur_len + 1 >= settings.max_length)
+        state.advance(scores, sequences, origins, stops, settings, cur_len)
+        parents = state.running_origins[..., cur_len - settings.prompt_length].flatten()
+        cur_len += 1
+        closed = results.closed_sentences(state, stops, settings)
+        if closed is None:
+            steps.append(None)
+            return steps, lambda returned: results.finish(state, returned, settings.prompt_length)
+        kept = None
+        if closed.any():
+            kept = results.close(state, closed)
+            parents = parents.view(open_count, beams)[kept].flatten()
+            kept = kept.tolist()
+        steps.append((parents.tolist(), kept))
+
+
+@pytest.mark.parametrize("beams", [2, 4])
+@pytest.mark.parametrize("early_stopping", [True, False, "never"])
+def test_constrained_list_search_equals_the_tensor_search(beams, early_stopping):
+    """Both constrained searches driven by the same log-probabilities (ties: logits in steps of 0.5 over 8 tokens,
+    two end tokens), random phrases (none, one or two, overlapping, repeated), per-sentence limits (the rows at their
+    limit forced to end, as `SourceLengthLimit` forces them): the same rows, sentences closed and results."""
+    eos = torch.tensor([2, 3])
+    low = torch.finfo(torch.float32).min
+    for penalty, seed in itertools.product((-0.5, 0.6, 1.0, 2.0), range(4)):
+        config = GenerationConfig(num_beams=beams, length_penalty=penalty, early_stopping=early_stopping)
+        config._eos_token_tensor = eos
+        config.max_length = 11
+        settings = beam_search.BeamSettings.of(config, prompt_length=1)
+        generator = random.Random(seed)
+        phrases = [
+            [[generator.randint(4, 7) for _ in range(generator.randint(1, 2))] for _ in range(generator.randint(0, 2))]
+            for _ in range(3)
+        ]
+        limits = [generator.randint(3, 10) for _ in range(3)]
+
+        def log_probs_of(cur_len: int, sentences: list[int], seed=seed, limits=limits) -> torch.Tensor:
+            generator = torch.Generator().manual_seed(1000 * seed + cur_len)
+            rows = len(sentences) * beams
+            logits = torch.randint(-6, 3, (rows, 8), generator=generator) * 0.5
+            log_probs = torch.log_softmax(logits, dim=-1)
+            forced = torch.tensor([cur_len >= limits[s] for s in sentences]).repeat_interleave(beams)
+            ends = torch.full_like(log_probs, low)
+            ends[:, eos] = log_probs[:, eos]
+            return torch.where(forced[:, None], ends, log_probs)
+
+        constraints = [SentenceConstraints(sentence) for sentence in phrases]
+        expected, finish = constrained_steps(settings, eos, constraints, limits, log_probs_of, listed=False)
+        constraints = [SentenceConstraints(sentence) for sentence in phrases]
+        got, search = constrained_steps(settings, eos, constraints, limits, log_probs_of, listed=True)
+        assert got == expected, (penalty, seed, phrases, limits)
         for returned in range(1, beams + 1):
             assert torch.equal(search.finish(returned, torch.device("cpu")), finish(returned))

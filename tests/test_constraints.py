@@ -1,10 +1,10 @@
 """Lexically constrained decoding (modeling_attn/constraints.py, api/constraints.py, `attn translate --constraints`).
 
 The phrase state machine against hand-worked examples and a brute-force count of non-overlapping occurrences; the
-beam allocation by hand; the search: every constraint in every translation that has room for it (random sentences
-and phrases, both model types and an ensemble), constraint-free calls token-for-token today's, a constraint that does
-not fit reported; glossary matching; bad input in one line; on the dates task, a constrained year that fixes a wrong
-translation (slow).
+beam allocation by hand, and the search step's shortcut for sentences that meet theirs; the search: every constraint
+in every translation that has room for it (random sentences and phrases, both model types and an ensemble),
+constraint-free calls token-for-token today's, a constraint that does not fit reported; glossary matching; bad input
+in one line; on the dates task, a constrained year that fixes a wrong translation (slow).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from tiny import spread_tiny_rnn, tiny_model
 from modeling_attn.api.constraints import ConstraintWarning, Glossary, phrase_ids, read_constraints
 from modeling_attn.api.ensemble import AttnEnsemble
 from modeling_attn.api.translation import load_model, translate_batch, translate_nbest
+from modeling_attn.beam_search import allocated
 from modeling_attn.cli.translate import main as translate_main
 from modeling_attn.constraints import SentenceConstraints, allocate
 
@@ -120,6 +121,24 @@ def test_allocation_takes_the_banks_round_robin_furthest_first():
     assert constraints.met(chosen[0][3]) and not constraints.met(chosen[1][3])
 
 
+def test_a_sentence_whose_beams_all_meet_gets_what_allocation_gives_it():
+    """`beam_search.allocated` skips the state machine for such a sentence: the same candidates, in the same order,
+    as `allocate` on the top ones and each beam's best (ties everywhere: scores in whole numbers)."""
+    generator = torch.Generator().manual_seed(0)
+    constraints = SentenceConstraints([[5, 6], [7]])
+    met = constraints.run([7, 5, 6, 1])
+    for trial in range(100):
+        totals = torch.randint(-5, 0, (1, 3, 9), generator=generator).float()
+        live = [[True, trial % 3 != 1, trial % 5 != 2]]
+        chosen = allocated(totals, live, [[met] * 3], [constraints], 6)
+        scores, picks = torch.topk(totals.view(1, -1), k=6)
+        pairs = zip(scores[0].tolist(), picks[0].tolist(), strict=True)
+        candidates = [(score, pick // 9, pick % 9) for score, pick in pairs]
+        best_scores, best_tokens = totals.max(dim=-1)
+        candidates += [(best_scores[0, b].item(), b, best_tokens[0, b].item()) for b in range(3) if live[0][b]]
+        assert chosen == [allocate(candidates, [met] * 3, constraints, 6)]
+
+
 # -- the search ---------------------------------------------------------------------------------------------
 
 
@@ -157,6 +176,40 @@ def test_every_constraint_is_in_every_best_translation_that_has_room(name):
             for sentence, block in enumerate(sequences.view(4, returned, -1).tolist()):
                 met = [not SentenceConstraints(phrases[sentence]).missing(tokens[1:]) for tokens in block]
                 assert met[0] and met == sorted(met, reverse=True), (phrases[sentence], block)
+
+
+def test_closing_a_settled_sentence_keeps_its_translation():
+    """With one translation returned, a sentence closes once its best finished hypothesis meets its constraints and
+    no running beam can beat it at any length (`beam_search.settled_length`): its translation is the first of the
+    n-best list of the search that runs on, in fewer steps. The phrases are the first tokens of each sentence's
+    unconstrained translation, on an RNN with peaked distributions that ends translations early."""
+    model = models()["attn_rnn"]
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.mul_(4)
+        model.get_output_embeddings().weight[2] += 2.0
+    open_rows = []
+    model.beam_search_observer = lambda settings, cur_len, state, *_: open_rows.append(len(state.sentences))
+    generator = random.Random(5)
+    closed_early = 0
+    try:
+        for trial in range(6):
+            input_ids, mask, _ = random_batch(generator, 4)
+            settings = dict(input_ids=input_ids, attention_mask=mask, num_beams=4, max_new_tokens=16)
+            settings["length_penalty"] = (1.0, 0.0, -0.5)[trial % 3]
+            phrases = [[row[1:3]] for row in model.generate(**settings).tolist()]
+            open_rows.clear()
+            best = model.generate(**settings, force_words_ids_per_sentence=phrases)
+            sentence_steps = sum(open_rows)
+            open_rows.clear()
+            nbest = model.generate(**settings, force_words_ids_per_sentence=phrases, num_return_sequences=4)[::4]
+            assert sentence_steps <= sum(open_rows), trial
+            closed_early += sentence_steps < sum(open_rows)
+            for one, first in zip(best.tolist(), nbest.tolist(), strict=True):
+                assert [t for t in one if t != 0] == [t for t in first if t != 0], (phrases, one, first)
+    finally:
+        model.beam_search_observer = None
+    assert closed_early >= 3
 
 
 @pytest.mark.parametrize("name", ["attn_transformer", "attn_rnn", "ensemble"])

@@ -1,13 +1,14 @@
 """modeling_attn.fast_generation: the lean decoding loop gives generate()'s token ids, or None where it does not.
 
 Reference checks: for each config variant the loop covers, batches of one sentence and of padded sentences, greedy and
-beam search over the settings it accepts, `fast_generate(...)` equals `model.generate(...)` token for token (shape
-included); each refused setting returns None.
+beam search over the settings it accepts, lexically constrained beam search too, `fast_generate(...)` equals
+`model.generate(...)` token for token (shape included); each refused setting returns None.
 """
 
 from __future__ import annotations
 
 import itertools
+import random
 import re
 
 import pytest
@@ -117,6 +118,32 @@ def test_beam_search_lengths_and_nbest(model, batch_name, lengths):
     assert_same(model, input_ids, attention_mask, num_beams=4, num_return_sequences=3, **LENGTHS[lengths])
 
 
+def phrases(seed: int, sentences: int, vocab: int) -> list[list[list[int]]]:
+    """Per sentence, 0 to 2 phrases of 1 to 3 tokens (ids past the special ones): lexical constraints."""
+    generator = random.Random(seed)
+    return [
+        [
+            [generator.randrange(3, vocab) for _ in range(generator.randint(1, 3))]
+            for _ in range(generator.randint(0, 2))
+        ]
+        for _ in range(sentences)
+    ]
+
+
+@pytest.mark.parametrize("lengths", list(LENGTHS))
+def test_constrained_beam_search_gives_generates_ids(model, lengths):
+    """With constraints (modeling_attn/constraints.py) the loop runs `ConstrainedListBeamSearch`, which picks what
+    generate()'s `ConstrainedSentences` picks: at the limits (per-sentence or max_length) too, n-best lists too."""
+    input_ids, attention_mask = batch("padded", model.config.vocab_size)
+    vocab = model.config.decoder_vocab_size or model.config.vocab_size
+    for seed, (num_beams, returned, penalty, stopping) in enumerate([(4, 1, 1.0, False), (3, 3, 0.6, True)]):
+        settings = dict(num_beams=num_beams, num_return_sequences=returned, length_penalty=penalty)
+        constraints = phrases(seed, input_ids.shape[0], vocab)
+        settings.update(early_stopping=stopping, force_words_ids_per_sentence=constraints, **LENGTHS[lengths])
+        assert_same(model, input_ids, attention_mask, **settings)
+    assert_same(model, input_ids, attention_mask, num_beams=2, force_words_ids=[[3, 4], [5]], **LENGTHS[lengths])
+
+
 @pytest.mark.parametrize("rows", [1, 4])
 def test_a_step_gives_the_models_cached_logits_bit_for_bit(model, rows):
     """`DecoderStep` against the model's own cached decoder (what generate() runs at each step), position after
@@ -209,6 +236,7 @@ REFUSED_SETTINGS = {
     "bad limit": {"max_length_over_source": 0},
     "no end token": {"eos_token_id": None, "max_length_over_source": None, "max_new_tokens": 3},
     "encoder_outputs": {"encoder_outputs": None},
+    "constraints on greedy search": {"force_words_ids": [[3]]},  # generate() raises
 }
 
 
