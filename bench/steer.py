@@ -11,7 +11,7 @@ object, `CTranslate2Engine._options`), unsteered and steered, interleaved rounds
 `constraints`, torch's beam 4 unconstrained against constrained (one phrase per sentence: the first word of its
 unsteered translation, for the dates model its year; the issue's bar: within 2x); `scoring`, pairs/s of
 `engine.score` (the sentences with their unsteered translations) on torch and the ctranslate2 engine, and of
-CTranslate2's `score_batch` called directly on the same tokens.
+CTranslate2's `score_batch` called directly (tokenizing included, as the direct translating calls do).
 The sentences are `common.dates_sentences`; the prefix is each reference's first `--prefix_chars` characters as the
 model writes them (its own unsteered translation), so that a prefix is one the model could have chosen.
 """
@@ -138,14 +138,18 @@ def constraints(engines: dict, sentences: list[str], prefix: list[str], args: ar
 def scoring(engines: dict, sentences: list[str], prefix: list[str], args: argparse.Namespace) -> dict:
     targets = batched(engines["torch"], sentences, {"num_beams": 4}, args.batch_size)
     ct2 = engines["ctranslate2"]
-    rows = [ct2.tokenizer(sentences)["input_ids"], ct2.tokenizer(targets, add_special_tokens=False)["input_ids"]]
-    source_tokens = [[ct2.translator.source_tokens[i] for i in row] for row in rows[0]]
-    target_tokens = [[ct2.translator.target_tokens[i] for i in row] for row in rows[1]]
+    source_tokens, target_tokens = ct2.translator.source_tokens, ct2.translator.target_tokens
 
-    def direct() -> None:
+    def direct() -> None:  # tokenizing included, as `direct` translating does
         for start in range(0, len(sentences), args.batch_size):
             part = slice(start, start + args.batch_size)
-            ct2.translator.translator.score_batch(source_tokens[part], target_tokens[part], max_input_length=0)
+            sources = ct2.tokenizer(sentences[part])["input_ids"]
+            hypotheses = ct2.tokenizer(targets[part], add_special_tokens=False)["input_ids"]
+            ct2.translator.translator.score_batch(
+                [[source_tokens[i] for i in row] for row in sources],
+                [[target_tokens[i] for i in row] for row in hypotheses],
+                max_input_length=0,
+            )
 
     tasks = {
         "torch": lambda: engines["torch"].score(sentences, targets, args.batch_size),
