@@ -9,6 +9,7 @@ in one line; on the dates task, a constrained year that fixes a wrong translatio
 
 from __future__ import annotations
 
+import json
 import random
 import warnings
 
@@ -457,3 +458,25 @@ def test_a_constrained_year_fixes_a_wrong_date():
     assert translate_batch(model, tokenizer, sentences)[0] == ["1939-04-29", "1987-07-06"]
     fixed = translate_batch(model, tokenizer, sentences, constraints=[["1993"], ["1978"]])[0]
     assert fixed == ["1993-04-29", "1978-07-06"]
+
+
+def test_attn_evaluate_constraints_and_glossary_count_what_was_met(model_dir, tmp_path, capsys):
+    from modeling_attn.cli.evaluate import main as evaluate_main
+
+    sources, references = tmp_path / "src.txt", tmp_path / "ref.txt"
+    sources.write_text("the cat sat\n1987\nder Hund\n")
+    references.write_text("the cat sat\n1987\nthe dog\n")
+    constraints, glossary = tmp_path / "constraints.txt", tmp_path / "glossary.tsv"
+    constraints.write_text("Park\n\n\n")
+    glossary.write_text("Hund\tdog\n")
+    hypotheses, output = tmp_path / "hyp.txt", tmp_path / "out.json"
+    argv = ["--model", str(model_dir), "--sources_file", str(sources), "--references_file", str(references)]
+    argv += ["--max_new_tokens", "16", "--no_progress", "--hypotheses", str(hypotheses), "--output", str(output)]
+    assert evaluate_main([*argv, "--constraints", str(constraints), "--glossary", str(glossary)]) == 0
+    lines = hypotheses.read_text().splitlines()
+    assert "Park" in lines[0] and "dog" in lines[2]
+    assert json.loads(output.read_text())["constraints_met"] == {"sentences_with_constraints": 2, "met": 2}
+    constraints.write_text("Park\n")
+    capsys.readouterr()
+    assert evaluate_main([*argv, "--constraints", str(constraints), "--overwrite"]) == 2
+    assert f"--constraints {constraints}" in capsys.readouterr().err

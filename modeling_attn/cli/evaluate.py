@@ -114,7 +114,13 @@ class EvaluateArguments:
 def evaluate_parser() -> CommandParser:
     return options.shown_defaults(
         CommandParser(
-            (EvaluateArguments, options.DecodingArguments, options.RuntimeArguments, options.EnsembleArguments),
+            (
+                EvaluateArguments,
+                options.DecodingArguments,
+                options.RuntimeArguments,
+                options.EnsembleArguments,
+                options.ConstraintArguments,
+            ),
             prog="attn evaluate",
             description="BLEU, chrF and TER (sacreBLEU, with signatures) of a model's translations of a test set, or "
             "of a file of translations, as JSON.",
@@ -130,12 +136,17 @@ def evaluate(
     batch_size: int = 32,
     progress: bool = False,
     lowercase: bool = False,
+    constraints: list[list[str]] | None = None,
     **generate_kwargs: Any,
 ) -> tuple[dict[str, Any], list[str]]:
     """BLEU, chrF, TER, exact match and the sacreBLEU signatures of the model's translations of `sources`, and the
     translations themselves. A model whose tokenizer lowercases is scored case-insensitively (signatures `case:lc`),
     as is any model with `lowercase`. `model` is a model (with its `tokenizer`), or an engine of
-    `modeling_attn.api.engines` (`tokenizer` None: the engine's)."""
+    `modeling_attn.api.engines` (`tokenizer` None: the engine's). `constraints`: each source's target phrases
+    (constrained decoding); the scores then say how many translations hold all of theirs (`constraints_met`)."""
+    import warnings
+
+    from ..api.constraints import ConstraintWarning, missing_phrases
     from ..api.engines import as_engine
     from ..api.metrics import translation_scores, writes_lowercase
     from ..api.translation import SentenceTooLong, batches
@@ -150,17 +161,27 @@ def evaluate(
             chunks,
             total=-(-len(sources) // batch_size),
             unit="batch",
-            desc=f"translating with {engine.label_for(generate_kwargs)}",
+            desc=f"translating with {engine.label_for({**generate_kwargs, 'constraints': constraints})}",
             file=sys.stderr,
         )
     hypotheses: list[str] = []
     for batch in chunks:
+        own = (
+            {} if constraints is None else {"constraints": constraints[len(hypotheses) : len(hypotheses) + len(batch)]}
+        )
         try:
-            hypotheses += engine.translate_batch(batch, **generate_kwargs)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", ConstraintWarning)  # counted below
+                hypotheses += engine.translate_batch(batch, **generate_kwargs, **own)
         except SentenceTooLong as error:  # its index among all the sources, not in the batch
             raise SentenceTooLong(error.detail, len(hypotheses) + error.row) from None
     lowercase = lowercase or writes_lowercase(tokenizer)
-    return translation_scores(hypotheses, references, lowercase=lowercase), hypotheses
+    scores = translation_scores(hypotheses, references, lowercase=lowercase)
+    if constraints is not None:
+        wanted = [(text, phrases) for text, phrases in zip(hypotheses, constraints, strict=True) if phrases]
+        met = sum(not missing_phrases(tokenizer, text, phrases) for text, phrases in wanted)
+        scores["constraints_met"] = {"sentences_with_constraints": len(wanted), "met": met}
+    return scores, hypotheses
 
 
 # -- the test set ----------------------------------------------------------------------------------------------
@@ -293,9 +314,12 @@ def _evaluate(args: SimpleNamespace) -> int:
         result = {**tests.details, "sentences": len(hypotheses), **scores}
     else:
         overrides = options.steering_options(args)  # --bad_words read before the model loads
+        constraints = options.per_sentence_constraints(args, tests.sources)
         engine = options.load_engine(args)
         model = engine.model
-        engine.check(overrides)
+        if constraints is not None:
+            options.check_constraints(args, model, overrides)
+        engine.check({**overrides, **({} if constraints is None else {"constraints": []})})
         try:
             scores, hypotheses = evaluate(
                 engine,
@@ -305,6 +329,7 @@ def _evaluate(args: SimpleNamespace) -> int:
                 args.batch_size,
                 progress=args.progress,
                 lowercase=args.lowercase,
+                constraints=constraints,
                 **overrides,
             )
         except SentenceTooLong as error:

@@ -71,6 +71,28 @@ class DecodingArguments:
 
 
 @dataclass
+class ConstraintArguments:
+    _argument_group_name = "constraints (docs/translate-evaluate.md, 'Constraints and glossaries')"
+
+    constraints: str | None = field(
+        default=None,
+        metadata={
+            "help": "File of target phrases each translation must contain: one line per input line, phrases "
+            "tab-separated (an empty line: none).",
+            "metavar": "FILE",
+        },
+    )
+    glossary: str | None = field(
+        default=None,
+        metadata={
+            "help": "TSV of `source term<TAB>target term`: a source sentence with the term (case-sensitive, whole "
+            "words) must have the target term in its translation.",
+            "metavar": "FILE",
+        },
+    )
+
+
+@dataclass
 class RuntimeArguments:
     """Where and how fast the model runs: flags shared by `attn translate`, `attn evaluate` and `attn serve`."""
 
@@ -200,6 +222,36 @@ def steering_options(args: SimpleNamespace) -> dict[str, Any]:
     if getattr(args, "bad_words", None) is not None:
         overrides["bad_words"] = tuple(read_lines(args.bad_words, "--bad_words"))
     return overrides
+
+
+def check_constraints(args: SimpleNamespace, model: Any, overrides: dict[str, Any]) -> None:
+    """TranslateError before any work for --constraints/--glossary with settings that are not a beam search (or with
+    --align, which does not take constraints)."""
+    from ..api.translation import TranslateError
+
+    flag = "--constraints" if args.constraints else "--glossary"
+    if getattr(args, "do_sample", False):
+        raise TranslateError(f"{flag}: constrained decoding is a beam search; drop --do_sample")
+    if getattr(args, "align", None):
+        raise TranslateError(f"{flag}: --align does not take constraints; drop one of them")
+    beams = overrides.get("num_beams") or model.generation_config.num_beams or 1
+    if beams < 2:
+        raise TranslateError(
+            f"{flag}: constrained decoding is a beam search and the model decodes with num_beams={beams}; give "
+            "--num_beams 2 or more"
+        )
+
+
+def per_sentence_constraints(args: SimpleNamespace, sources: list[str]) -> list[list[str]] | None:
+    """Each source's target phrases from `--constraints` (its line; ConstraintError unless one line per source) and
+    `--glossary` (the target terms of the source terms it contains); None without either flag."""
+    if not (args.constraints or args.glossary):
+        return None
+    from ..api.constraints import Glossary, read_constraints
+
+    lines = read_constraints(args.constraints, len(sources)) if args.constraints else [[] for _ in sources]
+    glossary = Glossary.read(args.glossary) if args.glossary else None
+    return [line + (glossary.targets(source) if glossary else []) for line, source in zip(lines, sources, strict=True)]
 
 
 def model_inputs(args: SimpleNamespace) -> dict[str, str]:

@@ -31,9 +31,11 @@ from ..api.corpus import decode_lines
 from ..api.outputs import check_output_file, output_file
 from ..api.values import COUNT, POSITIVE, Range
 from .options import (
+    ConstraintArguments,
     DecodingArguments,
     EnsembleArguments,
     RuntimeArguments,
+    check_constraints,
     load_engine,
     model_inputs,
     parse_flags,
@@ -174,28 +176,6 @@ class AlignmentArguments:
             "help": "What a word is: text between spaces, or runs of letters and digits with the punctuation "
             "around them (alnum).",
             "choices": tuple(WORD_PATTERNS),
-        },
-    )
-
-
-@dataclass
-class ConstraintArguments:
-    _argument_group_name = "constraints (docs/translate-evaluate.md, 'Constraints and glossaries')"
-
-    constraints: str | None = field(
-        default=None,
-        metadata={
-            "help": "File of target phrases each translation must contain: one line per input line, phrases "
-            "tab-separated (an empty line: none).",
-            "metavar": "FILE",
-        },
-    )
-    glossary: str | None = field(
-        default=None,
-        metadata={
-            "help": "TSV of `source term<TAB>target term`: a source sentence with the term (case-sensitive, whole "
-            "words) must have the target term in its translation.",
-            "metavar": "FILE",
         },
     )
 
@@ -519,23 +499,6 @@ def _met_field(engine: Any, overrides: dict[str, Any], offset: int, text: str) -
     return " ||| unmet: " + "\t".join(missing) if missing else " ||| met"
 
 
-def _check_constraints(args: SimpleNamespace, model: Any, overrides: dict[str, Any]) -> None:
-    """TranslateError before any work for --constraints/--glossary with settings that are not a beam search."""
-    from ..api.translation import TranslateError
-
-    flag = "--constraints" if args.constraints else "--glossary"
-    if args.do_sample:
-        raise TranslateError(f"{flag}: constrained decoding is a beam search; drop --do_sample")
-    if args.align:
-        raise TranslateError(f"{flag}: --align does not take constraints; drop one of them")
-    beams = overrides.get("num_beams") or model.generation_config.num_beams or 1
-    if beams < 2:
-        raise TranslateError(
-            f"{flag}: constrained decoding is a beam search and the model decodes with num_beams={beams}; give "
-            "--num_beams 2 or more"
-        )
-
-
 def _engine_and_options(args: SimpleNamespace, pictures: Pictures) -> tuple[Any, dict[str, Any], dict[str, Any]]:
     """The engine, opened and checked before any output: with the call's options (`steering_options`, --bad_words
     read before the model loads) and the per-sentence ones it must have (a prefix, constraints) as placeholders."""
@@ -555,7 +518,7 @@ def _engine_and_options(args: SimpleNamespace, pictures: Pictures) -> tuple[Any,
         )
     steering = {"target_prefix": []} if args.prefix is not None or args.prefix_file is not None else {}
     if args.constraints or args.glossary:
-        _check_constraints(args, model, overrides)
+        check_constraints(args, model, overrides)
         steering["constraints"] = []
     engine.check({**overrides, **steering})  # a setting a named engine cannot apply: before any output
     if args.num_return_sequences:
