@@ -154,6 +154,7 @@ def evaluate(
     engine = as_engine(model, tokenizer)
     tokenizer = engine.tokenizer
     chunks = batches(sources, batch_size)
+    asked = {} if constraints is None else {"constraints": []}  # the request as the engine chooses by it
     if progress:
         from tqdm.auto import tqdm
 
@@ -161,18 +162,17 @@ def evaluate(
             chunks,
             total=-(-len(sources) // batch_size),
             unit="batch",
-            desc=f"translating with {engine.label_for({**generate_kwargs, 'constraints': constraints})}",
+            desc=f"translating with {engine.label_for({**generate_kwargs, **asked})}",
             file=sys.stderr,
         )
     hypotheses: list[str] = []
     for batch in chunks:
-        own = (
-            {} if constraints is None else {"constraints": constraints[len(hypotheses) : len(hypotheses) + len(batch)]}
-        )
+        done = len(hypotheses)
+        phrases = {} if constraints is None else {"constraints": constraints[done : done + len(batch)]}
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", ConstraintWarning)  # counted below
-                hypotheses += engine.translate_batch(batch, **generate_kwargs, **own)
+                hypotheses += engine.translate_batch(batch, **generate_kwargs, **phrases)
         except SentenceTooLong as error:  # its index among all the sources, not in the batch
             raise SentenceTooLong(error.detail, len(hypotheses) + error.row) from None
     lowercase = lowercase or writes_lowercase(tokenizer)
