@@ -26,6 +26,7 @@ import torch
 from transformers import (
     AutoTokenizer,
     BatchEncoding,
+    GenerationConfig,
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
@@ -251,7 +252,10 @@ def translation_limits(model: PreTrainedModel, lengths: list[int], options: dict
         return sentence_limits(torch.tensor(lengths), offset, positions).tolist()
     if "max_new_tokens" in kwargs or config.max_new_tokens is not None:
         return [kwargs.get("max_new_tokens", config.max_new_tokens)] * len(lengths)
-    return [kwargs.get("max_length", config.max_length) - 1] * len(lengths)
+    max_length = kwargs.get("max_length", config.max_length)
+    if max_length is None:  # transformers' default where the config has none (as generate() applies it)
+        max_length = GenerationConfig._get_default_generation_params()["max_length"]
+    return [max_length - 1] * len(lengths)
 
 
 def check_prefixes(prefixes: list[list[int]], limits: list[int], rows: list[int]) -> None:
