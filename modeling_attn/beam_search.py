@@ -130,6 +130,14 @@ class BeamSettings:
             returned=generation_config.num_return_sequences or 1,
         )
 
+    def best_length(self, cur_len: int) -> int:
+        """The length at which the best running score is compared with the finished ones after the step that made
+        `cur_len` + 1 tokens (transformers' `_check_early_stop_heuristic`): the longest possible length under
+        `early_stopping="never"` with a positive length penalty, else that step's."""
+        if self.early_stopping == "never" and self.length_penalty > 0.0:
+            return self.max_length - self.prompt_length
+        return cur_len + 1 - self.prompt_length
+
 
 @dataclass
 class OpenSentences:
@@ -221,10 +229,7 @@ class OpenSentences:
         self.is_finished = _gather(torch.cat((self.is_finished, just_finished), dim=1), merged)
 
         # can a running beam still beat the worst finished one (`_check_early_stop_heuristic`, at cur_len + 1)
-        if settings.early_stopping == "never" and settings.length_penalty > 0.0:
-            best_length = settings.max_length - settings.prompt_length
-        else:
-            best_length = cur_len + 1 - settings.prompt_length
+        best_length = settings.best_length(cur_len)
         best_running = self.running_scores[:, :1] / (best_length**settings.length_penalty)
         worst_finished = torch.where(self.is_finished, torch.min(self.finished_scores, dim=1, keepdim=True)[0], NEG)
         self.may_improve = self.may_improve & torch.any(best_running > worst_finished, dim=-1, keepdim=True)
@@ -389,10 +394,7 @@ class ConstrainedSentences(OpenSentences):
 
         # as `OpenSentences.advance`, with the best running score anywhere in the beam (allocation order is not
         # score order)
-        if settings.early_stopping == "never" and settings.length_penalty > 0.0:
-            best_length = settings.max_length - settings.prompt_length
-        else:
-            best_length = cur_len + 1 - settings.prompt_length
+        best_length = settings.best_length(cur_len)
         top_running = self.running_scores.max(dim=1, keepdim=True)[0]
         best_running = top_running / (best_length**settings.length_penalty)
         worst_finished = torch.where(self.is_finished, torch.min(self.finished_scores, dim=1, keepdim=True)[0], NEG)
@@ -544,10 +546,7 @@ class _Beams:
         self.finished_scores = [candidates[index] for index in merged]
         self.is_finished = [flags[index] for index in merged]
 
-        if settings.early_stopping == "never" and penalty > 0.0:
-            best_length = settings.max_length - settings.prompt_length
-        else:
-            best_length = cur_len + 1 - settings.prompt_length
+        best_length = settings.best_length(cur_len)
         best_running = f32(self.running_scores[0] / f32(best_length**penalty))
         worst = min(self.finished_scores)
         self.may_improve = any(best_running > (worst if finished else NEG) for finished in self.is_finished)
@@ -670,10 +669,7 @@ class _ConstrainedBeams(_Beams):
         self.is_finished = [flags[index] for index in merged]
         self.finished_met = [candidates_met[index] for index in merged]
 
-        if settings.early_stopping == "never" and penalty > 0.0:
-            best_length = settings.max_length - settings.prompt_length
-        else:
-            best_length = cur_len + 1 - settings.prompt_length
+        best_length = settings.best_length(cur_len)
         top_running = max(self.running_scores)
         best_running = f32(top_running / f32(best_length**penalty))
         worst = min(self.finished_scores)

@@ -19,6 +19,7 @@ import contextlib
 import json
 import sys
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -144,8 +145,6 @@ def evaluate(
     as is any model with `lowercase`. `model` is a model (with its `tokenizer`), or an engine of
     `modeling_attn.api.engines` (`tokenizer` None: the engine's). `constraints`: each source's target phrases
     (constrained decoding); the scores then say how many translations hold all of theirs (`constraints_met`)."""
-    import warnings
-
     from ..api.constraints import ConstraintWarning, missing_phrases
     from ..api.engines import as_engine
     from ..api.metrics import translation_scores, writes_lowercase
