@@ -46,7 +46,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--prefix_chars", type=int, default=5, help="characters of the unsteered translation")
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--reps", type=int, default=5, help="timed rounds after a warm-up round (speed)")
-    parser.add_argument("--threads", type=int, default=1, help="torch's and CTranslate2's threads (one worker)")
+    parser.add_argument(
+        "--threads", type=int, help="threads of every engine (default: each engine's own choice, as users get)"
+    )
     parser.add_argument("--output", type=Path, help="stem of the report (default bench/results/steer-MODEL)")
     args = parser.parse_args(argv)
     args.output = args.output or harness.RESULTS / f"steer-{Path(args.model).name}"
@@ -161,7 +163,8 @@ def scoring(engines: dict, sentences: list[str], prefix: list[str], args: argpar
 
 
 def markdown(report: dict) -> str:
-    lines = [f"{report['sentences']} sentences, batches of {report['batch_size']}, {report['threads']} thread(s).", ""]
+    threads = "the engines' default threads" if report["threads"] is None else f"{report['threads']} thread(s)"
+    lines = [f"{report['sentences']} sentences, batches of {report['batch_size']}, {threads}.", ""]
     if "agreement" in report:
         lines += ["### torch against ctranslate2: translations that differ", ""]
         lines += ["| setting | differ | changed by the setting (torch) |", "| --- | ---: | ---: |"]
@@ -195,7 +198,8 @@ def main(argv: list[str]) -> dict:
     from modeling_attn.api.engines import load_translator
 
     args = parse_args(argv)
-    torch.set_num_threads(args.threads)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
     report = harness.envelope(
         __name__,
         argv,
