@@ -254,7 +254,7 @@ def test_the_kernels_are_named():
     assert describe_quantization("int8", "x86") == "int8 (x86 kernels)"
     assert describe_quantization("int8") == f"int8 ({int8_engine()} kernels)"
     assert describe_quantization("int8_rowwise") == (
-        "int8_rowwise (torch._int_mm)" if int_mm_is_exact() else "int8_rowwise (float32 sums: inexact torch._int_mm)"
+        "int8_rowwise (torch._int_mm)" if int_mm_is_exact() else "int8_rowwise (float32 matmul: inexact torch._int_mm)"
     )
 
 
