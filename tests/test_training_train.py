@@ -371,3 +371,9 @@ def test_a_second_run_into_the_same_output_dir_is_refused_with_the_first_ones_pi
     finally:
         first.kill()
         first.wait()
+
+
+def test_the_saved_config_names_the_language_pair(trained_tiny):
+    """`attn translate --document` splits sentences by the rules of the model's `config.source_lang`."""
+    config = json.loads((trained_tiny / "config.json").read_text())
+    assert (config["source_lang"], config["target_lang"]) == ("date", "iso")

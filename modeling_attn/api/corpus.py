@@ -43,6 +43,20 @@ def decode_lines(handle: BinaryIO, name: str | Path) -> Iterator[tuple[int, str]
         yield number, text
 
 
+def decode_text(data: bytes, name: str | Path) -> str:
+    """`data` read as UTF-8 text, a leading byte-order mark dropped, line ends kept as they are; DataError naming
+    `name`, the line and the column on bad bytes (a document read whole: `attn translate --document`)."""
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as error:
+        line = data.count(b"\n", 0, error.start) + 1
+        column = error.start - (data.rfind(b"\n", 0, error.start) + 1) + 1
+        raise DataError(
+            f"{name}:{line}: not valid UTF-8 (byte 0x{data[error.start]:02x} at column {column}); "
+            "re-encode it as UTF-8"
+        ) from None
+
+
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, line without its line end) of a UTF-8 text file (gzipped if its name ends in .gz), read as a
     stream; DataError naming the file and line on bad bytes, naming the file if it is truncated or unreadable."""

@@ -30,6 +30,7 @@ from ..api.choices import ALIGN_FORMATS, ALIGNMENT_MODES, STACKS, WORD_PATTERNS
 from ..api.corpus import decode_lines
 from ..api.outputs import check_output_file, output_file
 from ..api.values import COUNT, POSITIVE, Range
+from .document import DocumentArguments, check_document_flags, translate_document_input
 from .options import (
     ConstraintArguments,
     DecodingArguments,
@@ -189,6 +190,7 @@ TRANSLATE_ARGUMENTS = (
     PictureArguments,
     AlignmentArguments,
     ConstraintArguments,
+    DocumentArguments,
 )
 
 
@@ -350,6 +352,7 @@ def _check_combinations(args: SimpleNamespace) -> None:
             f"--{pictures[0]}: pictures show one model's attention, and an ensemble decodes with several; give one "
             "--model (an ensemble's --align averages its members' alignment attention)"
         )
+    check_document_flags(args)
 
 
 def _torch_only(args: SimpleNamespace) -> str | None:
@@ -540,6 +543,8 @@ def _translate(args: SimpleNamespace) -> int:
     inputs = {"--input": None if args.input in (None, "-") else args.input, **model_inputs(args)}
     pictures.check({**inputs, "--output": args.output})
     engine, overrides, steering = _engine_and_options(args, pictures)
+    if args.document:
+        return translate_document_input(args, engine, overrides, inputs)
     interactive = _reads_stdin(args) and sys.stdin.isatty()
     # A person typing at a terminal wants each line back at once, not after a full batch.
     batch_size = 1 if interactive else args.batch_size
