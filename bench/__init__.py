@@ -21,6 +21,7 @@ BENCHES: dict[str, str] = {
     "decode": "bench.decode",
     "threads": "bench.threads",
     "steer": "bench.steer",
+    "documents": "bench.documents",
     "int8": "bench.int8",
     "ensemble": "bench.ensemble",
     "gpu": "bench.gpu",

@@ -587,3 +587,28 @@ def test_steer_quick_run_counts_the_differences_and_times_each_engine(tmp_path):
     assert all(rate > 0 for entry in report["speed"].values() for rate in entry.values())
     assert report["constraints"]["cost"] > 0 and all(rate > 0 for rate in report["scoring"].values())
     assert (tmp_path / "s.md").read_text().count("| prefix, greedy |") == 2
+
+
+def test_documents_quick_run_scores_both_ways_and_times_them(tmp_path):
+    from test_engines import SENTENCES, save_reverser
+
+    folder = save_reverser(tmp_path / "reverser")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "test.a").write_text("".join(f"{sentence}?\n" for sentence in SENTENCES[:12]))
+    (data / "test.b").write_text("".join(f"{' '.join(sentence.split()[::-1])}\n" for sentence in SENTENCES[:12]))
+    documents = bench_module("documents")
+    argv = ["--model", str(folder), "--data", str(data), "--split", "test", "--source_lang", "a", "--target_lang", "b"]
+    report = documents.main([*argv, "--engine", "torch", "--reps", "1", "--output", str(tmp_path / "d")])
+    assert report["sentences"] == 12 and report["paragraphs"] == len(documents.paragraphs_of(12, 0))
+    assert report["paragraphs_split_as_written"] == report["paragraphs"]  # "?" ends every sentence
+    bleu = report["bleu_lc_tok_paragraphs"]
+    assert bleu["document"] == bleu["per line"]  # the same sentences, the same translations
+    assert all(rate > 0 for rates in report["sentences_per_second"].values() for rate in rates.values())
+    assert "| document |" in (tmp_path / "d.md").read_text()
+
+
+def test_the_documents_paragraphs_cover_every_sentence_in_runs_of_3_to_8():
+    runs = bench_module("documents").paragraphs_of(100, seed=1)
+    assert [i for run in runs for i in run] == list(range(100))
+    assert all(3 <= len(run) <= 8 for run in runs[:-1]) and 1 <= len(runs[-1]) <= 8
