@@ -71,8 +71,8 @@ def test_help_lists_every_command_and_version_prints_the_package_version():
     status, stdout, _ = run(["--help"])
     assert status == 0
     listed = [line.split()[0] for line in stdout.split("commands:\n")[1].split("\n\n")[0].splitlines()]
-    expected = ["train", "average", "translate", "score", "evaluate", "push", "convert", "export", "explain"]
-    assert listed == list(COMMANDS) == [*expected, "preset", "serve"]
+    expected = ["train", "average", "translate", "distill", "score", "evaluate", "push", "convert", "export"]
+    assert listed == list(COMMANDS) == [*expected, "explain", "preset", "serve"]
     assert run(["--version"])[:2] == (0, f"modeling-attn {modeling_attn.__version__}\n")
 
 
@@ -84,7 +84,7 @@ def test_help_lists_every_command_and_version_prints_the_package_version():
         (
             ["zzz"],
             "unknown command 'zzz'; one of "
-            "train, average, translate, score, evaluate, push, convert, export, explain, preset, serve",
+            "train, average, translate, distill, score, evaluate, push, convert, export, explain, preset, serve",
         ),
         (["--verbose"], "unknown option '--verbose'; a command comes first"),
     ],
@@ -305,6 +305,12 @@ EVERY_COMMAND = {
     "export": (["{w}/model", "--ctranslate2", "{w}/e"], "--quantisation", "--quantization", ["--quantization", "x"]),
     "serve": (["--model", "{w}/model"], "--max_queu", "--max_queue", ["--max_queue", "0"]),
     "score": (["--model", "{w}/model"], "--batchsize", "--batch_size", ["--batch_size", "many"]),
+    "distill": (
+        ["--model", "{w}/model", "--data", "{w}", "--source_lang", "a", "--target_lang", "b", "--output_dir", "{w}/d"],
+        "--keep_orignal",
+        "--keep_original",
+        ["--num_beams", "0"],
+    ),
     "explain": (
         ["--model", "{w}/model", "--output", "{w}/x.html", "a"],
         "--num_beam",

@@ -25,6 +25,7 @@ COMMANDS = {
     "train": "train or fine-tune a translation model (the paper's recipe; every Seq2SeqTrainingArguments flag)",
     "average": "average the weights of the last checkpoints of a training run (paper, Sec. 6.1)",
     "translate": "translate sentences (arguments, --input FILE or stdin); attention pictures",
+    "distill": "translate the training sources with a teacher (or an ensemble): a distilled training folder",
     "score": "the log-probability a model gives each translation (--source and --target files, or stdin pairs)",
     "evaluate": "BLEU, chrF and TER (sacreBLEU) of a model on a data split, or of a file of translations, as JSON",
     "push": "upload a trained model (weights, code, tokenizer, generation config, card) to the Hugging Face Hub",
