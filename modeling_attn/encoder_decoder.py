@@ -6,7 +6,7 @@
 - `EncoderDecoderForConditionalGeneration`: the output projection (tied to the target embeddings when
   `config.tie_word_embeddings`, Sec. 3.4), an optional fixed bias on the logits (Marian's), the decoder input built
   from `labels`, and the loss. Training settings are call-time arguments of `forward`, never config fields:
-  `smoothing` (label smoothing, Sec. 5.4), `skip_logits`, and guided alignment (Garg et al. 2019).
+  `smoothing` (label smoothing, Sec. 5.4), `skip_logits`, `skip_output_layer`, guided alignment (Garg et al. 2019).
 - `embed_inputs`: a stack's token embeddings from ids or given vectors, scaled, with whole-word dropout.
 
 The loss is explained in docs/model.md; the cache argument's two names (transformers 5.24) are `compat.py`'s.
@@ -372,9 +372,14 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
     def prepare_decoder_input_ids_from_labels(self, labels: torch.Tensor) -> torch.Tensor:
         return shift_tokens_right(labels, self.config.pad_token_id, self.config.decoder_start_token_id)
 
+    def output_layer(self) -> tuple[nn.Module, torch.Tensor | None]:
+        """What turns the decoder's output into logits: `lm_head`, and the (V,) logits bias or None."""
+        return self.lm_head, self.final_logits_bias[0] if self.final_logits_bias is not None else None
+
     def _logits(self, hidden_states: torch.Tensor) -> torch.Tensor:
-        logits = self.lm_head(hidden_states)
-        return logits + self.final_logits_bias if self.final_logits_bias is not None else logits
+        output_layer, bias = self.output_layer()
+        logits = output_layer(hidden_states)
+        return logits + bias if bias is not None else logits
 
     @can_return_tuple
     def forward(
@@ -395,10 +400,15 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
         cache: Cache | None = None,
         alignment: torch.Tensor | None = None,
         alignment_weight: float = GUIDED_ALIGNMENT_WEIGHT,
+        skip_output_layer: bool = False,
         **kwargs,
-    ) -> Seq2SeqLMOutput:
+    ) -> Seq2SeqLMOutput | Seq2SeqModelOutput:
         past_key_values = cache_argument(past_key_values, cache)
         check_skip_logits(skip_logits, labels)
+        if skip_output_layer and (skip_logits or alignment is not None):
+            raise ValueError(
+                "skip_output_layer=True returns the decoder's output, no loss: drop skip_logits, alignment"
+            )
         check_label_smoothing(smoothing)
         if alignment is not None:
             if labels is None:
@@ -424,11 +434,12 @@ class EncoderDecoderForConditionalGeneration(EncoderDecoderPreTrainedModel):
             use_cache=use_cache,
             **kwargs,
         )
+        if skip_output_layer:  # a loss computed outside from the decoder's output (R-Drop's, in TranslationTrainer)
+            return outputs
         hidden_states = outputs.last_hidden_state  # (B, T, E)
         logits = loss = None
         if skip_logits:  # only the labelled positions need the output projection
-            bias = self.final_logits_bias[0] if self.final_logits_bias is not None else None
-            loss = labelled_token_loss(hidden_states, labels, self.lm_head, bias, num_items_in_batch, smoothing)
+            loss = labelled_token_loss(hidden_states, labels, *self.output_layer(), num_items_in_batch, smoothing)
         else:
             logits = self._logits(hidden_states)  # (B, T, V)
             if labels is not None:

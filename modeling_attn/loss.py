@@ -6,7 +6,9 @@ computes the projection, the loss and its gradients a chunk of rows at a time wi
 autograd function `_LinearTokenLoss`). All of them compute the same loss as `torch.nn.functional.cross_entropy`
 and Trainer's `LabelSmoother` (tests/test_loss.py, tests/test_padding_free.py). `guided_alignment_loss` (Garg et
 al. 2019) is added to it when reference word alignments are given; `consistency_loss` (R-Drop) when the recipe
-trains with `--rdrop_alpha`.
+trains with `--rdrop_alpha`: `labelled_consistency_loss` computes R-Drop's cross-entropy and KL from the decoder's
+outputs of the doubled batch at the labelled positions, through `linear_consistency_loss` (chunked, no logits held,
+`_LinearConsistencyLoss`) where `fuses_output_loss` allows it.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ def token_loss(
     """
     check_labels_shape(labels, logits.shape[:2])
     total = torch.nn.functional.cross_entropy(
-        logits.flatten(0, 1).float(),
+        _at_least_float32(logits.flatten(0, 1)),
         labels.flatten().to(logits.device),
         ignore_index=-100,
         reduction="sum",
@@ -150,15 +152,91 @@ def labelled_token_loss(
     if is_torchdynamo_compiling():  # picking the rows is data-dependent (a graph break); -100 counts nothing anyway
         logits = output_layer(hidden_states)
         return token_loss(logits if bias is None else logits + bias, labels, num_items_in_batch, label_smoothing)
-    rows = (labels != -100).reshape(-1).nonzero().squeeze(1)
-    picked = hidden_states.reshape(-1, hidden_states.shape[-1]).index_select(0, rows)
-    picked_labels = labels.reshape(-1).index_select(0, rows)
+    (picked,), picked_labels = _labelled_rows(hidden_states[None], labels)
     if fuses_output_loss(output_layer, picked):
         return linear_token_loss(picked, output_layer.weight, picked_labels, bias, num_items_in_batch, label_smoothing)
     logits = output_layer(picked)
     if bias is not None:
         logits = logits + bias
     return token_loss(logits[None], picked_labels[None], num_items_in_batch, label_smoothing)
+
+
+def _labelled_rows(hidden_states: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The rows of `hidden_states` (C, B, T, E) (C copies of a batch) at the labelled positions of `labels` (B, T),
+    (C, N, E), and their labels (N,)."""
+    rows = (labels != -100).reshape(-1).nonzero().squeeze(1)
+    picked = hidden_states.reshape(hidden_states.shape[0], -1, hidden_states.shape[-1]).index_select(1, rows)
+    return picked, labels.reshape(-1).index_select(0, rows)
+
+
+def linear_consistency_loss(
+    hidden_a: torch.Tensor,
+    hidden_b: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    bias: torch.Tensor | None = None,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
+    alpha: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """R-Drop's loss, cross_entropy + alpha x divergence, and its two parts, of the logits `hidden @ weight.T + bias`
+    of two copies of the same rows, computed without holding the logits (as `linear_token_loss`).
+
+    `hidden_a`, `hidden_b` (N, E) and `labels` (N,) (-100 ignored): cross_entropy is `token_loss` of both copies'
+    logits (2N rows, so divided by twice the labelled rows, or twice `num_items_in_batch`), divergence is
+    `consistency_loss` of the two (divided by the labelled rows or `num_items_in_batch`). Only the first result is
+    differentiable (its gradients are computed in the forward pass, as `linear_token_loss`'s, in one pass over
+    both copies: the cost of a cross-entropy of 2N rows); the parts are for the log. Equal to `token_loss` +
+    `consistency_loss` on the full logits, values and gradients (tests/test_rdrop.py).
+    """
+    if hidden_a.dim() != 2 or hidden_b.shape != hidden_a.shape or labels.shape != hidden_a.shape[:1]:
+        raise ValueError(
+            f"linear_consistency_loss takes hidden_a and hidden_b (rows, width) and labels (rows,), got shapes "
+            f"{tuple(hidden_a.shape)}, {tuple(hidden_b.shape)} and {tuple(labels.shape)}"
+        )
+    if weight.dtype not in (torch.float32, torch.float64):
+        raise TypeError(f"linear_consistency_loss takes float32 or float64 weights, got {weight.dtype}")
+    chunk = max(1, LOSS_CHUNK_LOGITS // weight.shape[0])
+    count = _token_count(labels, num_items_in_batch, hidden_a.device)
+    inputs = (hidden_a, hidden_b, weight, bias, labels, label_smoothing, chunk, float(alpha))
+    with torch.autocast(hidden_a.device.type, enabled=False):
+        if torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in inputs[:4]):
+            sums = _LinearConsistencyLoss.apply(*inputs)
+        else:
+            cross_entropy, divergence = _linear_consistency_sums(*inputs).unbind()
+            sums = (cross_entropy + alpha * divergence, cross_entropy, divergence)
+    return tuple(total / (2 * count) for total in sums)  # both sums are of 2N terms: CE twice, D as KL + KL
+
+
+def labelled_consistency_loss(
+    hidden_states: torch.Tensor,
+    labels: torch.Tensor,
+    output_layer: torch.nn.Module,
+    bias: torch.Tensor | None = None,
+    num_items_in_batch: int | torch.Tensor | None = None,
+    label_smoothing: float = 0.0,
+    alpha: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """R-Drop's loss and its two parts (`linear_consistency_loss`) from the decoder's outputs `hidden_states`
+    (2B, T, E) of a batch twice, `labels` (B, T) the labels of one copy, at the labelled positions only, as
+    `labelled_token_loss`: fused where `fuses_output_loss` allows it, else the logits of the labelled rows through
+    `output_layer`, `token_loss` and `consistency_loss`."""
+    if hidden_states.shape[0] % 2:
+        raise ValueError(f"hidden_states hold a batch twice: an even number of rows, got {hidden_states.shape[0]}")
+    check_labels_shape(labels, (hidden_states.shape[0] // 2, hidden_states.shape[1]))
+    labels = labels.to(hidden_states.device)
+    (picked_a, picked_b), picked_labels = _labelled_rows(hidden_states.unflatten(0, (2, -1)), labels)
+    if fuses_output_loss(output_layer, picked_a):
+        return linear_consistency_loss(
+            picked_a, picked_b, output_layer.weight, picked_labels, bias, num_items_in_batch, label_smoothing, alpha
+        )
+    logits = output_layer(torch.stack([picked_a, picked_b]))
+    if bias is not None:
+        logits = logits + bias
+    twice = None if num_items_in_batch is None else 2 * num_items_in_batch
+    cross_entropy = token_loss(logits.flatten(0, 1)[None], picked_labels.repeat(2)[None], twice, label_smoothing)
+    divergence = consistency_loss(logits[:1], logits[1:], picked_labels[None], num_items_in_batch)
+    return cross_entropy + alpha * divergence, cross_entropy, divergence
 
 
 # Marian's default --guided-alignment-weight (Garg et al. 2019 use 0.05).
@@ -177,8 +255,8 @@ def consistency_loss(
     Trainer's `num_items_in_batch`), as `token_loss` divides."""
     check_labels_shape(labels, logits.shape[:2])
     kept = labels != -100
-    log_p = torch.log_softmax(logits[kept].float(), dim=-1)
-    log_q = torch.log_softmax(other_logits[kept].float(), dim=-1)
+    log_p = torch.log_softmax(_at_least_float32(logits[kept]), dim=-1)
+    log_q = torch.log_softmax(_at_least_float32(other_logits[kept]), dim=-1)
     total = 0.5 * ((log_p.exp() - log_q.exp()) * (log_p - log_q)).sum()  # the two KLs' sum, in one pass
     return total / _token_count(labels, num_items_in_batch, logits.device)
 
@@ -212,6 +290,11 @@ def guided_alignment_loss(
     return total / _token_count(labels, num_items_in_batch, total.device)
 
 
+def _at_least_float32(logits: torch.Tensor) -> torch.Tensor:
+    """Logits in float32 for the loss (bfloat16 and float16 ones upcast), float64 ones kept."""
+    return logits.to(torch.promote_types(logits.dtype, torch.float32))
+
+
 def _token_count(
     labels: torch.Tensor, num_items_in_batch: int | torch.Tensor | None, device: torch.device
 ) -> int | torch.Tensor:
@@ -228,36 +311,65 @@ def _token_count(
 def _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk, grads=None):
     """The summed label-smoothed cross-entropy, chunk by chunk; with `grads` = (hidden, weight, bias) buffers
     (None where no gradient is wanted), also d sum / d each of them, written into those buffers."""
-    vocab = weight.shape[0]
     total = torch.zeros((), dtype=weight.dtype, device=hidden_states.device)  # float32 or float64
     labels = labels.to(hidden_states.device)
     for start in range(0, hidden_states.shape[0], chunk):
         rows = hidden_states[start : start + chunk]
-        targets = labels[start : start + chunk]
-        kept = targets != -100
-        safe_targets = torch.where(kept, targets, 0)[:, None]
+        kept, safe_targets = _chunk_targets(labels[start : start + chunk])
         log_probs = torch.log_softmax(torch.nn.functional.linear(rows, weight, bias), dim=-1)
-        losses = -(1.0 - label_smoothing) * log_probs.gather(1, safe_targets).squeeze(1)
-        if label_smoothing:
-            losses = losses - (label_smoothing / vocab) * log_probs.sum(dim=1)
-        total += losses.masked_fill(~kept, 0.0).sum()
+        total += _smoothed_nll(log_probs, safe_targets, label_smoothing).masked_fill(~kept, 0.0).sum()
         if grads is None:
             continue
-        grad_logits = log_probs.exp_()  # softmax, in place of the log-probabilities
-        if label_smoothing:
-            grad_logits.sub_(label_smoothing / vocab)
-        grad_logits.scatter_add_(1, safe_targets, grad_logits.new_full(safe_targets.shape, label_smoothing - 1.0))
-        grad_logits.mul_(kept[:, None])
-        grad_hidden, grad_weight, grad_bias = grads
-        if grad_hidden is not None:
-            torch.mm(grad_logits, weight, out=grad_hidden[start : start + chunk])
-        if grad_weight is not None and start == 0:
-            torch.mm(grad_logits.T, rows, out=grad_weight)  # the first chunk writes the buffer: no zero fill
-        elif grad_weight is not None:
-            grad_weight.addmm_(grad_logits.T, rows)
-        if grad_bias is not None:
-            grad_bias += grad_logits.sum(dim=0)
+        grad_logits = _minus_targets_(log_probs.exp_(), safe_targets, kept, label_smoothing)  # softmax, in place
+        _accumulate_grads(grad_logits, rows, weight, grads, slice(start, start + chunk), first=start == 0)
     return total
+
+
+def _chunk_targets(targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The labelled rows of a chunk (a mask) and its targets as a (rows, 1) index, 0 where ignored."""
+    kept = targets != -100
+    return kept, torch.where(kept, targets, 0)[:, None]
+
+
+def _smoothed_nll(log_probs: torch.Tensor, safe_targets: torch.Tensor, label_smoothing: float) -> torch.Tensor:
+    """Each row's label-smoothed cross-entropy: -(1 - eps) log p_y - eps / V sum_k log p_k."""
+    losses = -(1.0 - label_smoothing) * log_probs.gather(1, safe_targets).squeeze(1)
+    if label_smoothing:
+        losses = losses - (label_smoothing / log_probs.shape[1]) * log_probs.sum(dim=1)
+    return losses
+
+
+def _minus_targets_(grad_logits, safe_targets, kept, label_smoothing):
+    """`grad_logits` (rows holding softmax + anything else) minus the smoothed one-hot target, (1 - eps) one-hot +
+    eps / V, so that softmax becomes d cross-entropy / d logits; the ignored rows zeroed. In place."""
+    if label_smoothing:
+        grad_logits.sub_(label_smoothing / grad_logits.shape[1])
+    grad_logits.scatter_add_(1, safe_targets, grad_logits.new_full(safe_targets.shape, label_smoothing - 1.0))
+    return grad_logits.mul_(kept[:, None])
+
+
+def _accumulate_grads(grad_logits, rows, weight, grads, where, first):
+    """From d sum / d logits of a chunk of `rows`: d / d hidden written into `grads[0][where]`, d / d weight and
+    d / d bias added into `grads[1]` and `grads[2]` (None: not wanted); the `first` chunk writes the weight's."""
+    grad_hidden, grad_weight, grad_bias = grads
+    if grad_hidden is not None:
+        torch.mm(grad_logits, weight, out=grad_hidden[where])
+    if grad_weight is not None and first:
+        torch.mm(grad_logits.T, rows, out=grad_weight)  # no zero fill
+    elif grad_weight is not None:
+        grad_weight.addmm_(grad_logits.T, rows)
+    if grad_bias is not None:
+        grad_bias += grad_logits.sum(dim=0)
+
+
+def _grad_buffers(wants, hidden_states, weight, bias):
+    """Buffers for the gradients of `hidden_states`, `weight` and `bias` that `wants` (None for the others); the
+    weight's is written by the first chunk, so left empty unless there is none."""
+    return (
+        torch.empty_like(hidden_states) if wants[0] else None,
+        (torch.empty_like if hidden_states.shape[0] else torch.zeros_like)(weight) if wants[1] else None,
+        torch.zeros_like(bias) if bias is not None and wants[2] else None,
+    )
 
 
 class _LinearTokenLoss(torch.autograd.Function):
@@ -265,12 +377,7 @@ class _LinearTokenLoss(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden_states, weight, bias, labels, label_smoothing, chunk):
-        wants = ctx.needs_input_grad
-        grads = (
-            torch.empty_like(hidden_states) if wants[0] else None,
-            (torch.empty_like if hidden_states.shape[0] else torch.zeros_like)(weight) if wants[1] else None,
-            torch.zeros_like(bias) if bias is not None and wants[2] else None,
-        )
+        grads = _grad_buffers(ctx.needs_input_grad, hidden_states, weight, bias)
         total = _linear_token_loss_sum(hidden_states, weight, bias, labels, label_smoothing, chunk, grads)
         ctx.save_for_backward(*grads)
         return total
@@ -278,5 +385,67 @@ class _LinearTokenLoss(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_total):
-        scaled = [grad * grad_total.to(grad.dtype) if grad is not None else None for grad in ctx.saved_tensors]
-        return (*scaled, None, None, None)
+        return (*_scaled(ctx.saved_tensors, grad_total), None, None, None)
+
+
+def _scaled(grads, grad_total):
+    return [grad * grad_total.to(grad.dtype) if grad is not None else None for grad in grads]
+
+
+def _linear_consistency_sums(hidden_a, hidden_b, weight, bias, labels, label_smoothing, chunk, alpha, grads=None):
+    """`linear_consistency_loss`'s sums, chunk by chunk: cross-entropy of both copies, CE, and 2 x the symmetric
+    KL, 2 D (both over the labelled rows); with `grads` = (hidden_a, hidden_b, weight, bias) buffers (None where
+    not wanted), d (CE + alpha 2 D) / d each, written into them. Per row, with z the logits, p = softmax(z_a),
+    q = softmax(z_b), r = log p - log q: 2 D = sum_k (p_k - q_k) r_k = E_p[r] - E_q[r] (KL(p||q) + KL(q||p)), and
+    d 2 D / d z_a = p (r - E_p[r]) + p - q, d 2 D / d z_b = q (E_q[r] - r) + q - p."""
+    sums = torch.zeros(2, dtype=weight.dtype, device=hidden_a.device)
+    labels = labels.to(hidden_a.device)
+    for start in range(0, hidden_a.shape[0], chunk):
+        rows_a, rows_b = hidden_a[start : start + chunk], hidden_b[start : start + chunk]
+        kept, safe_targets = _chunk_targets(labels[start : start + chunk])
+        log_p = torch.log_softmax(torch.nn.functional.linear(rows_a, weight, bias), dim=-1)
+        log_q = torch.log_softmax(torch.nn.functional.linear(rows_b, weight, bias), dim=-1)
+        cross_entropy = _smoothed_nll(log_p, safe_targets, label_smoothing)
+        cross_entropy += _smoothed_nll(log_q, safe_targets, label_smoothing)
+        p = log_p.exp()
+        ratio = log_p.sub_(log_q)  # r, in place of log p
+        q = log_q.exp_()  # in place of log q
+        grad_a = torch.mul(p, ratio)
+        mean_a = grad_a.sum(dim=1, keepdim=True)  # E_p[r] = KL(p||q)
+        ratio.mul_(q)
+        mean_b = ratio.sum(dim=1, keepdim=True)  # E_q[r] = -KL(q||p)
+        sums += torch.stack([cross_entropy, (mean_a - mean_b).squeeze(1)], dim=1).masked_fill(~kept[:, None], 0).sum(0)
+        if grads is None:
+            continue
+        # d / d z_a = softmax(z_a) - targets + alpha (p (r - E_p[r]) + p - q); z_b alike, q r in place of r
+        grad_a.addcmul_(p, mean_a, value=-1.0).mul_(alpha).add_(p, alpha=1.0 + alpha).sub_(q, alpha=alpha)
+        grad_b = ratio.addcmul_(q, mean_b, value=-1.0).mul_(-alpha).add_(q, alpha=1.0 + alpha).sub_(p, alpha=alpha)
+        where, (grad_hidden_a, grad_hidden_b, grad_weight, grad_bias) = slice(start, start + chunk), grads
+        for grad_logits, rows, grad_hidden, first in (
+            (grad_a, rows_a, grad_hidden_a, start == 0),
+            (grad_b, rows_b, grad_hidden_b, False),
+        ):
+            _minus_targets_(grad_logits, safe_targets, kept, label_smoothing)
+            _accumulate_grads(grad_logits, rows, weight, (grad_hidden, grad_weight, grad_bias), where, first)
+    return sums
+
+
+class _LinearConsistencyLoss(torch.autograd.Function):
+    """`linear_consistency_loss`'s sums (CE + alpha 2 D, CE, 2 D), the gradient of the first computed in the forward
+    pass (once differentiable); the other two are not differentiable (the parts, for the log)."""
+
+    @staticmethod
+    def forward(ctx, hidden_a, hidden_b, weight, bias, labels, label_smoothing, chunk, alpha):
+        wants = ctx.needs_input_grad
+        grad_a, grad_weight, grad_bias = _grad_buffers((wants[0], wants[2], wants[3]), hidden_a, weight, bias)
+        grads = (grad_a, torch.empty_like(hidden_b) if wants[1] else None, grad_weight, grad_bias)
+        sums = _linear_consistency_sums(hidden_a, hidden_b, weight, bias, labels, label_smoothing, chunk, alpha, grads)
+        ctx.save_for_backward(*grads)
+        cross_entropy, divergence = sums.unbind()
+        ctx.mark_non_differentiable(cross_entropy, divergence)
+        return cross_entropy + alpha * divergence, cross_entropy, divergence
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_total, _grad_cross_entropy, _grad_divergence):
+        return (*_scaled(ctx.saved_tensors, grad_total), None, None, None, None)

@@ -35,7 +35,7 @@ from transformers.trainer_pt_utils import LabelSmoother
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, seed_worker, sort_checkpoints
 
 from modeling_attn.api.outputs import OutputError, is_disk_full
-from modeling_attn.loss import consistency_loss
+from modeling_attn.loss import consistency_loss, fuses_output_loss, labelled_consistency_loss
 
 from .averaging import find_checkpoints
 from .batching import StreamingTokenBatches, TokenBatchSampler, column_lengths
@@ -107,6 +107,7 @@ class TranslationTrainer(Seq2SeqTrainer):
         # looked up once here, not at every training step
         parameters = inspect.signature(self.model.forward).parameters
         self._takes_skip_logits = "skip_logits" in parameters
+        self._takes_skip_output_layer = "skip_output_layer" in parameters and hasattr(self.model, "output_layer")
         self._label_smoothing = None  # passed at call time to a model that smooths its own loss
         if self.label_smoother is not None and "smoothing" in parameters:
             self._label_smoothing, self.label_smoother = self.label_smoother.epsilon, None
@@ -149,17 +150,53 @@ class TranslationTrainer(Seq2SeqTrainer):
     def _rdrop_loss(self, model, inputs, return_outputs, num_items_in_batch):
         """R-Drop (Liang et al. 2021): the batch twice in one forward pass (each copy gets its own dropout masks), the
         model's label-smoothed loss over both copies plus `rdrop_alpha` x `loss.consistency_loss` of the two copies'
-        logits; the parts are logged as `rdrop_cross_entropy` and `rdrop_kl` (`log`)."""
+        token distributions; the parts are logged as `rdrop_cross_entropy` and `rdrop_kl` (`log`). Where the fused
+        loss applies (`_fused_output_layer`), the model returns its decoder's output and
+        `loss.labelled_consistency_loss` computes both parts at the labelled positions without the logits (about
+        the cost of two plain steps); elsewhere they come from the full logits of the doubled batch."""
         doubled = {
             key: torch.cat([value, value]) if torch.is_tensor(value) else value for key, value in inputs.items()
         }
-        twice = None if num_items_in_batch is None else 2 * num_items_in_batch
-        cross_entropy, outputs = super().compute_loss(model, doubled, return_outputs=True, num_items_in_batch=twice)
-        first, second = outputs.logits.chunk(2)
-        divergence = consistency_loss(first, second, inputs["labels"], num_items_in_batch)
+        output_layer = None if return_outputs else self._fused_output_layer(model, inputs)
+        if output_layer is not None:
+            outputs = model(**doubled, skip_output_layer=True)
+            loss, cross_entropy, divergence = labelled_consistency_loss(
+                outputs.last_hidden_state,
+                inputs["labels"],
+                *output_layer,
+                num_items_in_batch,
+                inputs.get("smoothing", 0.0),
+                self.rdrop_alpha,
+            )
+        else:
+            twice = None if num_items_in_batch is None else 2 * num_items_in_batch
+            cross_entropy, outputs = super().compute_loss(
+                model, doubled, return_outputs=True, num_items_in_batch=twice
+            )
+            first, second = outputs.logits.chunk(2)
+            divergence = consistency_loss(first, second, inputs["labels"], num_items_in_batch)
+            loss = cross_entropy + self.rdrop_alpha * divergence
         self._rdrop_parts.append(torch.stack([cross_entropy.detach(), divergence.detach()]))
-        loss = cross_entropy + self.rdrop_alpha * divergence
         return (loss, outputs) if return_outputs else loss
+
+    def _fused_output_layer(self, model, inputs) -> tuple[nn.Module, torch.Tensor | None] | None:
+        """The model's output layer and logits bias when R-Drop's loss may be computed outside the model's forward,
+        fused (`loss.fuses_output_loss`: the CPU, no autocast, a plain layer), else None: the model must be our own
+        and bare (no DDP or compile wrapper, no sharding: they expect every use of a weight inside forward), with
+        its own loss (no Trainer label smoother or loss function), and no guided alignment (the model's loss)."""
+        if (
+            not self._takes_skip_output_layer
+            or self.label_smoother is not None
+            or self.compute_loss_func is not None
+            or "alignment" in inputs
+            or self.is_fsdp_enabled
+            or self.is_deepspeed_enabled
+            or model is not self.accelerator.unwrap_model(model)
+        ):
+            return None
+        output_layer, bias = model.output_layer()
+        # the weight stands in for the decoder's output: it is on the same device (offloading hooks are refused)
+        return (output_layer, bias) if fuses_output_loss(output_layer, output_layer.weight) else None
 
     def prediction_step(self, model, inputs, prediction_loss_only, ignore_keys=None, **gen_kwargs):
         """Seq2SeqTrainer's, with the evaluation loss label-smoothed as the training loss is. Its generating branch
