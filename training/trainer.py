@@ -175,9 +175,22 @@ class TranslationTrainer(Seq2SeqTrainer):
             )
             first, second = outputs.logits.chunk(2)
             divergence = consistency_loss(first, second, inputs["labels"], num_items_in_batch)
+            divergence = divergence * self._token_average_scale(num_items_in_batch)  # as Trainer scaled the CE
             loss = cross_entropy + self.rdrop_alpha * divergence
         self._rdrop_parts.append(torch.stack([cross_entropy.detach(), divergence.detach()]))
         return (loss, outputs) if return_outputs else loss
+
+    def _token_average_scale(self, num_items_in_batch) -> int:
+        """The factor Trainer's `compute_loss` multiplies a loss divided by the token count of all processes with
+        (`average_tokens_across_devices`: the processes' gradients are then averaged), 1 where it does not."""
+        if not (
+            self.args.average_tokens_across_devices
+            and (self.model_accepts_loss_kwargs or self.compute_loss_func)
+            and num_items_in_batch is not None
+        ):
+            return 1
+        tensor_parallel = getattr(self, "get_tp_size", lambda: 1)()  # transformers 5.4 has no tensor parallel size
+        return self.accelerator.num_processes // tensor_parallel if self.args.n_gpu <= 1 else self.args.n_gpu
 
     def _fused_output_layer(self, model, inputs) -> tuple[nn.Module, torch.Tensor | None] | None:
         """The model's output layer and logits bias when R-Drop's loss may be computed outside the model's forward,
