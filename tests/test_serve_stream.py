@@ -8,6 +8,7 @@ the slow tests run a real `attn serve` process: a streamed request on a full que
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -17,9 +18,10 @@ from tasks import one_thread
 from test_engines import SENTENCES, save_reverser
 from test_serve import BODY_LIMIT, free_port, server  # noqa: F401 (free_port: server's)
 
-from modeling_attn.api.batching import ServeLimits
+from modeling_attn.api.batching import Batcher, Group, ServeLimits
 from modeling_attn.api.documents import translate_document
-from modeling_attn.api.engines import load_translator
+from modeling_attn.api.engines import TorchEngine, load_translator
+from modeling_attn.api.translation import Hypothesis
 
 httpx = pytest.importorskip("httpx", reason="the server tests' client is httpx (the test extra)")
 pytest.importorskip("fastapi", reason="the serve extra's fastapi is not installed")
@@ -218,3 +220,34 @@ def test_over_http_a_streamed_request_on_a_full_queue_is_refused_and_streams_onc
         text = httpx.post(f"{url}/translate", json=token, timeout=60).json()["translations"][0]["text"]
         assert "".join(data["text"] for name, data in found if name == "token") == text
         assert httpx.get(f"{url}/health").json()["refused_queue_full"] == 1
+
+
+class RecordingEngine(TorchEngine):
+    """An engine that translates a sentence as itself and records the batches it is given."""
+
+    def __init__(self):
+        super().__init__(None, None)
+        self.batches = []
+
+    def translate_nbest(self, sentences, n=1, **options):
+        self.batches.append(list(sentences))
+        return [[Hypothesis(sentence, 0.0)] for sentence in sentences]
+
+
+def test_the_sentences_of_a_cancelled_request_are_dropped_when_their_turn_comes():
+    recording = RecordingEngine()
+    batcher = Batcher(recording, None, ServeLimits())
+
+    async def run() -> list:
+        loop = asyncio.get_running_loop()
+        left = batcher.submit(["a", "b"], [2, 2], ("key",), Group({}, 1, 1, None), loop, stream={"ramp": 1})
+        kept = batcher.submit(["c"], [2], ("key",), Group({}, 1, 1, None), loop)
+        left.cancel()  # its client has gone
+        batcher.start()
+        try:
+            return await asyncio.wait_for(kept, 30)
+        finally:
+            await asyncio.to_thread(batcher.close)
+
+    assert [found[0].text for found in asyncio.run(run())] == ["c"]
+    assert recording.batches == [["c"]]

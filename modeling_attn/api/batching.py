@@ -10,7 +10,8 @@ torch engine switches a Transformer to the eager attention (the one with attenti
 and back after. Pairs to score (`POST /score`) queue as a group of their own and run on `engine.score`. Streamed
 requests queue as the others do (the same queue, limits and order): a streamed document's sentences ramp (its batches
 take 1, 2, 4... of them, so the first comes back early) and each is reported when done; a token-streamed sentence is a
-group of its own, decoded alone, its text handed on as it comes. No FastAPI: `server.py` awaits `submit`'s futures.
+group of its own, decoded alone, its text handed on as it comes; a cancelled request's sentences (a stream whose client
+has gone) are dropped when their turn comes. No FastAPI: `server.py` awaits `submit`'s futures.
 """
 
 from __future__ import annotations
@@ -276,6 +277,9 @@ class Batcher:
     def _run(self) -> None:
         while (taken := self._next_batch()) is not None:
             group, batch = taken
+            batch = [sentence for sentence in batch if not sentence.job.future.cancelled()]  # a stream left behind
+            if not batch:
+                continue
             try:
                 hypotheses = self._translate(group, batch)
             except Exception as error:  # noqa: BLE001 (answered as a 500 to the requests of this batch)

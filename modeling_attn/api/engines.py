@@ -10,7 +10,8 @@ the model and gives the torch engine's translations (`AutoEngine`: what the fast
 torch). A named engine refuses what it cannot do in one line naming itself and the setting (`EngineError`).
 docs/export.md, "Engines", says what each engine has and why; each engine holds the torch model it was opened with
 (`engine.model`), and `engine.describe(options)` and `engine.label_for(options)` say which engine runs a request with
-those options (under auto, and why).
+those options (under auto, and why). `translate_streamed(sentence, on_token, **options)` hands on each token as it is
+chosen where `can_stream(options)` (greedy search or sampling, on torch and CTranslate2: `streaming.py`).
 """
 
 from __future__ import annotations

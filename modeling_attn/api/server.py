@@ -5,6 +5,8 @@
   lists, word alignments), `POST /score` (`serve_schema.ScoreRequest`: `attn score`'s pairs), `GET /health`,
   `GET /model` (`model_info.describe_model`), `GET /docs` and `GET /openapi.json`; `GET /model` names the engine
   that decodes (`engines.py`: torch, or an export engine with torch for what it lacks under `--engine auto`);
+- documents (`"format": "text"`: each item of `text` a document, split by `documents.py`, its sentences queued as one
+  request) and streams (`"stream": true`: Server-Sent Events, `serve_stream.py`; queued as any request);
 - batching: `batching.Batcher`, whose worker thread runs between the application's startup and shutdown;
 - refusals, each with a JSON body `{"error": "<field>: <what is wrong>"}` naming the field (400, 413, 422, and 503
   with `Retry-After` for a full queue); a failure inside generate() answers 500 for that batch and the worker goes on;
