@@ -587,3 +587,23 @@ def test_steer_quick_run_counts_the_differences_and_times_each_engine(tmp_path):
     assert all(rate > 0 for entry in report["speed"].values() for rate in entry.values())
     assert report["constraints"]["cost"] > 0 and all(rate > 0 for rate in report["scoring"].values())
     assert (tmp_path / "s.md").read_text().count("| prefix, greedy |") == 2
+
+
+@pytest.mark.slow
+def test_stream_quick_run_streams_a_document_from_a_real_server(tmp_path):
+    pytest.importorskip("fastapi", reason="the stream bench runs attn serve (the serve extra)")
+    from test_serve import save_model
+
+    folder = save_model(tmp_path / "model")
+    stream = bench_module("stream")
+    argv = ["--model", str(folder), "--sentences", "3", "--rounds", "1", "--engine", "torch", "--threads", "1"]
+    report = stream.main([*argv, "--output", str(tmp_path / "s")])
+    assert report["checks"] == {
+        "concatenation_equals_the_answer": True,
+        "done_equals_the_answer": True,
+        "first_event_is_sentence_0": True,
+        "sentence_events": 3,
+    }
+    assert all(value > 0 for value in report["median_s"].values())
+    assert report["median_s"]["first sentence of the stream"] < report["median_s"]["document streamed"]
+    assert (tmp_path / "s.md").read_text().startswith("Command: `python -m bench stream --model")
