@@ -111,6 +111,11 @@ def test_a_streamed_document_sends_its_sentences_in_order_then_done(served):
     assert found[-1][1] == answer
     first = found[0][1]
     assert (first["source"], first["line"], first["text"]) == ("a b c", 1, first["translation"])
+    empty = {"text": [" \n "], "format": "text", "num_beams": 1}  # nothing to translate: no queue, the text back
+    expected = {"translations": [{"text": " \n ", "sentences": 0}]}
+    assert client.post("/translate", json=empty).json() == expected
+    only = [(name, data.get("index"), data.get("text")) for name, data in streamed(client, empty)]
+    assert only[0] == ("sentence", -1, " \n ") and only[1] == ("done", None, None)
 
 
 def test_a_streamed_sentence_sends_its_tokens_then_the_non_streamed_answer(served):
@@ -156,6 +161,8 @@ def test_beam_search_streams_each_sentence_as_its_batch_is_done(served):
         ({"text": ["a"], "format": "text", "alignment": "hard"}, 422, "alignment: applies to one sentence"),
         ({"text": ["a"], "format": "text", "constraints": [["b"]]}, 422, "constraints: applies to one sentence"),
         ({"text": ["a"], "format": "text", "num_beams": 2, "num_return_sequences": 2}, 422, "num_return_sequences:"),
+        ({"text": [" "], "format": "text", "num_return_sequences": 3}, 422, "num_return_sequences: applies"),
+        ({"text": [" "], "format": "text", "max_new_tokens": 100}, 422, "max_new_tokens: 100 is more than"),
         ({"text": ["a"], "source_lang": "de"}, 422, 'source_lang: a document\'s language; add "format": "text"'),
         ({"text": ["a", "b " * 40], "format": "text"}, 422, "text[1]: line 1: the sentence 'b b b b"),
         ({"text": ["a\n" * 65], "format": "text", "stream": True}, 422, "text: 65 sentences in its documents, more"),

@@ -389,7 +389,7 @@ async def _translate_documents(serving: _Serving, request: TranslateRequest) -> 
     """`POST /translate` with a document format: its documents' sentences queued as one request (ramping when
     streamed), the answer `DocumentResponse` (streamed: `sentence` events, then `done` with it)."""
     try:
-        documents = _documents(serving, request)
+        documents, (key, group) = _documents(serving, request), _group_for(serving.engine, request)
     except RequestError as error:
         serving.state["requests"] += 1
         return JSONResponse({"error": str(error)}, status_code=422)
@@ -398,7 +398,6 @@ async def _translate_documents(serving: _Serving, request: TranslateRequest) -> 
     stream = {"on_result": _document_events(documents, queue), "ramp": 1} if request.stream else {}
 
     def prepare() -> tuple[list, list[int], tuple, Group, dict[str, Any]]:
-        key, group = _group_for(serving.engine, request)
         tokens = _token_counts(serving.counting, serving.engine.model, sentences)
         return sentences, tokens, key, group, {"stream": stream}
 
