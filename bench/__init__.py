@@ -32,4 +32,5 @@ BENCHES: dict[str, str] = {
     "scale": "bench.scale.run",
     "scale_corpus": "bench.scale.make_corpus",
     "serve": "bench.serve.bench",
+    "stream": "bench.stream",
 }

@@ -77,6 +77,7 @@ def fast_generate(
     signature = model_signature(model)
     if signature is None or not _supported_inputs(model, input_ids, attention_mask):
         return None
+    streamer = generate_kwargs.pop("streamer", None)  # generate()'s: each new token, as it is chosen (greedy only)
     constraints = None
     if CONSTRAINT_ARGUMENTS & generate_kwargs.keys():  # taken out first: the merged settings are remembered per call
         generate_kwargs = dict(generate_kwargs)
@@ -97,7 +98,9 @@ def fast_generate(
                 return None
         encoded = step.encode(input_ids, attention_mask)
         if plan.num_beams == 1:
-            sequences = greedy_search(step, plan, encoded, attention_mask)
+            sequences = greedy_search(step, plan, encoded, attention_mask, streamer)
+        elif streamer is not None:
+            return None  # generate() refuses a streamer with beam search
         else:
             sequences = beam_search(step, plan, encoded, attention_mask, constraints)
     return None if sequences is None else sequences.clone()  # a normal tensor, as generate() returns
@@ -644,9 +647,12 @@ def _force_end(scores: torch.Tensor, at_limit: torch.Tensor, eos: torch.Tensor) 
     return torch.where(at_limit[:, None], forced, scores)
 
 
-def greedy_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor):
+def greedy_search(
+    step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, attention_mask: torch.Tensor, streamer=None
+):
     """transformers' greedy search (`_sample` without sampling): argmax of the (length-limited) logits; a finished
-    row gets the pad token; the search stops when every row has ended or at `max_length`."""
+    row gets the pad token; the search stops when every row has ended or at `max_length`. `streamer` gets what
+    generate() gives it: the start tokens, each step's tokens, then `end()`."""
     batch_size, max_length = encoded.shape[0], plan.max_length
     if max_length - 1 > step.positions.shape[0]:
         return None  # the decoder may run out of positions: generate() says so, or finishes before
@@ -659,6 +665,8 @@ def greedy_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, 
     first_limit = None if plan.limits is None else min(plan.limits) - 1
     tokens = sequences[:, 0]
     length = 1
+    if streamer is not None:
+        streamer.put(sequences[:, :1].cpu())
     for position in range(max_length - 1):
         scores = step(tokens, position, self_kv, cross_kv, cross_mask).float()
         if first_limit is not None and position >= first_limit:
@@ -666,10 +674,14 @@ def greedy_search(step: DecoderStep, plan: DecodingPlan, encoded: torch.Tensor, 
         next_tokens = torch.where(unfinished, scores.argmax(dim=-1), plan.pad)
         sequences[:, position + 1] = next_tokens
         length = position + 2
+        if streamer is not None:
+            streamer.put(next_tokens.cpu())
         unfinished &= ~torch.isin(next_tokens, plan.eos)
         if not bool(unfinished.any()):
             break
         tokens = sequences[:, position + 1]
+    if streamer is not None:
+        streamer.end()
     return sequences[:, :length]
 
 

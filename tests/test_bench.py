@@ -612,3 +612,23 @@ def test_the_documents_paragraphs_cover_every_sentence_in_runs_of_3_to_8():
     runs = bench_module("documents").paragraphs_of(100, seed=1)
     assert [i for run in runs for i in run] == list(range(100))
     assert all(3 <= len(run) <= 8 for run in runs[:-1]) and 1 <= len(runs[-1]) <= 8
+
+
+@pytest.mark.slow
+def test_stream_quick_run_streams_a_document_from_a_real_server(tmp_path):
+    pytest.importorskip("fastapi", reason="the stream bench runs attn serve (the serve extra)")
+    from test_serve import save_model
+
+    folder = save_model(tmp_path / "model")
+    stream = bench_module("stream")
+    argv = ["--model", str(folder), "--sentences", "3", "--rounds", "1", "--engine", "torch", "--threads", "1"]
+    report = stream.main([*argv, "--output", str(tmp_path / "s")])
+    assert report["checks"] == {
+        "concatenation_equals_the_answer": True,
+        "done_equals_the_answer": True,
+        "first_event_is_sentence_0": True,
+        "sentence_events": 3,
+    }
+    assert all(value > 0 for value in report["median_s"].values())
+    assert report["median_s"]["first sentence of the stream"] < report["median_s"]["document streamed"]
+    assert (tmp_path / "s.md").read_text().startswith("Command: `python -m bench stream --model")

@@ -7,9 +7,11 @@ another. A request's sentences are queued all or none (`QueueFull` when they do 
 generate() fails that batch's requests and the worker goes on; `close` translates what is still queued, then stops.
 The batches run on an engine (`engines.py`: the torch model, or an export engine with torch for what it lacks); the
 torch engine switches a Transformer to the eager attention (the one with attention weights) for the batches that align
-and back after. Pairs to score (`POST /score`) queue as a group of their own and run on `engine.score`.
-This module needs no FastAPI: the app (`server.py`) awaits the futures `submit`
-returns, and any asyncio code can.
+and back after. Pairs to score (`POST /score`) queue as a group of their own and run on `engine.score`. Streamed
+requests queue as the others do (the same queue, limits and order): a streamed document's sentences ramp (its batches
+take 1, 2, 4... of them, so the first comes back early) and each is reported when done; a token-streamed sentence is a
+group of its own, decoded alone, its text handed on as it comes; a cancelled request's sentences (a stream whose client
+has gone) are dropped when their turn comes. No FastAPI: `server.py` awaits `submit`'s futures.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import threading
 import time
 import warnings
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +31,7 @@ from .alignment import AlignedTranslation
 from .constraints import ConstraintWarning
 from .engines import Engine, as_engine
 from .scoring import Score
+from .streaming import StreamClosed, stream_sentence
 from .translation import Hypothesis
 
 SAMPLING_BATCH = 32  # sentences per generate() call of a seeded sampling request: `attn translate`'s --batch_size
@@ -78,12 +82,17 @@ def _translate_group(engine: Engine, batch: list[_Sentence], group: Group) -> li
 
 @dataclass
 class _Job:
-    """One request: its answers, filled in by the worker, and the future its handler awaits."""
+    """One request: its answers, filled in by the worker, and the future its handler awaits. A streamed request
+    also has `on_result(index, found)`, called in the event loop as each sentence is done, and `on_text(piece)`,
+    each piece of a token-streamed sentence's text; `ramp`: the most of its sentences the next batch takes."""
 
     results: list[list[Found] | None]
     remaining: int
     future: asyncio.Future
     loop: asyncio.AbstractEventLoop
+    on_result: Callable[[int, Any], None] | None = None
+    on_text: Callable[[str], None] | None = None
+    ramp: int | None = None
 
 
 @dataclass
@@ -108,6 +117,7 @@ class Group:
     alignment_words: str | None = None  # with word alignments, over these words (`alignment.split_words`)
     scoring: bool = False  # pairs to score (`engine.score`), not sentences to translate
     constrained: bool = False  # each sentence with its own constraints (`_Sentence.constraints`)
+    streamed: bool = False  # one sentence, its text sent as its tokens come (`streaming.stream_sentence`)
     sentences: deque[_Sentence] = field(default_factory=deque)
 
 
@@ -162,12 +172,14 @@ class Batcher:
         loop: asyncio.AbstractEventLoop,
         steering: list[dict[str, Any]] | None = None,
         constraints: list[list[str]] | None = None,
+        stream: dict[str, Any] | None = None,
     ) -> asyncio.Future:
         """Queue a request's sentences (or pairs to score; all or none) under `key`, each with its per-sentence options
         (`steering`: one dict per sentence, default none) and, in a constrained `group`, its target phrases
-        (`constraints`); a future of their hypotheses (or scores) in input order."""
+        (`constraints`); a future of their hypotheses (or scores) in input order. `stream`: the job's `on_result`,
+        `on_text` and `ramp` (`_Job`) for a streamed request."""
         steering = steering or [{} for _ in sentences]
-        job = _Job([None] * len(sentences), len(sentences), loop.create_future(), loop)
+        job = _Job([None] * len(sentences), len(sentences), loop.create_future(), loop, **(stream or {}))
         now = time.monotonic()
         with self._condition:
             if self._closing:
@@ -202,26 +214,44 @@ class Batcher:
             group = self._groups[key]
             deadline = group.sentences[0].arrived + self.limits.max_wait_ms / 1000
             # Only this thread takes sentences out, so the group can only grow while it waits.
-            while group.seed is None and not self._closing and not self._full(group):
+            alone = group.seed is not None or group.streamed  # nothing may join these
+            while not alone and not self._closing and not self._full(group):
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 self._condition.wait(remaining)
-            if group.seed is not None:  # a seeded sampling request: alone, whole
+            if group.seed is not None and not group.streamed:  # a seeded sampling request: alone, whole
                 batch = list(group.sentences)
                 group.sentences.clear()
             else:
-                batch = [group.sentences.popleft()]
-                while (
-                    group.sentences and self._cost([*batch, group.sentences[0]], group) <= self.limits.max_batch_tokens
-                ):
-                    batch.append(group.sentences.popleft())
+                batch = self._take(group)
             if not group.sentences:
                 del self._groups[key]
             self._waiting -= len(batch)
             return group, batch
 
+    def _take(self, group: Group) -> list[_Sentence]:
+        """The group's oldest sentences up to `max_batch_tokens` (a streamed group's: one), and no more of a ramping
+        job's than its `ramp`, which then doubles (1, 2, 4...: its first sentence comes back early)."""
+        batch = [group.sentences.popleft()]
+        taken = {id(batch[0].job): 1}
+        while group.sentences and not group.streamed:
+            following = group.sentences[0]
+            ramp = following.job.ramp
+            if ramp is not None and taken.get(id(following.job), 0) >= ramp:
+                break
+            if self._cost([*batch, following], group) > self.limits.max_batch_tokens:
+                break
+            batch.append(group.sentences.popleft())
+            taken[id(following.job)] = taken.get(id(following.job), 0) + 1
+        for job in {id(sentence.job): sentence.job for sentence in batch}.values():
+            if job.ramp is not None:
+                job.ramp *= 2
+        return batch
+
     def _translate(self, group: Group, batch: list[_Sentence]) -> list[list[Found]]:
+        if group.streamed:
+            return [[self._stream(group, batch[0])]]
         if group.seed is None:
             return _translate_group(self.engine, batch, group)
         self.engine.seed(group.seed)  # as `attn translate --seed`: once, then the chunks in order
@@ -230,9 +260,26 @@ class Batcher:
             hypotheses += _translate_group(self.engine, batch[start : start + SAMPLING_BATCH], group)
         return hypotheses
 
+    def _stream(self, group: Group, sentence: _Sentence) -> Found:
+        """A token-streamed sentence: each piece of its text handed to the event loop as it comes; decoding stops at
+        the next token once the request's future is done (its client has gone)."""
+        job = sentence.job
+
+        def emit(piece: str) -> None:
+            if job.future.done():
+                raise StreamClosed
+            job.loop.call_soon_threadsafe(job.on_text, piece)
+
+        if group.seed is not None:
+            self.engine.seed(group.seed)
+        return stream_sentence(self.engine, sentence.text, emit, **group.options)
+
     def _run(self) -> None:
         while (taken := self._next_batch()) is not None:
             group, batch = taken
+            batch = [sentence for sentence in batch if not sentence.job.future.cancelled()]  # a stream left behind
+            if not batch:
+                continue
             try:
                 hypotheses = self._translate(group, batch)
             except Exception as error:  # noqa: BLE001 (answered as a 500 to the requests of this batch)
@@ -246,6 +293,8 @@ class Batcher:
                 job = sentence.job
                 job.results[sentence.index] = found
                 job.remaining -= 1
+                if job.on_result is not None:
+                    job.loop.call_soon_threadsafe(job.on_result, sentence.index, found)
                 if job.remaining == 0:
                     job.loop.call_soon_threadsafe(_settle, job, job.results)
 

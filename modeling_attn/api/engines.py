@@ -10,7 +10,8 @@ the model and gives the torch engine's translations (`AutoEngine`: what the fast
 torch). A named engine refuses what it cannot do in one line naming itself and the setting (`EngineError`).
 docs/export.md, "Engines", says what each engine has and why; each engine holds the torch model it was opened with
 (`engine.model`), and `engine.describe(options)` and `engine.label_for(options)` say which engine runs a request with
-those options (under auto, and why).
+those options (under auto, and why). `translate_streamed(sentence, on_token, **options)` hands on each token as it is
+chosen where `can_stream(options)` (greedy search or sampling, on torch and CTranslate2: `streaming.py`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,19 @@ UNMAPPED_BY_CTRANSLATE2 = {"min_length": 0, "min_new_tokens": None}
 # a beam search the translations differ (greedy: the same), so under auto a beam search with one runs on torch.
 BEAM_LIMITS = (*REPETITION_OPTIONS, "bad_words")
 CTRANSLATE2_NAMES = {"min_new_tokens": "min_decoding_length"}  # CTranslate2's names of generate()'s options
+# The translate_batch options (`CTranslate2Engine._options`) that CTranslate2's `generate_tokens` takes too.
+GENERATE_TOKENS_OPTIONS = (
+    "max_decoding_length",
+    "min_decoding_length",
+    "sampling_topk",
+    "sampling_topp",
+    "sampling_temperature",
+    "repetition_penalty",
+    "no_repeat_ngram_size",
+    "suppress_sequences",
+    "end_token",
+    "max_input_length",
+)
 # What an engine lacking a per-call option says it has not (the option's flag named).
 OPTION_NAMES = {
     "target_prefix": "target prefixes (--prefix, --prefix_file)",
@@ -169,6 +183,21 @@ class TorchEngine:
         with _threads_for(self.model, self.threads, sentences, n, options):
             return translate_nbest(self.model, self.tokenizer, sentences, n, **options)
 
+    def can_stream(self, options: dict[str, Any]) -> bool:
+        """Whether `translate_streamed` gives the tokens as they come with `options`: greedy search or sampling
+        (beam search finishes its hypotheses at the end; constrained search is a beam search)."""
+        beams = options.get("num_beams") or self.model.generation_config.num_beams or 1
+        return beams == 1 and not options.get("constraints")
+
+    def translate_streamed(self, sentence: str, on_token: Callable[[int], None], **options: Any) -> Hypothesis:
+        """`translate_nbest([sentence], 1, **options)`'s hypothesis, `on_token(id)` called with each token as it is
+        chosen (generate()'s `streamer`, which `fast_generation` feeds too: the same tokens)."""
+        from .streaming import TokenCallback
+
+        with _threads_for(self.model, self.threads, [sentence], 1, options):
+            streamer = TokenCallback(on_token)
+            return translate_nbest(self.model, self.tokenizer, [sentence], 1, streamer=streamer, **options)[0][0]
+
     def translate_aligned(self, sentences: list[str], words: str = "whitespace", **options: Any):
         from .alignment import translate_aligned
 
@@ -250,6 +279,12 @@ class _ExportEngine:
     def translate_nbest(self, sentences: list[str], n: int = 1, **options: Any) -> list[list[Hypothesis]]:
         check_nbest(self.model, n, options)
         return self._nbest(sentences, n, scored=True, **options)
+
+    def can_stream(self, options: dict[str, Any]) -> bool:
+        return False
+
+    def translate_streamed(self, sentence: str, on_token: Callable[[int], None], **options: Any) -> Hypothesis:
+        raise _refused(self.name, "does not stream tokens")
 
     def translate_aligned(self, sentences: list[str], words: str = "whitespace", **options: Any):
         self.check(options, alignments=True)
@@ -446,6 +481,36 @@ class CTranslate2Engine(_ExportEngine):
             for result in results
         ]
 
+    def can_stream(self, options: dict[str, Any]) -> bool:
+        """Greedy search or sampling without a target prefix (`generate_tokens`, one sentence a call)."""
+        beams = options.get("num_beams") or self.model.generation_config.num_beams or 1
+        return beams == 1 and not any(options.get("target_prefix") or [])
+
+    def translate_streamed(self, sentence: str, on_token: Callable[[int], None], **options: Any) -> Hypothesis:
+        """`translate_nbest([sentence], 1, **options)`'s hypothesis by CTranslate2's `generate_tokens` (greedy or
+        sampling: the tokens of its `translate_batch`), `on_token(id)` called with each token as it comes; the
+        score is `sequence_scores`' (teacher-forced, as `_score` computes those CTranslate2 does not report)."""
+        self.check(options)
+        rows, ids = self._sources([sentence], options)
+        if not rows:
+            return Hypothesis("", float("nan"))
+        translator = self.translator
+        tokens = [translator.source_tokens[token_id] for token_id in ids[0]]
+        limits = self._own_limits([len(tokens)], options)
+        ct2 = self._options([len(tokens)], limits, 1, options)
+        kept = {name: ct2[name] for name in GENERATE_TOKENS_OPTIONS if name in ct2}
+        target, ended = [], False
+        for step in translator.translator.generate_tokens(tokens, **kept):
+            if step.token in self.ends:
+                ended = True
+                break
+            target.append(translator.target_ids[step.token])
+            on_token(target[-1])
+        results = [[(target, ended or (limits is not None and len(target) == limits[0]), None, None)]]
+        with _threads_for(self.model, self.threads, [sentence], 1, options):
+            self._score([tokens], results, options)
+        return Hypothesis(self.tokenizer.decode(target, skip_special_tokens=True), results[0][0][2])
+
     def translate_aligned(self, sentences: list[str], words: str = "whitespace", **options: Any):
         return [block[0] for block in self._aligned(sentences, 1, words, False, options)]
 
@@ -622,6 +687,12 @@ class AutoEngine:
 
     def translate_nbest(self, sentences: list[str], n: int = 1, **options: Any) -> list[list[Hypothesis]]:
         return self._for(options).translate_nbest(sentences, n, **options)
+
+    def can_stream(self, options: dict[str, Any]) -> bool:
+        return self._for(options).can_stream(options)
+
+    def translate_streamed(self, sentence: str, on_token: Callable[[int], None], **options: Any) -> Hypothesis:
+        return self._for(options).translate_streamed(sentence, on_token, **options)
 
     def translate_aligned(self, sentences: list[str], words: str = "whitespace", **options: Any):
         return self._for(options, alignments=True).translate_aligned(sentences, words, **options)

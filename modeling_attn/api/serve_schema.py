@@ -3,7 +3,8 @@
 The request takes the decoding options of `attn translate` (beams, length penalty, n-best lists, sampling with a
 seed, word alignments); a setting given without its switch (`top_k` without `do_sample`, `alignment_words` without
 `alignment`) is refused, naming both. `ScoreRequest` takes pairs (`source`, `target`: one translation per source) as
-`attn score` does. docs/serve.md shows each field; FastAPI builds the OpenAPI page from these.
+`attn score` does. `format` says whether `text` holds sentences or documents; `stream` asks for Server-Sent Events
+(docs/serve.md shows each field and event; FastAPI builds the OpenAPI page from these).
 """
 
 from __future__ import annotations
@@ -56,6 +57,20 @@ class TranslateRequest(BaseModel):
         description="Per sentence of `text`, target phrases its translation must contain (`attn translate "
         "--constraints`; [] for none). Each translation then says which it lacks, in `unmet_constraints`.",
     )
+    format: Literal["sentences", "text", "html", "markdown"] = Field(
+        "sentences",
+        description="sentences: each item of `text` is a sentence; text: each is a document, running text split into "
+        "sentences, translated and re-joined with its layout kept (`attn translate --document`). html, markdown: "
+        "not served yet.",
+    )
+    source_lang: str | None = Field(
+        None, description="A document's language code for its sentence rules (default: the model's source_lang)."
+    )
+    stream: bool = Field(
+        False,
+        description="Answer with Server-Sent Events as the translation is made: a document's sentences, one "
+        "sentence's tokens (greedy search, sampling) or each sentence (beam search), then `done` with the answer.",
+    )
 
     @model_validator(mode="after")
     def _settings_need_their_switch(self) -> TranslateRequest:
@@ -82,6 +97,22 @@ class TranslateRequest(BaseModel):
                         raise ValueError(f"constraints[{row}][{index}]: an empty phrase")
             if self.do_sample or self.alignment is not None:
                 raise ValueError("constraints: a beam search; drop do_sample and alignment")
+        return self._document_settings()
+
+    def _document_settings(self) -> TranslateRequest:
+        """A document's translation has no per-sentence settings; `source_lang` is a document's."""
+        if self.format == "sentences":
+            if self.source_lang is not None:
+                raise ValueError('source_lang: a document\'s language; add "format": "text"')
+            return self
+        per_sentence = {
+            "prefix": self.prefix is not None,
+            "constraints": self.constraints is not None,
+            "alignment": self.alignment is not None,
+            "num_return_sequences": self.num_return_sequences > 1,
+        }
+        if given := [name for name, set_ in per_sentence.items() if set_]:
+            raise ValueError(f"{given[0]}: applies to one sentence, not to a document (format {self.format})")
         return self
 
 
@@ -117,6 +148,15 @@ class TranslateResponse(BaseModel):
     translations: list[Translation]
 
 
+class DocumentTranslation(BaseModel):
+    text: str = Field(description="The document translated, its layout (line breaks, spacing) kept.")
+    sentences: int = Field(description="The sentences translated (a long one split at its clauses counts each part).")
+
+
+class DocumentResponse(BaseModel):
+    translations: list[DocumentTranslation]
+
+
 class ScoreRequest(BaseModel):
     """The body of `POST /score`: translations to score, each given its source (`attn score`)."""
 
@@ -148,6 +188,8 @@ class ScoreResponse(BaseModel):
 
 
 __all__ = [
+    "DocumentResponse",
+    "DocumentTranslation",
     "PairScore",
     "ScoreRequest",
     "ScoreResponse",

@@ -5,6 +5,8 @@
   lists, word alignments), `POST /score` (`serve_schema.ScoreRequest`: `attn score`'s pairs), `GET /health`,
   `GET /model` (`model_info.describe_model`), `GET /docs` and `GET /openapi.json`; `GET /model` names the engine
   that decodes (`engines.py`: torch, or an export engine with torch for what it lacks under `--engine auto`);
+- documents (`"format": "text"`: each item of `text` a document, split by `documents.py`, its sentences queued as one
+  request) and streams (`"stream": true`: Server-Sent Events, `serve_stream.py`; queued as any request);
 - batching: `batching.Batcher`, whose worker thread runs between the application's startup and shutdown;
 - refusals, each with a JSON body `{"error": "<field>: <what is wrong>"}` naming the field (400, 413, 422, and 503
   with `Retry-After` for a full queue); a failure inside generate() answers 500 for that batch and the worker goes on;
@@ -19,7 +21,7 @@ import functools
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -31,11 +33,13 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from .batching import Batcher, Found, Group, QueueFull, ServeLimits
 from .constraints import missing_phrases
+from .documents import FALLBACK_LANGUAGE, Document, fit_sentences, split_document, token_counter
 from .engines import Engine, as_engine
 from .errors import UserError
 from .model_info import describe_model
 from .scoring import PairError, Score, prepare_pairs
-from .serve_schema import ScoreRequest, ScoreResponse, TranslateRequest, TranslateResponse
+from .serve_schema import DocumentResponse, ScoreRequest, ScoreResponse, TranslateRequest, TranslateResponse
+from .serve_stream import OrderedEvents, event_stream, sse
 from .translation import (
     SentenceTooLong,
     TranslateError,
@@ -264,10 +268,10 @@ def _sentences(
     return request.text, tokens, key, group, {"steering": prefixes, "constraints": request.constraints}
 
 
-async def _queued(
+def _submitted(
     batcher: Batcher, state: dict[str, int], field: str, items: list, prepare: Callable[[], tuple]
-) -> Any:
-    """The results of a request's `items` (sentences, or pairs to score) queued by `prepare()` (its checks, then
+) -> asyncio.Future | JSONResponse:
+    """The future of a request's `items` (sentences, or pairs to score) queued by `prepare()` (its checks, then
     `Batcher.submit`'s items, token counts, key, group and its keyword arguments), or the response that refuses it;
     `state` counts."""
     state["requests"] += 1
@@ -276,12 +280,24 @@ async def _queued(
             noun, queue = ("pairs" if field == "source" else "sentences"), f"max_queue {batcher.limits.max_queue}"
             raise RequestError(field, f"{len(items)} {noun}, more than the server queues ({queue})")
         items, tokens, key, group, own = prepare()
-        future = batcher.submit(items, tokens, key, group, asyncio.get_running_loop(), **own)
+        return batcher.submit(items, tokens, key, group, asyncio.get_running_loop(), **own)
     except RequestError as error:
         return JSONResponse({"error": str(error)}, status_code=422)
     except QueueFull as error:
         state["refused_full"] += 1
         return JSONResponse({"error": str(error)}, status_code=503, headers={"Retry-After": "1"})
+
+
+async def _queued(
+    batcher: Batcher, state: dict[str, int], field: str, items: list, prepare: Callable[[], tuple]
+) -> Any:
+    """The results of `_submitted(...)`'s request, awaited, or the response that refuses it (500: the batch failed)."""
+    future = _submitted(batcher, state, field, items, prepare)
+    return future if isinstance(future, Response) else await _awaited(state, future)
+
+
+async def _awaited(state: dict[str, int], future: asyncio.Future) -> Any:
+    """A queued request's results, or the 500 that says its batch failed."""
     state["in_flight"] += 1
     try:
         return await future
@@ -289,6 +305,154 @@ async def _queued(
         return JSONResponse({"error": str(error)}, status_code=500)
     finally:
         state["in_flight"] -= 1
+
+
+@dataclass
+class _Serving:
+    """What the handlers of a streamed or document request share."""
+
+    engine: Engine
+    batcher: Batcher
+    counting: PreTrainedTokenizerBase  # the event loop's tokenizer (the worker has its own)
+    state: dict[str, int]
+
+
+# The document formats of `POST /translate`: (text, language) -> `documents.Document`, its sentences and the text
+# around them. The markup formats (html, markdown) come as one entry each.
+DOCUMENT_FORMATS: dict[str, Callable[[str, str], Document]] = {"text": split_document}
+
+
+def _documents(serving: _Serving, request: TranslateRequest) -> list[Document]:
+    """Each document of `text` as its sentences (`DOCUMENT_FORMATS`, the sentence rules of `source_lang`, a sentence
+    over the position table split at its clauses); RequestError naming the field."""
+    split = DOCUMENT_FORMATS.get(request.format)
+    if split is None:
+        served = ", ".join(f'"{name}"' for name in ("sentences", *DOCUMENT_FORMATS))
+        raise RequestError("format", f"{request.format} documents are not served yet; send {served}")
+    model = serving.engine.model
+    # English rules where neither the request nor the model names the language (`attn translate --document` warns)
+    language = request.source_lang or getattr(model.config, "source_lang", None) or FALLBACK_LANGUAGE
+    count, limit = token_counter(model, serving.counting)
+    documents = []
+    for index, text in enumerate(request.text):
+        try:
+            documents.append(fit_sentences(split(text, language), count, limit))
+        except SentenceTooLong as error:
+            raise RequestError(f"text[{index}]", error.detail) from None
+    sentences = sum(len(document.sentences) for document in documents)
+    if sentences > serving.batcher.limits.max_queue:
+        queue = f"max_queue {serving.batcher.limits.max_queue}"
+        raise RequestError("text", f"{sentences} sentences in its documents, more than the server queues ({queue})")
+    return documents
+
+
+def _document_answer(documents: list[Document], found: list[list[Found]]) -> dict[str, Any]:
+    """`DocumentResponse`: each document joined again around its sentences' translations."""
+    translations, start = [], 0
+    for document in documents:
+        count = len(document.sentences)
+        texts = [hypotheses[0].text for hypotheses in found[start : start + count]]
+        translations.append({"text": document.join(texts), "sentences": count})
+        start += count
+    return {"translations": translations}
+
+
+def _document_events(documents: list[Document], queue: asyncio.Queue) -> Callable[[int, Any], None]:
+    """The `Batcher`'s `on_result` for the documents' queued sentences: a `sentence` event per sentence, in order (a
+    document with none: one event with index -1 and its text); an event's `text` is the text before its sentence and
+    its translation (the last also the text after it), so the texts concatenate to the documents' translations."""
+    slots, positions = [], {}  # slots: (document, sentence index or -1); positions: queued sentence -> its slot
+    for number, document in enumerate(documents):
+        for index in range(len(document.sentences)):
+            positions[len(positions)] = len(slots)
+            slots.append((number, index))
+        if not document.sentences:
+            slots.append((number, -1))
+
+    def event(slot: int, found: list[Found] | None) -> list[bytes]:
+        number, index = slots[slot]
+        document = documents[number]
+        data = {"document": number, "index": index, "source": "", "translation": "", "text": document.gaps[0]}
+        if index >= 0:
+            tail = document.gaps[-1] if index == len(document.sentences) - 1 else ""
+            translation = found[0].text
+            text = document.gaps[index] + translation + tail
+            data.update(source=document.sentences[index], translation=translation, text=text)
+            data["line"] = document.lines[index]
+        return [sse("sentence", data)]
+
+    ordered = OrderedEvents(len(slots), event, queue, waiting=lambda slot: slots[slot][1] >= 0)
+    return lambda queued, found: ordered.on_result(positions[queued], found)
+
+
+async def _translate_documents(serving: _Serving, request: TranslateRequest) -> Any:
+    """`POST /translate` with a document format: its documents' sentences queued as one request (ramping when
+    streamed), the answer `DocumentResponse` (streamed: `sentence` events, then `done` with it)."""
+    try:
+        documents, (key, group) = _documents(serving, request), _group_for(serving.engine, request)
+    except RequestError as error:
+        serving.state["requests"] += 1
+        return JSONResponse({"error": str(error)}, status_code=422)
+    sentences = [sentence for document in documents for sentence in document.sentences]
+    queue: asyncio.Queue = asyncio.Queue()
+    stream = {"on_result": _document_events(documents, queue), "ramp": 1} if request.stream else {}
+
+    def prepare() -> tuple[list, list[int], tuple, Group, dict[str, Any]]:
+        tokens = _token_counts(serving.counting, serving.engine.model, sentences)
+        return sentences, tokens, key, group, {"stream": stream}
+
+    if not sentences:  # nothing to translate: the documents as they are
+        serving.state["requests"] += 1
+        future = asyncio.get_running_loop().create_future()
+        future.set_result([])
+    else:
+        future = _submitted(serving.batcher, serving.state, "text", sentences, prepare)
+    if isinstance(future, Response):
+        return future
+    if request.stream:
+        return event_stream(future, queue, lambda found: _document_answer(documents, found), serving.state)
+    found = await _awaited(serving.state, future)
+    if isinstance(found, Response):
+        return found
+    return Response(to_json(_document_answer(documents, found)), media_type="application/json")
+
+
+def _token_streamed(engine: Engine, request: TranslateRequest) -> bool:
+    """Whether a streamed request's translation comes a token at a time: one sentence, one hypothesis, no
+    alignment or constraints, on an engine that streams tokens with its options (greedy search or sampling)."""
+    if len(request.text) != 1 or request.num_return_sequences > 1 or request.alignment or request.constraints:
+        return False
+    prefix = {"target_prefix": request.prefix} if request.prefix is not None else {}
+    return engine.can_stream({**generation_overrides(request), **prefix})
+
+
+def _stream_sentences(serving: _Serving, request: TranslateRequest) -> Response:
+    """`POST /translate` with `stream`: `token` events (`_token_streamed`: the sentence a group of its own, decoded
+    alone), else a `sentence` event per sentence as its batch is done (ramping); then `done` with the answer."""
+    queue: asyncio.Queue = asyncio.Queue()
+    by_token = _token_streamed(serving.engine, request)
+    if by_token:
+        stream = {"on_text": lambda piece: queue.put_nowait(sse("token", {"index": 0, "text": piece}))}
+    else:
+
+        def event(index: int, found: list[Found]) -> list[bytes]:
+            text, source = found[0].text, request.text[index]
+            return [sse("sentence", {"index": index, "source": source, "translation": text, "text": text})]
+
+        stream = {"on_result": OrderedEvents(len(request.text), event, queue).on_result, "ramp": 1}
+
+    def prepare() -> tuple[list, list[int], tuple, Group, dict[str, Any]]:
+        sentences, tokens, key, group, own = _sentences(serving.engine, serving.counting, request)
+        if by_token:
+            key, group.streamed = (*key, ("stream", object())), True  # alone: nothing may join it
+        return sentences, tokens, key, group, {**own, "stream": stream}
+
+    future = _submitted(serving.batcher, serving.state, "text", request.text, prepare)
+    if isinstance(future, Response):
+        return future
+    nbest, unmet = request.num_return_sequences > 1, _unmet_of(serving.counting, request)
+    done = lambda found: _answer(found, nbest, request.alignment, unmet).body  # noqa: E731
+    return event_stream(future, queue, done, serving.state)
 
 
 def _unmet_of(tokenizer: PreTrainedTokenizerBase, request: TranslateRequest) -> Callable | None:
@@ -337,9 +501,15 @@ def create_app(
     app.add_middleware(BodyChecks, limit=limits.max_body_bytes)
     app.state.batcher = batcher
 
-    @app.post("/translate", response_model=TranslateResponse, response_model_exclude_unset=True)
+    serving = _Serving(engine, batcher, counting, state)
+
+    @app.post("/translate", response_model=TranslateResponse | DocumentResponse, response_model_exclude_unset=True)
     async def translate(request: TranslateRequest) -> Any:
         """Translate `text` (in order) with the options of `attn translate`; see the module docstring."""
+        if request.format != "sentences":
+            return await _translate_documents(serving, request)
+        if request.stream:
+            return _stream_sentences(serving, request)
         prepare = functools.partial(_sentences, engine, counting, request)
         found, nbest = await _queued(batcher, state, "text", request.text, prepare), request.num_return_sequences > 1
         unmet = _unmet_of(counting, request)

@@ -4,6 +4,8 @@
     curl -s localhost:8000/translate -H 'content-type: application/json' -d '{"text": ["3 March 1987"]}'
     curl -s localhost:8000/translate -H 'content-type: application/json' -d '{"text": ["3 March 1987"],
          "alignment": "hard"}'                            # with word alignments, as `attn translate --align`
+    curl -sN localhost:8000/translate -H 'content-type: application/json' -d '{"text": ["3 March 1987. 4 May 1976."],
+         "format": "text", "stream": true}'             # a document, streamed a sentence at a time (SSE)
 
 The endpoints, the batching of concurrent requests into token batches (`--max_batch_tokens`, `--max_wait_ms`), what
 is refused and how, and the shutdown on SIGTERM (requests in flight are answered) are those of
