@@ -587,3 +587,12 @@ def test_steer_quick_run_counts_the_differences_and_times_each_engine(tmp_path):
     assert all(rate > 0 for entry in report["speed"].values() for rate in entry.values())
     assert report["constraints"]["cost"] > 0 and all(rate > 0 for rate in report["scoring"].values())
     assert (tmp_path / "s.md").read_text().count("| prefix, greedy |") == 2
+
+
+def test_markup_tags_the_fields_of_a_date_and_scores_where_they_land():
+    markup = bench_module("markup")
+    tagged = markup.tagged("Tuesday, March 3rd, 1987", "1-1 2-2 3-0")
+    assert tagged == '<p>Tuesday, <b id="month">March</b> <b id="day">3rd</b>, <b id="year">1987</b></p>'
+    assert markup.tagged("3. März 1987", "0-2 1-1 2-0").startswith('<p><b id="day">3</b>. <b id="month">März</b>')
+    landed = markup.score('<p><b id="year">1987-</b><b id="month">03</b>-<b id="day"></b>03</p>')
+    assert landed == {"year": "right", "month": "wrong", "day": "empty"}  # "03" is not the whole word "03-"
