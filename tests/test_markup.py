@@ -269,6 +269,9 @@ def test_attn_translate_format_html_and_markdown(reverser_dir, torch_engine, tmp
     assert cli([*common, "--format", "markdown", "a *b* c", "", "```", "d e", "```"]) == 0
     out = capsys.readouterr().out
     assert out.count("*") == 2 and out.endswith("\n\n```\nd e\n```")
+    assert cli([*common, "--format", "text", "a b. c d", "", "e f"]) == 0  # --format text is --document
+    expected = translate_document(torch_engine, "a b. c d\n\ne f", source_lang="en")
+    assert capsys.readouterr().out == expected
     with pytest.raises(SystemExit) as exit_info:
         cli([*common, "--format", "xml", "a"])
     assert exit_info.value.code == 2
