@@ -26,6 +26,7 @@ BENCHES: dict[str, str] = {
     "ensemble": "bench.ensemble",
     "gpu": "bench.gpu",
     "alignment": "bench.alignment",
+    "markup": "bench.markup",
     "multi30k": "bench.multi30k.recipe",
     "multi30k_ensemble": "bench.multi30k.ensemble",
     "multi30k_bleu": "bench.multi30k.bleu",

@@ -632,3 +632,12 @@ def test_stream_quick_run_streams_a_document_from_a_real_server(tmp_path):
     assert all(value > 0 for value in report["median_s"].values())
     assert report["median_s"]["first sentence of the stream"] < report["median_s"]["document streamed"]
     assert (tmp_path / "s.md").read_text().startswith("Command: `python -m bench stream --model")
+
+
+def test_markup_tags_the_fields_of_a_date_and_scores_where_they_land():
+    markup = bench_module("markup")
+    tagged = markup.tagged("Tuesday, March 3rd, 1987", "1-1 2-2 3-0")
+    assert tagged == '<p>Tuesday, <b id="month">March</b> <b id="day">3rd</b>, <b id="year">1987</b></p>'
+    assert markup.tagged("3. März 1987", "0-2 1-1 2-0").startswith('<p><b id="day">3</b>. <b id="month">März</b>')
+    landed = markup.score('<p><b id="year">1987-</b><b id="month">03</b>-<b id="day"></b>03</p>')
+    assert landed == {"year": "right", "month": "wrong", "day": "empty"}  # "03" is not the whole word "03-"

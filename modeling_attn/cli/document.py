@@ -1,10 +1,12 @@
-"""`attn translate --document`: the input is running text, translated a sentence at a time, its layout kept.
+"""`attn translate --document` and `--format html|markdown`: the input is a document, translated a sentence at a time.
 
-The input (`--input FILE`, stdin, or the TEXT arguments as lines) is read whole, split into sentences by
-`modeling_attn.api.documents` (line breaks, blank lines and the whitespace around sentences kept byte for byte; the
-sentence rules of `--source_lang`, else of the model's `config.source_lang`), translated in batches on the engine and
-written as each batch is done. Per-line settings (`--prefix_file`, `--constraints`, n-best lists, alignments,
-pictures) have no line to apply to in a document and are refused by name.
+The input (`--input FILE`, stdin, or the TEXT arguments as lines) is read whole. Running text (`--document`, or
+`--format text`) is split into sentences by `modeling_attn.api.documents` (line breaks, blank lines and the
+whitespace around sentences kept byte for byte; the sentence rules of `--source_lang`, else of the model's
+`config.source_lang`); HTML and Markdown (`--format html|markdown`) are parsed and translated block by block with
+their markup carried over by `modeling_attn.api.markup` (alignments over `--align_words`). Either is translated in
+batches on the engine and written as each batch is done. Per-line settings (`--prefix_file`, `--constraints`, n-best
+lists, alignments, pictures) have no line to apply to in a document and are refused by name.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+FORMATS = ("html", "markdown")  # modeling_attn.api.markup's (not imported here: --help runs without torch)
 # The flags that speak of input lines, refused with --document.
 PER_LINE_FLAGS = (
     "num_return_sequences",
@@ -48,13 +51,27 @@ class DocumentArguments:
             "metavar": "CODE",
         },
     )
+    format: str | None = field(
+        default=None,
+        metadata={
+            "help": "The document's format (implies --document): text is --document; html and markdown are parsed, "
+            "their text translated block by block, code and markup kept, inline tags carried onto the aligned "
+            "words.",
+            "choices": ("text", *FORMATS),
+        },
+    )
+
+
+def document_mode(args: SimpleNamespace) -> bool:
+    """Whether the input is a document: --document, or a --format."""
+    return bool(args.document or args.format)
 
 
 def check_document_flags(args: SimpleNamespace) -> None:
-    """TranslateError for a per-line flag given with --document, or --source_lang without it."""
+    """TranslateError for a per-line flag given with --document (or --format), or --source_lang without either."""
     from ..api.translation import TranslateError
 
-    if not args.document:
+    if not document_mode(args):
         if args.source_lang is not None:
             raise TranslateError("--source_lang names a document's language; add --document")
         return
@@ -62,7 +79,8 @@ def check_document_flags(args: SimpleNamespace) -> None:
     if given:
         name = given[0]
         flag = f"--{name.replace('_', '-')}" if name.endswith(("_png", "_json")) else f"--{name}"
-        raise TranslateError(f"{flag} applies to one sentence per line, not to a --document; drop one of them")
+        mode = f"--format {args.format}" if args.format else "--document"
+        raise TranslateError(f"{flag} applies to one sentence per line, not to a {mode}; drop one of them")
 
 
 def read_document(args: SimpleNamespace) -> str:
@@ -78,31 +96,46 @@ def read_document(args: SimpleNamespace) -> str:
     return decode_text(stream.read(), "stdin")
 
 
-def translate_document_input(args: SimpleNamespace, engine: Any, overrides: dict[str, Any], inputs: dict) -> int:
-    """`attn translate --document`: the document translated on `engine` with `overrides`, written to --output or
-    stdout a batch at a time."""
+def _prepared(args: SimpleNamespace, engine: Any, text: str) -> tuple[Any, Any, int, str]:
+    """The document split for `engine`, its events generator, how many events it has and what they count."""
+    from functools import partial
+
+    if args.format in FORMATS:
+        from ..api.markup import markup_events, prepare_markup
+
+        document = prepare_markup(engine, text, args.format, args.source_lang)
+        events = partial(markup_events, words=args.align_words)
+        return document, events, document.blocks, "block"
     from ..api.documents import document_events, prepare_document
+
+    document = prepare_document(engine, text, args.source_lang)
+    return document, document_events, len(document.sentences), "sent"
+
+
+def translate_document_input(args: SimpleNamespace, engine: Any, overrides: dict[str, Any], inputs: dict) -> int:
+    """`attn translate --document` (or `--format`): the document translated on `engine` with `overrides`, written
+    to --output or stdout a batch at a time."""
     from ..api.outputs import output_file
     from ..api.translation import SentenceTooLong, TranslateError
 
     name = args.input if args.input not in (None, "-") else "argument" if args.text else "stdin"
     text = read_document(args)
     try:
-        document = prepare_document(engine, text, args.source_lang)
-    except SentenceTooLong as error:
-        raise TranslateError(f"{name}: {error.detail}") from None
+        document, events, total, unit = _prepared(args, engine, text)
+    except TranslateError as error:  # a sentence too long, markup that cannot be carried: by line
+        raise TranslateError(f"{name}: {error.detail if isinstance(error, SentenceTooLong) else error}") from None
     with contextlib.ExitStack() as files:
         out = files.enter_context(output_file(args.output, inputs, args.overwrite)) if args.output else sys.stdout
         progress = None
         if args.progress:
             from tqdm.auto import tqdm
 
-            runs = engine.label_for(overrides)
+            runs = engine.label_for(overrides, alignments=unit == "block")
             progress = files.enter_context(
-                tqdm(total=len(document.sentences), unit="sent", desc=f"translating with {runs}", file=sys.stderr)
+                tqdm(total=total, unit=unit, desc=f"translating with {runs}", file=sys.stderr)
             )
         try:
-            for event in document_events(engine, document, args.batch_size, **overrides):
+            for event in events(engine, document, batch_size=args.batch_size, **overrides):
                 with progress.external_write_mode(file=out) if progress is not None else contextlib.nullcontext():
                     out.write(event.text)
                     if out is sys.stdout:
@@ -116,4 +149,10 @@ def translate_document_input(args: SimpleNamespace, engine: Any, overrides: dict
     return 0
 
 
-__all__ = ["DocumentArguments", "check_document_flags", "read_document", "translate_document_input"]
+__all__ = [
+    "DocumentArguments",
+    "check_document_flags",
+    "document_mode",
+    "read_document",
+    "translate_document_input",
+]

@@ -30,7 +30,7 @@ from ..api.choices import ALIGN_FORMATS, ALIGNMENT_MODES, STACKS, WORD_PATTERNS
 from ..api.corpus import decode_lines
 from ..api.outputs import check_output_file, output_file
 from ..api.values import COUNT, POSITIVE, Range
-from .document import DocumentArguments, check_document_flags, translate_document_input
+from .document import DocumentArguments, check_document_flags, document_mode, translate_document_input
 from .options import (
     ConstraintArguments,
     DecodingArguments,
@@ -543,7 +543,7 @@ def _translate(args: SimpleNamespace) -> int:
     inputs = {"--input": None if args.input in (None, "-") else args.input, **model_inputs(args)}
     pictures.check({**inputs, "--output": args.output})
     engine, overrides, steering = _engine_and_options(args, pictures)
-    if args.document:
+    if document_mode(args):
         return translate_document_input(args, engine, overrides, inputs)
     interactive = _reads_stdin(args) and sys.stdin.isatty()
     # A person typing at a terminal wants each line back at once, not after a full batch.
