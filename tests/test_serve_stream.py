@@ -153,8 +153,10 @@ def test_beam_search_streams_each_sentence_as_its_batch_is_done(served):
 @pytest.mark.parametrize(
     ("body", "status", "message"),
     [
-        ({"text": ["a"], "format": "html"}, 422, 'format: html documents are not served yet; send "sentences", "te'),
-        ({"text": ["a"], "format": "markdown", "stream": True}, 422, "format: markdown documents are not served yet"),
+        ({"text": ["<p>a</p>", "<p>a\n<b>b</p>"], "format": "html"}, 422, "text[1]: line 2: <b> is not closed"),
+        ({"text": ["<p>b</b>"], "format": "html", "stream": True}, 422, "text[0]: line 1: </b> closes no open <b>"),
+        ({"text": ["<p>a</p>"], "format": "html", "alignment": "hard"}, 422, "alignment: applies to one sentence"),
+        ({"text": ["a"], "alignment_words": "alnum"}, 422, "alignment_words: an alignment setting, with no alignme"),
         ({"text": ["a"], "format": "pdf"}, 422, "format: Input should be 'sentences', 'text', 'html' or 'markdown'"),
         ({"text": ["a"], "stream": "yes"}, 422, "stream: Input should be a valid boolean"),
         ({"text": ["a"], "format": "text", "prefix": ["b"]}, 422, "prefix: applies to one sentence, not to a docum"),
@@ -258,3 +260,45 @@ def test_the_sentences_of_a_cancelled_request_are_dropped_when_their_turn_comes(
 
     assert [found[0].text for found in asyncio.run(run())] == ["c"]
     assert recording.batches == [["c"]]
+
+
+MARKED_UP = {
+    "html": '<h1>a b</h1>\n<p>c <b>d e</b> f. <a href="/g h">g h</a> i?</p>\n<pre>j k</pre>\n<img alt="l m">\n',
+    "markdown": "# a b\n\nc **d e** f. [g h](/g_h) i?\n\n```\nj k\n```\n\n- l m\n",
+}
+
+
+@pytest.mark.parametrize("format", ["html", "markdown"])
+def test_a_marked_up_document_is_answered_as_translate_markup_translates_it(served, format):
+    from modeling_attn.api.markup import translate_markup
+
+    client, engine = served
+    expected = translate_markup(engine, MARKED_UP[format], format, source_lang="en")
+    body = {"text": [MARKED_UP[format], "  "], "format": format, "source_lang": "en"}
+    answer = client.post("/translate", json=body).json()
+    assert [entry["text"] for entry in answer["translations"]] == [expected, "  "]
+    # the heading, the paragraph (one sentence: sentencex reads "f. g" as no sentence end), the alt text or list item
+    assert answer["translations"][0]["sentences"] == 3 and answer["translations"][1]["sentences"] == 0
+    found = streamed(client, body)
+    assert [name for name, _ in found] == ["block"] * (len(found) - 1) + ["done"]
+    assert "".join(data["text"] for name, data in found if data.get("document") == 0) == expected
+    assert found[-1][1] == answer
+
+
+def test_a_marked_up_document_over_the_queue_is_refused_naming_the_field(reverser_dir):
+    """Its sentences are queued as every request's, a batch at a time: more than the server ever queues is refused."""
+    from fastapi.testclient import TestClient
+
+    from modeling_attn.api.server import create_app
+
+    engine = load_translator(str(reverser_dir), engine="torch", device="cpu", threads=1)
+    text = "".join(f"<p>{sentence}.</p>" for sentence in SENTENCES[:5])
+    with TestClient(create_app(engine, None, ServeLimits(max_queue=4))) as client:
+        for stream in (False, True):
+            body = {"text": [text], "format": "html", "source_lang": "en", "stream": stream}
+            response = client.post("/translate", json=body)
+            assert response.status_code == 422
+            assert (
+                response.json()["error"]
+                == "text: 5 sentences in its documents, more than the server queues (max_queue 4)"
+            )

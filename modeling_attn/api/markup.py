@@ -20,7 +20,7 @@ from __future__ import annotations
 import bisect
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -184,10 +184,13 @@ def markup_events(
     batch_size: int = 32,
     words: str = "whitespace",
     ramp: bool = False,
+    translate: Callable[[list[str], list[bool]], list[Any]] | None = None,
     **options: Any,
 ) -> Iterator[MarkupEvent]:
     """The document translated on `engine` (`translate_batch` / `translate_aligned` with `options`) in batches of
-    `batch_size` sentences (growing from 1 when `ramp`), one event per block, in order (module docstring)."""
+    `batch_size` sentences (growing from 1 when `ramp`), one event per block, in order (module docstring).
+    `translate(sentences, aligned)`, if given, translates a batch instead (a server's queue): a string per sentence,
+    an `AlignedTranslation` where `aligned` asks for one."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     per_sentence = sorted(set(options) & {"target_prefix", "constraints", "num_return_sequences"})
@@ -205,7 +208,10 @@ def markup_events(
         sentences = [parts[n].segment.text[slice(*parts[n].sentences[i])] for n, i in batch]
         aligned = [can_align and parts[n].aligned[i] for n, i in batch]
         try:
-            translations = _translate(engine, sentences, aligned, words, options)
+            if translate is None:
+                translations = _translate(engine, sentences, aligned, words, options)
+            else:
+                translations = translate(sentences, aligned)
         except SentenceTooLong as error:
             number, index = batch[error.row]
             raise TranslateError(f"line {parts[number].lines[index]}: the sentence {error.detail}") from None

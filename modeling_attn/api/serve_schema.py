@@ -50,7 +50,9 @@ class TranslateRequest(BaseModel):
         "[[source word, target word], ...]; soft, the words and the weights.",
     )
     alignment_words: Literal["whitespace", "alnum"] | None = Field(
-        None, description="What a word is for the alignment (`--align_words`; default whitespace)."
+        None,
+        description="What a word is for the alignment (`--align_words`; default whitespace), also the words an html "
+        "or markdown document's tags are carried by.",
     )
     constraints: list[list[str]] | None = Field(
         None,
@@ -61,7 +63,7 @@ class TranslateRequest(BaseModel):
         "sentences",
         description="sentences: each item of `text` is a sentence; text: each is a document, running text split into "
         "sentences, translated and re-joined with its layout kept (`attn translate --document`). html, markdown: "
-        "not served yet.",
+        "a marked-up document, its markup kept and its inline tags carried onto the aligned words (`--format`).",
     )
     source_lang: str | None = Field(
         None, description="A document's language code for its sentence rules (default: the model's source_lang)."
@@ -83,7 +85,8 @@ class TranslateRequest(BaseModel):
             )
         if empty := [index for index, word in enumerate(self.bad_words or []) if not word.strip()]:
             raise ValueError(f"bad_words[{empty[0]}]: an empty word")
-        if self.alignment_words is not None and self.alignment is None:
+        # a marked-up document aligns words to carry its tags: there alignment_words says what a word is
+        if self.alignment_words is not None and self.alignment is None and self.format not in ("html", "markdown"):
             raise ValueError('alignment_words: an alignment setting, with no alignment; add "alignment": "hard"')
         if self.constraints is not None:
             if len(self.constraints) != len(self.text):

@@ -36,8 +36,10 @@ from .constraints import missing_phrases
 from .documents import FALLBACK_LANGUAGE, Document, fit_sentences, split_document, token_counter
 from .engines import Engine, as_engine
 from .errors import UserError
+from .markup import FORMATS as MARKUP_FORMATS
 from .model_info import describe_model
 from .scoring import PairError, Score, prepare_pairs
+from .serve_markup import translate_markup_request
 from .serve_schema import DocumentResponse, ScoreRequest, ScoreResponse, TranslateRequest, TranslateResponse
 from .serve_stream import OrderedEvents, event_stream, sse
 from .translation import (
@@ -317,8 +319,8 @@ class _Serving:
     state: dict[str, int]
 
 
-# The document formats of `POST /translate`: (text, language) -> `documents.Document`, its sentences and the text
-# around them. The markup formats (html, markdown) come as one entry each.
+# The plain document formats of `POST /translate`: (text, language) -> `documents.Document`, its sentences and the
+# text around them. The markup formats (html, markdown) are `serve_markup`'s.
 DOCUMENT_FORMATS: dict[str, Callable[[str, str], Document]] = {"text": split_document}
 
 
@@ -330,8 +332,7 @@ def _documents(serving: _Serving, request: TranslateRequest) -> list[Document]:
         served = ", ".join(f'"{name}"' for name in ("sentences", *DOCUMENT_FORMATS))
         raise RequestError("format", f"{request.format} documents are not served yet; send {served}")
     model = serving.engine.model
-    # English rules where neither the request nor the model names the language (`attn translate --document` warns)
-    language = request.source_lang or getattr(model.config, "source_lang", None) or FALLBACK_LANGUAGE
+    language = _language(model, request)
     count, limit = token_counter(model, serving.counting)
     documents = []
     for index, text in enumerate(request.text):
@@ -415,6 +416,27 @@ async def _translate_documents(serving: _Serving, request: TranslateRequest) -> 
     if isinstance(found, Response):
         return found
     return Response(to_json(_document_answer(documents, found)), media_type="application/json")
+
+
+async def _translate_markup(serving: _Serving, request: TranslateRequest) -> Any:
+    """`POST /translate` with `"format": "html"` or `"markdown"`: `serve_markup`, with the request's batching groups
+    without and (where the engine aligns words) with word alignments."""
+    try:
+        plain = _group_for(serving.engine, request)
+        words = request.alignment_words or "whitespace"
+        aligning = request.model_copy(update={"alignment": "hard", "alignment_words": words})
+        can_align = serving.engine.refusal(plain[1].options, alignments=True) is None
+        groups = {False: plain, True: _group_for(serving.engine, aligning) if can_align else None}
+    except RequestError as error:
+        serving.state["requests"] += 1
+        return JSONResponse({"error": str(error)}, status_code=422)
+    return await translate_markup_request(serving, request, groups, _language(serving.engine.model, request))
+
+
+def _language(model: PreTrainedModel, request: TranslateRequest) -> str:
+    """A document's sentence rules: `source_lang`, the model's `config.source_lang`, else English rules (`attn
+    translate --document` warns; a server has nobody to warn)."""
+    return request.source_lang or getattr(model.config, "source_lang", None) or FALLBACK_LANGUAGE
 
 
 def _token_streamed(engine: Engine, request: TranslateRequest) -> bool:
@@ -507,7 +529,8 @@ def create_app(
     async def translate(request: TranslateRequest) -> Any:
         """Translate `text` (in order) with the options of `attn translate`; see the module docstring."""
         if request.format != "sentences":
-            return await _translate_documents(serving, request)
+            markup = request.format in MARKUP_FORMATS
+            return await (_translate_markup if markup else _translate_documents)(serving, request)
         if request.stream:
             return _stream_sentences(serving, request)
         prepare = functools.partial(_sentences, engine, counting, request)
