@@ -246,6 +246,7 @@ def command_dataclasses() -> dict[str, tuple]:
     from modeling_attn.cli import (
         average,
         convert,
+        distill,
         evaluate,
         explain,
         export,
@@ -263,6 +264,7 @@ def command_dataclasses() -> dict[str, tuple]:
         "evaluate": (evaluate.EvaluateArguments, *shared),
         "serve": (serve.ServeArguments, options.RuntimeArguments, options.EnsembleArguments),
         "score": (score.ScoreArguments, options.RuntimeArguments, options.EnsembleArguments),
+        "distill": (distill.DistillArguments, *shared),
         "explain": (explain.ExplainArguments,),
         "preset": (preset.PresetArguments,),
         "average": (average.AverageArguments,),

@@ -263,6 +263,19 @@ MODEL_COMMANDS = {
     "push": ["push", "--model", "{model}", "--repo_id", "me/model"],
     "serve": ["serve", "--model", "{model}", "--port", "0"],
     "score": ["score", "--model", "{model}"],
+    "distill": [
+        "distill",
+        "--model",
+        "{model}",
+        "--data",
+        "{out}",
+        "--source_lang",
+        "a",
+        "--target_lang",
+        "b",
+        "--output_dir",
+        "{out}",
+    ],
     "explain": ["explain", "--model", "{model}", "a sentence", "--output", "{out}.html"],
 }
 

@@ -175,8 +175,8 @@ def test_the_trainer_s_fused_step_equals_its_full_logit_step(tmp_path, monkeypat
         found.append([loss, *trainer._rdrop_parts.pop(), *torch.autograd.grad(loss, list(model.parameters()))])
     assert len(calls) == 1  # the first step took the fused path, the second did not
     assert found[0][2] > 1e-4  # two different dropout masks: a KL to compare
-    for mine, theirs in zip(*found, strict=True):
-        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-6)
+    for mine, theirs in zip(*found, strict=True):  # float32, summed in another order (chunks): ~1e-6 apart
+        torch.testing.assert_close(mine, theirs, rtol=1e-5, atol=1e-5)
     loss, outputs = trainer.compute_loss(model, dict(inputs), return_outputs=True)  # outputs: full logits
     assert outputs.logits.shape[0] == 2 * input_ids.shape[0]
 

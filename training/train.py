@@ -252,7 +252,7 @@ class TrainingRun:
             asked.update({SOURCE_LIMIT_FIELD: None, "max_length": self.args.generation_max_length})
         model.generation_config = paper_generation_config(model, asked)
         for field_name in ("source_lang", "target_lang"):  # read by `attn translate --document` (sentence rules)
-            language = getattr(self.parallel, field_name)
+            language = getattr(self.parallel, field_name, None)  # no data read: a model built alone
             if language not in (None, "src", "tgt"):  # "src"/"tgt": a TSV's columns, no language named
                 setattr(model.config, field_name, language)
         self.model = model

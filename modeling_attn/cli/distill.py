@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 from .options import (
     DecodingArguments,
@@ -91,11 +92,10 @@ def _split_rows(folder: Path, split: str, args: SimpleNamespace) -> tuple[str, l
     return None
 
 
-def _teacher_translations(args: SimpleNamespace, sources: list[str], where: str) -> list[str]:
+def _teacher_translations(args: SimpleNamespace, engine: Any, sources: list[str], where: str) -> list[str]:
     """The teacher's translations of `sources`, `--batch_size` at a time, with a progress bar."""
     from ..api.translation import SentenceTooLong, TranslateError
 
-    engine = load_engine(args)
     overrides = steering_options(args)
     engine.check(overrides)
     translations: list[str] = []
@@ -128,6 +128,7 @@ def _distill(args: SimpleNamespace) -> int:
     from ..api.outputs import output_folder
 
     folder = Path(args.data)
+    engine = load_engine(args)  # a model folder mistake is said first, as by every command that reads one
     if not folder.is_dir():
         raise DataError(f"--data {args.data}: {'a file' if folder.exists() else 'no such folder'}; give a folder")
     train = _split_rows(folder, "train", args)
@@ -135,7 +136,7 @@ def _distill(args: SimpleNamespace) -> int:
         raise DataError(f"{folder}: no training split (train.{args.source_lang}, train.tsv or train.jsonl)")
     _, sources, references = train
     others = {split: _split_rows(folder, split, args) for split in ("validation", "test")}  # read before translating
-    translations = _teacher_translations(args, sources, f"{folder}/train")
+    translations = _teacher_translations(args, engine, sources, f"{folder}/train")
     inputs = {"--data": args.data, **model_inputs(args)}
     with output_folder(args.output_dir, "attn distill", inputs, args.force) as staging:
         source_side, target_side = list(sources), list(translations)
