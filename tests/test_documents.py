@@ -149,3 +149,15 @@ def test_attn_translate_document_refuses_per_line_flags_and_bad_input(reverser_d
     long_line = " ".join(["a"] * 40)
     assert cli([*common, "--document", "--source_lang", "en", "b c.", long_line]) == 2
     assert "argument: line 2: the sentence" in capsys.readouterr().err
+
+
+def test_each_sentence_is_counted_once_and_each_piece_of_a_split_once():
+    asked = []
+
+    def counted(sentences: list[str]) -> list[int]:
+        asked.extend(sentences)
+        return words(sentences)
+
+    text = " ".join(f"Word{i} went home." for i in range(100)) + "\none two three, four five; six seven eight nine."
+    document = fit_sentences(split_document(text, "en"), counted, limit=5)
+    assert len(document.sentences) == 103 and len(asked) == 101 + 4  # 101 sentences, then two cuts of two pieces

@@ -111,23 +111,24 @@ def fit_sentences(document: Document, count_tokens: Callable[[list[str]], list[i
     if limit is None:
         return document
     sentences, gaps, lines = [], [document.gaps[0]], []
-    pending = list(zip(document.sentences, document.gaps[1:], document.lines, strict=True))[::-1]
+    counts = count_tokens(document.sentences) if document.sentences else []
+    pending = list(zip(document.sentences, document.gaps[1:], document.lines, counts, strict=True))[::-1]
     while pending:
-        counts = count_tokens([sentence for sentence, _, _ in pending[-64:]])
-        sentence, gap, line = pending.pop()
-        if counts[-1] <= limit:
+        sentence, gap, line, count = pending.pop()
+        if count <= limit:
             sentences.append(sentence), gaps.append(gap), lines.append(line)
             continue
         cut = _clause_split(sentence)
         if cut is None:
             shown = f"{sentence[:40]!r}{'...' if len(sentence) > 40 else ''}"
             raise SentenceTooLong(
-                f"line {line}: the sentence {shown} has {counts[-1]} tokens, more than the model's limit of {limit}, "
+                f"line {line}: the sentence {shown} has {count} tokens, more than the model's limit of {limit}, "
                 "and no clause boundary (, ; : or a spaced dash) to split it at; split it",
                 len(sentences),
             )
         before, space, after = cut
-        pending.extend([(after, gap, line), (before, space, line)])
+        before_count, after_count = count_tokens([before, after])
+        pending.extend([(after, gap, line, after_count), (before, space, line, before_count)])
     return Document(sentences, gaps, lines)
 
 
