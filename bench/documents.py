@@ -3,14 +3,14 @@
     python -m bench documents --model outputs/m30k-en-de        # Multi30k test2016, EN->DE (../shared/data)
     python -m bench documents --model DIR --data DIR --source_lang a --target_lang b --sentences 24 --reps 1
 
-The test split's sentences are joined into paragraphs of 3-8 sentences (a fixed seed; one space between sentences,
-a blank line between paragraphs) and translated two ways on the same engine (`--engine`, default auto, the engines'
-default threads, as users run): one sentence per call row (`engine.translate_batch`, `--batch_size` at a time) and
-as a document (`api.documents.translate_document`: sentencex finds the sentences again, then the same batches).
-Quality: the lowercased, Moses-tokenized BLEU of the Multi30k papers on paragraphs (each paragraph's translation
-against its joined references, for both ways), and how many paragraphs sentencex split back into exactly their own
-sentences. Speed: source sentences per second, interleaved rounds, medians of wall and process CPU time
-(`harness.interleaved_clocks`). The issue's bars: BLEU within 0.2 and speed within 10% of one per line.
+The test split's sentences are joined into paragraphs of 3-8 (a fixed seed; a space between sentences, a blank line
+between paragraphs; a sentence with no final mark gets a full stop in both ways, as running text has it, unless
+`--keep_unended`: 51 of test2016's captions lack one, and two sentences without an end run into one) and translated
+two ways on one engine (`--engine`, default auto, default threads): one sentence per row (`engine.translate_batch`,
+`--batch_size` at a time) and as a document (`documents.translate_document`: sentencex finds the sentences again).
+Quality: lowercased Moses-tokenized BLEU on paragraphs (each paragraph's translation against its joined references,
+both ways), and how many paragraphs sentencex splits back into exactly their sentences. Speed: sentences per second,
+interleaved rounds, medians of wall and CPU time. The issue's bars: BLEU within 0.2, speed within 10%.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from pathlib import Path
 from . import harness
 
 DEFAULT_DATA = harness.REPO.parent / "shared" / "data" / "multi30k"
+ENDS = (".", "!", "?", "…", '"', "'", ")")  # a sentence end, or a closing quote or bracket after one
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -37,6 +38,9 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--batch_size", type=int, default=32)
     parser.add_argument("--reps", type=int, default=3, help="timed rounds after a warm-up round")
     parser.add_argument("--seed", type=int, default=0, help="the paragraph sizes' random seed")
+    parser.add_argument(
+        "--keep_unended", action="store_true", help="no full stop for sentences without a final mark (both ways)"
+    )
     parser.add_argument("--output", type=Path, help="stem of the report (default bench/results/documents-MODEL)")
     args = parser.parse_args(argv)
     args.output = args.output or harness.RESULTS / f"documents-{Path(args.model).name}"
@@ -62,12 +66,15 @@ def main(argv: list[str]) -> dict:
     args = parse_args(argv)
     sources, references, _, _ = read_folder_split(args.data, args.split, "test", args.source_lang, args.target_lang)
     sources, references = sources[: args.sentences], references[: args.sentences]
+    ended = [source if args.keep_unended or source.rstrip().endswith(ENDS) else f"{source}." for source in sources]
+    report_ended = sum(new != old for new, old in zip(ended, sources, strict=True))
+    sources = ended
     runs = paragraphs_of(len(sources), args.seed)
     text = "\n\n".join(" ".join(sources[i] for i in run) for run in runs) + "\n"
     engine = load_translator(args.model, engine=args.engine, device="cpu")
     report = harness.envelope(
         __name__, argv, ("ctranslate2", "sentencex"), model=args.model, engine=engine.label_for({}),
-        sentences=len(sources), paragraphs=len(runs), batch_size=args.batch_size,
+        sentences=len(sources), paragraphs=len(runs), batch_size=args.batch_size, full_stops_added=report_ended,
     )  # fmt: skip
     found: dict[str, list[str]] = {}
 
@@ -101,9 +108,10 @@ def main(argv: list[str]) -> dict:
 def markdown(report: dict) -> str:
     bleu, rates = report["bleu_lc_tok_paragraphs"], report["sentences_per_second"]
     lines = [
-        f"{report['sentences']} sentences in {report['paragraphs']} paragraphs of 3-8, engine {report['engine']}, "
-        f"batches of {report['batch_size']}; {report['paragraphs_split_as_written']} of {report['paragraphs']} "
-        "paragraphs split by sentencex into exactly their own sentences.",
+        f"{report['sentences']} sentences in {report['paragraphs']} paragraphs of 3-8 ({report['full_stops_added']} "
+        f"given a full stop), engine {report['engine']}, batches of {report['batch_size']}; "
+        f"{report['paragraphs_split_as_written']} of {report['paragraphs']} paragraphs split by sentencex into "
+        "exactly their own sentences.",
         "",
         "| way | BLEU lc+tok (paragraphs) | sentences/s (wall) | sentences/s (CPU time) |",
         "| --- | ---: | ---: | ---: |",
