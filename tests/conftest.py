@@ -104,3 +104,22 @@ def fresh_torch_compile_caches():
     if dynamo is not None:
         dynamo.reset()
     yield
+
+
+@pytest.fixture(scope="module")
+def reverser_dir(tmp_path_factory):
+    """The letter reverser of `test_engines.save_reverser` (trained, 5 s), saved as a model folder once per module:
+    the model of the engine, steering, document, markup and streaming tests."""
+    from tasks import one_thread
+    from test_engines import save_reverser
+
+    with one_thread():
+        return save_reverser(tmp_path_factory.mktemp("reverser"))
+
+
+@pytest.fixture(scope="module")
+def torch_engine(reverser_dir):
+    """`reverser_dir` on the torch engine."""
+    from modeling_attn.api.engines import load_translator
+
+    return load_translator(str(reverser_dir), engine="torch", device="cpu")

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from tasks import one_thread
-from test_engines import SENTENCES, save_reverser
+from test_engines import SENTENCES
 
 from modeling_attn.api.documents import (
     Document,
@@ -28,17 +28,6 @@ from modeling_attn.cli.main import main as cli
 def _one_thread():
     with one_thread():
         yield
-
-
-@pytest.fixture(scope="module")
-def reverser_dir(tmp_path_factory):
-    with one_thread():
-        return save_reverser(tmp_path_factory.mktemp("reverser"))
-
-
-@pytest.fixture(scope="module")
-def torch_engine(reverser_dir):
-    return load_translator(str(reverser_dir), engine="torch", device="cpu")
 
 
 def test_a_text_splits_into_its_sentences_and_the_text_between_them():

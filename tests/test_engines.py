@@ -65,17 +65,6 @@ def save_reverser(folder: Path, source_offset: int | None = None) -> Path:
     return folder
 
 
-@pytest.fixture(scope="module")
-def reverser_dir(tmp_path_factory) -> Path:
-    with one_thread():
-        return save_reverser(tmp_path_factory.mktemp("reverser"))
-
-
-@pytest.fixture(scope="module")
-def torch_engine(reverser_dir):
-    return load_translator(str(reverser_dir), engine="torch", device="cpu")
-
-
 @pytest.mark.parametrize("name", ["ctranslate2", "onnxruntime"])
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda settings: ",".join(map(str, settings.items())) or "config")
 def test_each_engine_translates_as_torch_batched(reverser_dir, torch_engine, name, settings):

@@ -13,7 +13,6 @@ from html.parser import HTMLParser
 import pytest
 import torch
 from tasks import one_thread
-from test_engines import save_reverser
 
 from modeling_attn.api.alignment import AlignedTranslation, WordAlignment
 from modeling_attn.api.documents import translate_document
@@ -27,17 +26,6 @@ from modeling_attn.cli.main import main as cli
 def _one_thread():
     with one_thread():
         yield
-
-
-@pytest.fixture(scope="module")
-def reverser_dir(tmp_path_factory):
-    with one_thread():
-        return save_reverser(tmp_path_factory.mktemp("reverser"))
-
-
-@pytest.fixture(scope="module")
-def torch_engine(reverser_dir):
-    return load_translator(str(reverser_dir), engine="torch", device="cpu")
 
 
 def aligned(text: str, source: str, pairs: list[tuple[int, int]]) -> AlignedTranslation:

@@ -15,7 +15,7 @@ import time
 
 import pytest
 from tasks import one_thread
-from test_engines import SENTENCES, save_reverser
+from test_engines import SENTENCES
 from test_serve import BODY_LIMIT, free_port, server  # noqa: F401 (free_port: server's)
 
 from modeling_attn.api.batching import Batcher, Group, ServeLimits
@@ -33,12 +33,6 @@ DOCUMENTS = ["a b c\nd e f g\n\nh i\nj k l m\n  b a  ", "  \n", "m l k"]
 def _one_thread():
     with one_thread():
         yield
-
-
-@pytest.fixture(scope="module")
-def reverser_dir(tmp_path_factory):
-    with one_thread():
-        return save_reverser(tmp_path_factory.mktemp("reverser"))
 
 
 @pytest.fixture(scope="module", params=["torch", "ctranslate2"])

@@ -12,7 +12,7 @@ import json
 import pytest
 import torch
 from tasks import one_thread
-from test_engines import SENTENCES, save_reverser
+from test_engines import SENTENCES
 
 from modeling_attn.api.engines import EngineError, load_translator
 from modeling_attn.api.translation import SentenceTooLong
@@ -26,17 +26,6 @@ PREFIXES = [" ".join(sentence.split()[::-1][:2]) if i % 3 else "" for i, sentenc
 def _one_thread():
     with one_thread():
         yield
-
-
-@pytest.fixture(scope="module")
-def reverser_dir(tmp_path_factory):
-    with one_thread():
-        return save_reverser(tmp_path_factory.mktemp("reverser"))
-
-
-@pytest.fixture(scope="module")
-def torch_engine(reverser_dir):
-    return load_translator(str(reverser_dir), engine="torch", device="cpu")
 
 
 def test_the_prefix_processor_leaves_one_token_at_its_own_score_while_the_prefix_lasts():

@@ -15,7 +15,7 @@ import threading
 import pytest
 import torch
 from tasks import one_thread
-from test_engines import SENTENCES, save_reverser
+from test_engines import SENTENCES
 from tokenizers import ByteLevelBPETokenizer
 from transformers import PreTrainedTokenizerFast, set_seed
 
@@ -38,12 +38,6 @@ DOCUMENT = "a b c\nd e f g\n\nh i\nj k l m\n  b a  "  # five sentences: a line b
 def _one_thread():
     with one_thread():
         yield
-
-
-@pytest.fixture(scope="module")
-def reverser_dir(tmp_path_factory):
-    with one_thread():
-        return save_reverser(tmp_path_factory.mktemp("reverser"))
 
 
 @pytest.fixture(scope="module", params=["torch", "ctranslate2"])
