@@ -50,7 +50,8 @@ class Document:
 @dataclass(frozen=True)
 class DocumentEvent:
     """Sentence `index` of a document translated: `text` is the text before it (whitespace, line breaks) and its
-    translation; the last event's `text` also carries the text after the last sentence."""
+    translation; the last event's `text` also carries the text after the last sentence (a document with no
+    sentence: one event, index -1, whose `text` is the document)."""
 
     index: int
     source: str
